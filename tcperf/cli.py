@@ -1,0 +1,73 @@
+"""The `tcperf` command: one module a subcommand in tcperf/commands/, each with `add_parser` and `main`.
+
+Bad input (an unknown precision, suite or device, a malformed shape, a missing file) exits with status 2 and one
+line naming the valid choices; no traceback reaches the user for a mistake of theirs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import UserError
+
+# name -> module; the order is the order `tcperf --help` lists them.
+COMMANDS = {
+    "run": "tcperf.commands.run",
+    "env": "tcperf.commands.env",
+    "bench": "tcperf.commands.bench",
+    "suites": "tcperf.commands.suites",
+    "ceilings": "tcperf.commands.ceilings",
+    "lint": "tcperf.commands.lint",
+    "models": "tcperf.commands.models",
+    "advise": "tcperf.commands.advise",
+    "lab": "tcperf.commands.lab",
+    "show": "tcperf.commands.show",
+    "runs": "tcperf.commands.runs",
+    "export": "tcperf.commands.export",
+    "report": "tcperf.commands.report",
+    "compare": "tcperf.commands.compare",
+}
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit 2), not a usage block."""
+
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message}")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="tcperf", description="Measure and harvest NVIDIA Tensor Core speed for PyTorch.")
+    from . import __version__
+    parser.add_argument("--version", action="version", version=f"tcperf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for name, module in COMMANDS.items():
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name == module:      # a command not written yet is simply not offered
+                continue
+            raise
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return args.func(args) or 0
+    except UserError as e:
+        print(f"tcperf: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tcperf: interrupted; every finished case is stored", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

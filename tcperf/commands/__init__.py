@@ -1,0 +1,1 @@
+"""One module a `tcperf` subcommand; options every measuring command shares live in common.py."""

@@ -1,0 +1,95 @@
+"""Options and steps the commands share: --device, --db, --json, --timeout, and running cases into the store
+with a progress bar."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .. import env as envmod
+from ..runner import TimingConfig, run_cases
+from ..store import Store
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def add_device(p) -> None:
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the first CUDA GPU, else the CPU)")
+
+
+def add_db(p) -> None:
+    p.add_argument("--db", default=None, help="results store (default: $TCPERF_DB or ~/.local/share/tcperf/results.db)")
+
+
+def add_json(p) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
+
+
+def add_measuring(p) -> None:
+    """--device, --db, --json, --timeout and the timing knobs."""
+    add_device(p)
+    add_db(p)
+    add_json(p)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take (default 120)")
+    p.add_argument("--no-flush-l2", action="store_true", help="do not clear the L2 cache between timed calls")
+    p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (less launch overhead)")
+    p.add_argument("--rep-ms", type=float, default=100.0, help="time budget for the timed calls of one case")
+
+
+def timing_from(args) -> TimingConfig:
+    return TimingConfig(rep_ms=args.rep_ms, flush_l2=not args.no_flush_l2, graph=args.graph)
+
+
+def command_line() -> str:
+    return "tcperf " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def quiet_gpu_warning(device) -> list[str]:
+    """A warning when other processes use the GPU (checked while no worker of ours is alive)."""
+    if device.type != "cuda":
+        return []
+    others = envmod.other_gpu_processes(device.index or 0)
+    return [f"other processes use the GPU (pids {', '.join(map(str, others))}): figures may be low"] if others else []
+
+
+def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad=False, extra=None,
+                       label: str = "measuring") -> tuple[int, list[dict], Store]:
+    """Start a run, measure every case in workers with a progress bar, store each result as it comes."""
+    device = envmod.parse_device(args.device)
+    store = Store.open(args.db)
+    environment = envmod.collect(device)
+    run_id = store.start_run(kind, command_line(), environment)
+    warnings = quiet_gpu_warning(device)
+    for w in warnings:
+        err_console.print(f"[yellow]warning:[/] {w}")
+    results = []
+    status = "interrupted"
+    try:
+        with _progress(args) as progress:
+            task = progress.add_task(label, total=len(cases))
+
+            def on_result(r):
+                store.add_result(run_id, r)
+                results.append(r)
+                progress.update(task, advance=1, description=f"{label} {r['op']} {r['precision']}")
+
+            run_cases(cases, device, timeout=args.timeout, timing=timing_from(args), profile=profile, pad=pad,
+                      on_result=on_result, extra=extra)
+        warnings += quiet_gpu_warning(device)
+        status = "done"
+    finally:
+        store.finish_run(run_id, status, sorted(set(warnings)))
+    return run_id, results, store
+
+
+def _progress(args) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=True, disable=getattr(args, "json", False))
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))

@@ -1,0 +1,38 @@
+"""`tcperf env [--json]`: the device, its facts, the library versions, and which precisions it runs."""
+from __future__ import annotations
+
+from rich.table import Table
+
+from .. import env as envmod
+from .common import add_device, add_json, console, print_json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("env", help="device, library versions and supported precisions")
+    add_device(p)
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    device = envmod.parse_device(args.device)
+    env = envmod.collect(device)
+    if args.json:
+        print_json(env)
+        return 0
+    t = Table(title=f"tcperf env · {device}", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    if "gpu" in env:
+        for k, v in env["gpu"].items():
+            t.add_row(k, str(v))
+    else:
+        t.add_row("device", "CPU (no CUDA GPU found)")
+    for k, v in env["cpu"].items():
+        t.add_row(f"cpu {k}", str(v))
+    for k, v in env["libraries"].items():
+        t.add_row(k, str(v))
+    for name, why in env["precisions"].items():
+        t.add_row(f"precision {name}", "[green]yes[/]" if why is None else f"[dim]no: {why}[/]")
+    console.print(t)
+    return 0

@@ -1,0 +1,36 @@
+"""`tcperf run`: the quick suite in every precision this device has, in about a minute, stored and printed.
+
+GEMMs at 1024/4096/8192 and a misaligned 8191 (with the padded shape timed beside it), a convolution in NCHW
+and NHWC, an attention and a device-to-device copy. Without a GPU: the same kinds of case on the CPU at
+CPU-sized shapes, in fp32, bf16 and fp64.
+"""
+from __future__ import annotations
+
+from .. import env as envmod
+from .. import suites
+from ..precision import KERNEL_PRECISIONS
+from .common import add_measuring, console, err_console, measure_into_store, print_json
+from .show import print_run
+
+CPU_PRECISIONS = ("fp32", "bf16", "fp64")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="the quick suite on this device (about a minute), stored and printed")
+    add_measuring(p)
+    p.set_defaults(func=main, rep_ms=50.0)
+
+
+def main(args) -> int:
+    device = envmod.parse_device(args.device)
+    if device.type == "cpu":
+        err_console.print("No CUDA GPU found: measuring the CPU instead (fp32, bf16, fp64 at CPU-sized shapes).")
+    precisions = list(KERNEL_PRECISIONS) if device.type == "cuda" else list(CPU_PRECISIONS)
+    cases = suites.with_precisions(suites.load("quick", device.type), precisions)
+    run_id, results, store = measure_into_store("run", cases, args, profile=device.type == "cuda", pad=True,
+                                                label="quick suite")
+    if args.json:
+        print_json({"run": store.run(run_id), "results": store.results(run_id)})
+    else:
+        print_run(store, run_id, console)
+    return 0

@@ -1,0 +1,49 @@
+"""`tcperf show [RUN]`: one run as a table (the latest by default)."""
+from __future__ import annotations
+
+import datetime
+
+from ..store import Store
+from ..table import results_table
+from .common import add_db, add_json, console, print_json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("show", help="print a stored run as a table (default: the latest)")
+    p.add_argument("run", nargs="?", type=int, help="run id (see `tcperf runs`)")
+    add_db(p)
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    store = Store.open(args.db)
+    run = store.run(args.run)
+    if args.json:
+        print_json({"run": run, "results": store.results(run["id"])})
+    else:
+        print_run(store, run["id"], console)
+    return 0
+
+
+def ceilings_for(store: Store, device: str) -> dict:
+    """The latest measured ceilings for this device, if `tcperf ceilings` ran (else {})."""
+    getter = getattr(store, "ceilings", None)
+    return getter(device) if getter else {}
+
+
+def print_run(store: Store, run_id: int, out) -> None:
+    run = store.run(run_id)
+    results = store.results(run_id)
+    when = datetime.datetime.fromtimestamp(run["started"]).strftime("%Y-%m-%d %H:%M")
+    lib = run["env"].get("libraries", {})
+    title = (f"run {run['id']} · {run['kind']} · {run['device']} · {when} · torch {lib.get('torch')} "
+             f"· {run['status']}")
+    ordinary = [r for r in results if r.get("median_ms") is not None or r["status"] != "ok"]
+    out.print(results_table(ordinary, run["env"].get("gpu", {}).get("name"), ceilings_for(store, run["device"]),
+                            title=title))
+    for w in run.get("warnings") or []:
+        out.print(f"[yellow]warning:[/] {w}")
+    bad = [r for r in results if r["status"] in ("wrong", "error", "oom", "timeout")]
+    if bad:
+        out.print(f"[red]{len(bad)} case(s) failed or were wrong[/]: see the note column")

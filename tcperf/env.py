@@ -1,0 +1,191 @@
+"""Device and library facts, which precisions this device runs (and why not the others), and whether the GPU is
+quiet enough to measure. NVML (nvidia-ml-py, optional) gives clocks, power limit, other processes and throttling;
+without it tcperf asks nvidia-smi, and without that it says 'unknown'.
+
+    tcperf env            # a table
+    tcperf env --json     # the dict collect() returns, as stored with every run
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+import torch
+
+from . import __version__
+from .errors import UserError
+from .precision import KERNEL_PRECISIONS, PRECISIONS, unsupported_reason
+
+
+def parse_device(text: str | None) -> torch.device:
+    """'cpu' | 'cuda' | 'cuda:N' (None: the first CUDA GPU, else the CPU); UserError when unusable."""
+    if text is None:
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise UserError(f"unknown device {text!r}; choose from: cpu, cuda, cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"unknown device {text!r}; choose from: cpu, cuda, cuda:N")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError(f"device {text!r}: no CUDA GPU is visible (torch {torch.__version__})")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise UserError(f"device {text!r}: only {torch.cuda.device_count()} CUDA GPU(s) visible")
+        device = torch.device("cuda", index)
+    return device
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _first_version(*dists: str) -> str | None:
+    return next((v for v in map(_version, dists) if v), None)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def libraries() -> dict:
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {
+        "tcperf": __version__, "python": sys.version.split()[0], "torch": torch.__version__,
+        "cuda": torch.version.cuda, "cudnn": cudnn, "triton": triton_version,
+        "cublas": _first_version("nvidia-cublas", "nvidia-cublas-cu13", "nvidia-cublas-cu12"),
+        "torchvision": _version("torchvision"), "torchao": _version("torchao"), "numpy": _version("numpy"),
+    }
+
+
+def precision_support(device: torch.device) -> dict[str, str | None]:
+    """{precision: None if it runs here, else the reason it does not}."""
+    return {name: unsupported_reason(PRECISIONS[name], device) for name in KERNEL_PRECISIONS}
+
+
+def collect(device: torch.device | str | None = None) -> dict:
+    """The environment stored with every run."""
+    device = parse_device(device) if not isinstance(device, torch.device) else device
+    env = {"device": str(device), "libraries": libraries(), "platform": platform.platform(),
+           "cpu": {"model": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+           "precisions": precision_support(device)}
+    if device.type == "cuda":
+        env["gpu"] = gpu_facts(device)
+    else:
+        env["torch_build"] = {"cuda": torch.version.cuda, "mkldnn": torch.backends.mkldnn.is_available(),
+                              "openmp": torch.backends.openmp.is_available()}
+    return env
+
+
+def gpu_facts(device: torch.device) -> dict:
+    p = torch.cuda.get_device_properties(device)
+    facts = {"name": p.name, "index": device.index or 0, "sm_count": p.multi_processor_count,
+             "compute_capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1),
+             "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1)}
+    facts.update(nvml_facts(device.index or 0))
+    return facts
+
+
+# --- NVML, with nvidia-smi as the fallback ----------------------------------------------------------------------
+def _nvml_handle(index: int):
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:   # no package, no driver, or a VM that hides NVML: all mean "ask nvidia-smi"
+        return None, None
+
+
+def _smi(query: str, index: int) -> list[str] | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", f"-i={index}"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return [v.strip() for v in out.stdout.strip().split(",")] if out.returncode == 0 else None
+
+
+def nvml_facts(index: int) -> dict:
+    nv, h = _nvml_handle(index)
+    if nv is not None:
+        try:
+            return {"driver": nv.nvmlSystemGetDriverVersion(),
+                    "sm_clock_max_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_SM),
+                    "mem_clock_max_mhz": nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM),
+                    "power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, "source": "nvml"}
+        except Exception:
+            pass
+    row = _smi("driver_version,clocks.max.sm,clocks.max.mem,power.limit", index)
+    if row and len(row) == 4:
+        return {"driver": row[0], "sm_clock_max_mhz": _num(row[1]), "mem_clock_max_mhz": _num(row[2]),
+                "power_limit_w": _num(row[3]), "source": "nvidia-smi"}
+    return {"driver": "unknown", "source": "none"}
+
+
+def _num(text: str):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def other_gpu_processes(index: int) -> list[int] | None:
+    """PIDs of other processes using the GPU (None when it cannot be known)."""
+    nv, h = _nvml_handle(index)
+    if nv is not None:
+        try:
+            procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
+            return [p.pid for p in procs if p.pid != os.getpid()]
+        except Exception:
+            pass
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", f"-i={index}"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return [int(x) for x in out.stdout.split() if x.strip().isdigit() and int(x) != os.getpid()]
+
+
+# Throttle reasons that mean the clocks were held down by power, heat or a setting (idle and app-clock
+# settings are not throttling in this sense).
+_THROTTLE_NAMES = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                   0x80: "hw_power_brake"}
+
+
+def throttle_reasons(index: int) -> list[str] | None:
+    """Active clock-throttle reasons right now (None when unknown)."""
+    nv, h = _nvml_handle(index)
+    if nv is None:
+        return None
+    try:
+        getter = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        mask = getter(h)
+    except Exception:
+        return None
+    return [name for bit, name in _THROTTLE_NAMES.items() if mask & bit]

@@ -1,0 +1,14 @@
+"""The one exception a user's mistake raises.
+
+Commands raise `UserError("...")`; `tcperf.cli.main` prints its message as one line on stderr and exits 2.
+Everything else that escapes is a bug in tcperf and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit status 2, no traceback."""
+
+
+def choices(kind: str, given: str, valid) -> UserError:
+    """`unknown precision 'fp7'; choose from: fp64, fp32, ...`"""
+    return UserError(f"unknown {kind} {given!r}; choose from: {', '.join(valid)}")

@@ -1,0 +1,104 @@
+"""GEMM: C[m, n] = op(A)[m, k] @ op(B)[k, n], in DeepBench's convention (a_t / b_t = 'N' or 'T').
+
+FLOPs: 2*m*n*k (one multiply and one add per term). Bytes: A and B read once, C written once.
+fp64/fp32/tf32/fp16/bf16 go through torch.matmul; fp8 through torch._scaled_mm (e4m3 operands, one float32
+scale per tensor, bf16 out, B column-major as cuBLASLt requires, so the layout columns do not apply);
+int8 through torch._int_mm (int32 out, exact).
+
+On an H200 (torch 2.11, 2026-11): bf16 8192^3 ~ 744 TFLOPS, fp16 8191^3 ~ 145 (anchors.md).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..precision import Precision
+from .base import Op, Prepared, generator, randn
+
+F8_MAX = 448.0     # largest finite float8_e4m3fn
+
+
+class Gemm(Op):
+    name = "gemm"
+    precisions = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+    shape_keys = ("m", "n", "k", "a_t", "b_t")
+
+    def flops(self, shape: dict) -> float:
+        return 2.0 * shape["m"] * shape["n"] * shape["k"]
+
+    def bytes(self, shape: dict, prec: Precision) -> float:
+        m, n, k = shape["m"], shape["n"], shape["k"]
+        out_bytes = {"int8": 4, "fp8": 2}.get(prec.name, prec.element_bytes)
+        return (m * k + k * n) * prec.element_bytes + m * n * out_bytes
+
+    def label(self, shape: dict) -> str:
+        return f"{shape['m']}x{shape['n']}x{shape['k']} {shape.get('a_t', 'N')}{shape.get('b_t', 'N')}"
+
+    def unsupported(self, shape: dict, prec: Precision, device: torch.device) -> str | None:
+        why = super().unsupported(shape, prec, device)
+        if why:
+            return why
+        from ..tensorcore import gemm_hard_limit   # the rules live in one place
+        return gemm_hard_limit(shape["m"], shape["n"], shape["k"], prec.name)
+
+    def verdict(self, shape: dict, prec: Precision, sm_count: int | None) -> dict:
+        from ..tensorcore import gemm_verdict
+        return gemm_verdict(shape["m"], shape["n"], shape["k"], prec.name, sm_count)
+
+    def padded(self, shape: dict, prec: Precision) -> dict | None:
+        from ..tensorcore import pad_to
+        a = prec.align
+        new = {**shape, **{d: pad_to(shape[d], a) for d in ("m", "n", "k")}}
+        return None if new == shape or prec.name in ("fp32", "fp64") else new
+
+    def prepare(self, shape: dict, prec: Precision, device: torch.device, seed: int = 0) -> Prepared:
+        if prec.name == "fp8":
+            return _prepare_fp8(shape, device, seed)
+        if prec.name == "int8":
+            return _prepare_int8(shape, device, seed)
+        gen = generator(device, seed)
+        a = _operand(shape["m"], shape["k"], shape.get("a_t", "N"), prec.dtype, device, gen)
+        b = _operand(shape["k"], shape["n"], shape.get("b_t", "N"), prec.dtype, device, gen)
+        c = torch.empty(shape["m"], shape["n"], dtype=prec.dtype, device=device)
+        return Prepared(run=lambda: torch.matmul(a, b, out=c),
+                        reference=lambda: a.double() @ b.double(), out=c)
+
+
+def _operand(rows: int, cols: int, trans: str, dtype, device, gen) -> torch.Tensor:
+    """A rows x cols operand; 'T' stores it as cols x rows and hands over the transposed view."""
+    if trans == "T":
+        return randn((cols, rows), dtype, device, gen).t()
+    return randn((rows, cols), dtype, device, gen)
+
+
+def _to_f8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor scaling: the largest magnitude maps to e4m3's largest finite value."""
+    scale = (x.abs().amax().float() / F8_MAX).clamp(min=1e-12)
+    return (x / scale).to(torch.float8_e4m3fn), scale
+
+
+def _prepare_fp8(shape: dict, device, seed: int) -> Prepared:
+    gen = generator(device, seed)
+    m, n, k = shape["m"], shape["n"], shape["k"]
+    a8, sa = _to_f8(randn((m, k), torch.float32, device, gen))
+    b8, sb = _to_f8(randn((n, k), torch.float32, device, gen))
+    b8 = b8.t()                                     # k x n, column-major: what _scaled_mm requires
+    run = lambda: torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
+    ref = lambda: (a8.double() * sa.double()) @ (b8.double() * sb.double())
+    return Prepared(run=run, reference=ref, info={"scale_a": sa.item(), "scale_b": sb.item()})
+
+
+def _int8(rows: int, cols: int, device, gen) -> torch.Tensor:
+    """Random non-zero int8 values in [-64, 64]: no zeros, and k * 64 * 64 stays far inside int32."""
+    mag = torch.randint(1, 65, (rows, cols), generator=gen, device=device, dtype=torch.int32)
+    sign = torch.randint(0, 2, (rows, cols), generator=gen, device=device, dtype=torch.int32) * 2 - 1
+    return (mag * sign).to(torch.int8)
+
+
+def _prepare_int8(shape: dict, device, seed: int) -> Prepared:
+    gen = generator(device, seed)
+    a = _int8(shape["m"], shape["k"], device, gen)
+    b = _int8(shape["k"], shape["n"], device, gen)
+    return Prepared(run=lambda: torch._int_mm(a, b), reference=lambda: a.double() @ b.double())
+
+
+OP = Gemm()

@@ -1,0 +1,35 @@
+"""Datasheet peaks per GPU and precision (data/peaks.csv), and the ceilings this GPU really reaches
+(measured by `tcperf ceilings`, read back from the store). Never a constant in code.
+
+    datasheet("NVIDIA H200")            # {'fp16': 989.0, ..., 'bandwidth_gbs': 4800.0, 'gpu': 'H200'}
+"""
+from __future__ import annotations
+
+import csv
+import re
+from functools import lru_cache
+from importlib import resources
+
+PRECISION_COLUMNS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
+
+@lru_cache(maxsize=1)
+def table() -> list[dict]:
+    with resources.files("tcperf").joinpath("data/peaks.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def datasheet(gpu_name: str | None) -> dict:
+    """The first row whose `match` pattern is found in the device name (rows are ordered specific first);
+    {} for an unknown GPU or the CPU. TFLOPS (TOPS for int8), dense; bandwidth in GB/s."""
+    if not gpu_name:
+        return {}
+    for row in table():
+        if re.search(row["match"], gpu_name):
+            peaks = {k: float(row[k]) for k in (*PRECISION_COLUMNS, "bandwidth_gbs") if row[k]}
+            return {**peaks, "gpu": row["gpu"], "source": row["note"]}
+    return {}
+
+
+def percent_of(value: float | None, peak: float | None) -> float | None:
+    return 100.0 * value / peak if value and peak else None

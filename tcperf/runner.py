@@ -1,0 +1,159 @@
+"""Runs cases in worker processes, one per precision group, and survives what a case can do to its worker.
+
+A crash, a CUDA error that kills the process, an out-of-memory or a hang past `timeout` seconds is recorded for
+the case it happened in (`error` / `oom` / `timeout`); a fresh worker takes the rest of the group. Each result
+reaches `on_result` the moment it arrives, so the caller can store it at once. The parent never spins: it
+blocks on a queue fed by a reader thread, with the case's timeout.
+
+    results = run_cases(cases, torch.device("cuda"), on_result=lambda r: store.add_result(run_id, r))
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from itertools import groupby
+
+import torch
+
+STARTUP_TIMEOUT = 300.0   # importing torch and creating a CUDA context, before the first case
+
+
+@dataclass
+class TimingConfig:
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    flush_l2: bool = True
+    graph: bool = False
+
+
+def group_key(case: dict) -> str:
+    """Cases that may share a worker: the same precision (its flags are process-global) and the same task."""
+    return f"{case.get('task', '')}|{case['precision']}"
+
+
+def run_cases(cases: list[dict], device: torch.device, *, timeout: float = 120.0,
+              timing: TimingConfig | None = None, profile: bool = False, pad: bool = False,
+              on_result=None, extra: dict | None = None) -> list[dict]:
+    """Measure every case; returns the results in the order they finished."""
+    job = {"device": str(device), "timing": asdict(timing or TimingConfig()), "profile": profile, "pad": pad,
+           "sys_path": [p for p in sys.path if p], **(extra or {})}
+    ordered = sorted(cases, key=group_key)   # stable: keeps the suite's order inside a group
+    results = []
+    for _, group in groupby(ordered, key=group_key):
+        for r in _run_group(list(group), job, timeout):
+            results.append(r)
+            if on_result:
+                on_result(r)
+    return results
+
+
+def _run_group(cases: list[dict], job: dict, timeout: float):
+    pending = cases
+    while pending:
+        worker = _Worker({**job, "cases": pending})
+        finished, failure = 0, None
+        try:
+            for event in worker.events(timeout):
+                if event["event"] == "result":
+                    finished = event["i"] + 1
+                    yield _with_identity(event["result"], pending[event["i"]])
+                elif event["event"] == "failed":
+                    failure = event
+        finally:
+            worker.close()
+        if failure is None:
+            return
+        if failure.get("i") is None:
+            if finished == 0:                 # died before its first case: nothing will work in this group
+                for case in pending:
+                    yield _failed(case, failure["status"], failure["message"])
+                return
+            pending = pending[finished:]      # died between cases: a fresh worker takes the rest
+            continue
+        yield _failed(pending[failure["i"]], failure["status"], failure["message"])
+        pending = pending[failure["i"] + 1:]
+
+
+def _with_identity(result: dict, case: dict) -> dict:
+    """The stored row always says which case it was, whatever the task returned."""
+    for key in ("op", "suite", "shape", "precision"):
+        if result.get(key) in (None, "") and case.get(key) is not None:
+            result[key] = case[key]
+    return result
+
+
+def _failed(case: dict, status: str, message: str) -> dict:
+    return {"op": case["op"], "suite": case.get("suite", ""), "shape": case.get("shape", {}),
+            "precision": case["precision"], "status": status, "message": message,
+            "metrics": {"tags": case.get("tags", {})}}
+
+
+class _Worker:
+    """One `python -m tcperf.worker` process, its protocol lines on a queue, its stderr in a temporary file."""
+
+    def __init__(self, job: dict):
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tcperf.worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            self.proc.stdin.write(json.dumps(job))
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass   # it died at once; events() reports it with its stderr
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)   # end of file: the worker exited
+
+    def events(self, timeout: float):
+        """Yield protocol events; a hang or death ends with one {"event": "failed", "i": case or None} event."""
+        current = None
+        while True:
+            limit = STARTUP_TIMEOUT if current is None else timeout
+            try:
+                line = self.lines.get(timeout=limit)
+            except queue.Empty:
+                self.proc.kill()
+                yield {"event": "failed", "i": current, "status": "timeout",
+                       "message": f"no answer within {limit:.0f} s: worker killed"}
+                return
+            if line is None:
+                yield self._death(current)
+                return
+            event = json.loads(line)
+            if event["event"] == "start":
+                current = event["i"]
+            elif event["event"] == "result":
+                current = None
+                yield event
+            elif event["event"] == "done":
+                return
+
+    def _death(self, current):
+        rc = self.proc.wait()
+        tail = self.stderr_tail()
+        status = "oom" if "out of memory" in tail.lower() else "error"
+        return {"event": "failed", "i": current, "status": status,
+                "message": f"worker died (exit {rc}): {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}"[:400]}
+
+    def stderr_tail(self, chars: int = 4000) -> str:
+        self.stderr.seek(0, os.SEEK_END)
+        size = self.stderr.tell()
+        self.stderr.seek(max(0, size - chars))
+        return self.stderr.read()
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.stderr.close()

@@ -1,0 +1,84 @@
+"""Result rows as a rich table: time with its spread, rate against the datasheet peak and the measured ceiling,
+speedup over fp32 for the same case, the Tensor Core verdict, and what went wrong where something did."""
+from __future__ import annotations
+
+from rich.table import Table
+
+from . import peaks
+
+STATUS_STYLE = {"ok": "green", "wrong": "bold red", "skipped": "dim", "error": "red", "oom": "red", "timeout": "red"}
+
+
+def fmt_ms(r: dict) -> str:
+    if r.get("median_ms") is None:
+        return ""
+    return f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}"
+
+
+def rate(r: dict) -> tuple[float | None, str]:
+    """(value, unit): TFLOPS for compute, GB/s for pure data movement."""
+    if r.get("tflops"):
+        return r["tflops"], "TFLOPS"
+    if r.get("gbps"):
+        return r["gbps"], "GB/s"
+    return None, ""
+
+
+def percent_peak(r: dict, sheet: dict) -> float | None:
+    value, unit = rate(r)
+    key = "bandwidth_gbs" if unit == "GB/s" else r["precision"]
+    return peaks.percent_of(value, sheet.get(key))
+
+
+def percent_ceiling(r: dict, ceilings: dict) -> float | None:
+    value, unit = rate(r)
+    key = "bandwidth" if unit == "GB/s" else r["precision"]
+    return peaks.percent_of(value, ceilings.get(key))
+
+
+def speedups(results: list[dict]) -> dict[int, float]:
+    """index -> fp32 time / this time, for results whose case also ran at fp32."""
+    fp32 = {(r["op"], str(sorted(r["shape"].items()))): r["median_ms"] for r in results
+            if r["precision"] == "fp32" and r.get("median_ms")}
+    out = {}
+    for i, r in enumerate(results):
+        base = fp32.get((r["op"], str(sorted(r["shape"].items()))))
+        if base and r.get("median_ms"):
+            out[i] = base / r["median_ms"]
+    return out
+
+
+def tc_cell(r: dict) -> str:
+    m = r.get("metrics") or {}
+    verdict = m.get("verdict") or {}
+    used = m.get("tensor_cores_used")
+    parts = []
+    if used is not None:
+        parts.append("[green]TC[/]" if used else "[yellow]no TC[/]")
+    if verdict.get("misaligned"):
+        parts.append("[yellow]misaligned[/]")
+    padded = m.get("padded")
+    if padded:
+        parts.append(f"pad: {padded['gain']:.2g}x")
+    return " ".join(parts)
+
+
+def results_table(results: list[dict], gpu_name: str | None = None, ceilings: dict | None = None,
+                  title: str = "") -> Table:
+    sheet = peaks.datasheet(gpu_name)
+    ceilings = ceilings or {}
+    t = Table(title=title, show_lines=False)
+    for col, justify in (("case", "left"), ("prec", "left"), ("status", "left"), ("ms (median ± IQR)", "right"),
+                         ("rate", "right"), ("% peak", "right"), ("% ceiling", "right"), ("vs fp32", "right"),
+                         ("Tensor Cores", "left"), ("note", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    ups = speedups(results)
+    for i, r in enumerate(results):
+        value, unit = rate(r)
+        pp, pc = percent_peak(r, sheet), percent_ceiling(r, ceilings)
+        note = r.get("message") or "; ".join(r.get("warnings") or [])
+        t.add_row(f"{r['op']} {(r.get('metrics') or {}).get('label', '')}", r["precision"],
+                  f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", fmt_ms(r),
+                  f"{value:.4g} {unit}" if value else "", f"{pp:.0f}%" if pp else "", f"{pc:.0f}%" if pc else "",
+                  f"{ups[i]:.2f}x" if i in ups else "", tc_cell(r), note)
+    return t

@@ -1,0 +1,167 @@
+"""Honest timing: raw samples from CUDA events (GPU) or perf_counter (CPU), with warm-up and repeat counts set by
+time budgets, and the statistics every tcperf number is printed with (median, IQR, min, count).
+
+Modelled on triton.testing.do_bench, which times the same way (events per call, L2 flushed before each call), but
+keeps every raw sample, lets the L2 flush be switched off, replays a CUDA graph on request and gives the CPU the
+same statistics. benchmarks/fidelity.py holds this against do_bench on a GPU.
+
+    m = time_fn(lambda: a @ b, "cuda")      # Measurement(median_ms=..., iqr_ms=..., n=...)
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+UNSTABLE_SPREAD = 0.10   # IQR / median above this is flagged, as torch.utils.benchmark and pyperf do
+
+
+@dataclass
+class Measurement:
+    samples_ms: list[float]
+    warmup: int = 0
+    flush_l2: bool = True
+    graph: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms)
+
+    @property
+    def q1_ms(self) -> float:
+        return _quantile(self.samples_ms, 0.25)
+
+    @property
+    def q3_ms(self) -> float:
+        return _quantile(self.samples_ms, 0.75)
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q3_ms - self.q1_ms
+
+    @property
+    def min_ms(self) -> float:
+        return min(self.samples_ms)
+
+    @property
+    def mean_ms(self) -> float:
+        return statistics.fmean(self.samples_ms)
+
+    @property
+    def spread(self) -> float:
+        """IQR over median: the relative spread tcperf warns about above UNSTABLE_SPREAD."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+    @property
+    def unstable(self) -> bool:
+        return self.spread > UNSTABLE_SPREAD
+
+    def summary(self) -> dict:
+        return {"median_ms": self.median_ms, "iqr_ms": self.iqr_ms, "min_ms": self.min_ms,
+                "mean_ms": self.mean_ms, "n": self.n, "warmup": self.warmup,
+                "flush_l2": self.flush_l2, "graph": self.graph}
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), without numpy."""
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> tuple[int, int]:
+    est = max(estimate_ms, 1e-4)
+    warmup = max(1, int(warmup_ms / est))
+    reps = min(max_reps, max(min_reps, int(rep_ms / est)))
+    return warmup, reps
+
+
+def time_fn(fn, device: torch.device | str, *, warmup_ms: float = 25, rep_ms: float = 100,
+            flush_l2: bool = True, graph: bool = False, min_reps: int = 5, max_reps: int = 1000) -> Measurement:
+    """Time `fn()` on `device`; every sample is one call."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_reps)
+    return _time_cpu(fn, warmup_ms, rep_ms, min_reps, max_reps)
+
+
+def _time_cpu(fn, warmup_ms, rep_ms, min_reps, max_reps) -> Measurement:
+    t0 = time.perf_counter()
+    fn()
+    estimate_ms = (time.perf_counter() - t0) * 1e3
+    warmup, reps = _counts(estimate_ms, warmup_ms, rep_ms, min_reps, max_reps)
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return Measurement(samples, warmup=warmup, flush_l2=False)
+
+
+_L2_BUFFERS: dict[torch.device, torch.Tensor] = {}
+
+
+def _l2_buffer(device: torch.device) -> torch.Tensor:
+    """256 MB to overwrite before each call: larger than any current L2 (H200: 60 MB), as do_bench does."""
+    if device not in _L2_BUFFERS:
+        _L2_BUFFERS[device] = torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=device)
+    return _L2_BUFFERS[device]
+
+
+def _as_graph(fn, device):
+    """Capture fn in a CUDA graph and return its replay; fn must already have run once (warm)."""
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        fn()   # warm-up on a side stream, as torch.cuda.graphs recommends before capture
+    torch.cuda.current_stream(device).wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_reps) -> Measurement:
+    with torch.cuda.device(device):
+        call = _as_graph(fn, device) if graph else fn
+        cache = _l2_buffer(device) if flush_l2 else None
+        call()
+        torch.cuda.synchronize()   # sync point: the first call may include lazy init
+        estimate_ms = _estimate_cuda(call, cache)
+        warmup, reps = _counts(estimate_ms, warmup_ms, rep_ms, min_reps, max_reps)
+        for _ in range(warmup):
+            call()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for start, end in zip(starts, ends):
+            if cache is not None:
+                cache.zero_()      # evict the inputs from L2 so every call reads them from memory
+            start.record()
+            call()
+            end.record()
+        torch.cuda.synchronize()   # sync point: read the events only once all have completed
+        samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return Measurement(samples, warmup=warmup, flush_l2=flush_l2, graph=graph)
+
+
+def _estimate_cuda(call, cache, calls: int = 5) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        if cache is not None:
+            cache.zero_()
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls

@@ -1,0 +1,138 @@
+"""The child process: one group of cases in (a JSON job on stdin), one JSON line per event out.
+
+    {"event": "start", "i": 3}          before case 3, so the parent knows which case a crash or hang belongs to
+    {"event": "result", "i": 3, "result": {...}}
+    {"event": "done"}
+
+The parent (tcperf.runner) starts one worker per precision group, because precision flags, cuDNN autotune
+and compile caches are process-global. Stray prints go to stderr: stdout carries only the protocol.
+
+A case is measured by its `task` ('module:function', default `measure_case` below), called as
+task(case, device, job) -> result dict; the model ladder, the advisor and the lab plug in here.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+
+
+def measure_case(case: dict, device, job: dict) -> dict:
+    """Correctness first, then timing, then (optionally) the kernels that ran and the padded shape's time."""
+    import torch
+
+    from . import env, ops, precision
+    from .ops.base import check
+    from .timing import time_fn
+
+    op, prec, shape = ops.get(case["op"]), precision.get(case["precision"]), case["shape"]
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+    result = {"op": op.name, "suite": case.get("suite", ""), "shape": shape, "precision": prec.name,
+              "flops": op.flops(shape), "bytes": op.bytes(shape, prec), "tolerance": prec.tolerance,
+              "metrics": {"label": op.label(shape), "tags": case.get("tags", {}),
+                          "verdict": op.verdict(shape, prec, sm_count)}, "warnings": []}
+    why = precision.unsupported_reason(prec, device) or op.unsupported(shape, prec, device)
+    if why:
+        return {**result, "status": "skipped", "message": why}
+    with precision.apply(prec, device.type):
+        prep = op.prepare(shape, prec, device, seed=case.get("seed", 0))
+        err = check(prep)
+        result["error"] = err
+        result["metrics"].update(prep.info)
+        if not err <= prec.tolerance:     # written this way round so that NaN fails too
+            return {**result, "status": "wrong",
+                    "message": f"relative error {err:.3g} > tolerance {prec.tolerance:.0e}: not timed"}
+        m = time_fn(prep.run, device, **job.get("timing", {}))
+        result.update(status="ok", samples=m.samples_ms, **m.summary())
+        _rates(result, m.median_ms)
+        if m.unstable:
+            result["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+        if device.type == "cuda":
+            throttled = env.throttle_reasons(device.index or 0)
+            if throttled:
+                result["warnings"].append(f"clocks throttled: {', '.join(throttled)}")
+            if job.get("profile"):
+                _add_kernels(result, prep.run, device)
+        del prep
+    if job.get("pad"):
+        _add_padded(result, op, shape, prec, device, job)
+    return result
+
+
+def _rates(result: dict, median_ms: float) -> None:
+    seconds = median_ms * 1e-3
+    result["tflops"] = result["flops"] / seconds / 1e12 if result["flops"] else None
+    result["gbps"] = result["bytes"] / seconds / 1e9 if result["bytes"] else None
+
+
+def _add_kernels(result: dict, fn, device) -> None:
+    from .kernels import profile_kernels, tensor_core_share
+    kernels = profile_kernels(fn, device)
+    result["metrics"]["kernels"] = [k["name"][:160] for k in kernels[:5]]
+    share = tensor_core_share(kernels)
+    result["metrics"]["tc_share"] = share
+    result["metrics"]["tensor_cores_used"] = bool(share and share > 0.5)
+
+
+def _add_padded(result: dict, op, shape: dict, prec, device, job: dict) -> None:
+    """Time the aligned shape beside a misaligned one: the fix, measured."""
+    padded = op.padded(shape, prec)
+    if padded is None or result.get("status") != "ok":
+        return
+    sub = measure_case({"op": op.name, "shape": padded, "precision": prec.name}, device, {**job, "pad": False,
+                                                                                        "profile": False})
+    if sub.get("status") == "ok":
+        result["metrics"]["padded"] = {"shape": padded, "median_ms": sub["median_ms"],
+                                       "gain": result["median_ms"] / sub["median_ms"]}
+
+
+def run_case(case: dict, device, job: dict) -> dict:
+    """Call the case's task, turning an exception into a recorded status."""
+    import torch
+    module, func = case.get("task", "tcperf.worker:measure_case").split(":")
+    base = {k: case.get(k) for k in ("op", "suite", "shape", "precision")}
+    try:
+        return getattr(importlib.import_module(module), func)(case, device, job)
+    except torch.OutOfMemoryError as e:
+        return {**base, "status": "oom", "message": str(e).splitlines()[0][:300]}
+    except Exception as e:   # a failing case is recorded and the group goes on
+        last = traceback.extract_tb(e.__traceback__)[-1]
+        where = f" ({os.path.basename(last.filename)}:{last.lineno})"
+        return {**base, "status": "error", "message": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300] + where}
+    finally:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def main() -> None:
+    channel = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol keeps the real stdout ...
+    os.dup2(2, 1)                                       # ... and anything else printed goes to stderr
+    job = json.load(sys.stdin)
+    for path in reversed(job.get("sys_path", [])):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    import torch
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    for i, case in enumerate(job["cases"]):
+        _emit(channel, {"event": "start", "i": i})
+        _emit(channel, {"event": "result", "i": i, "result": run_case(case, device, job)})
+    _emit(channel, {"event": "done"})
+
+
+def _emit(channel, event: dict) -> None:
+    channel.write(json.dumps(event, default=_jsonable) + "\n")
+    channel.flush()
+
+
+def _jsonable(x):
+    if hasattr(x, "item"):
+        return x.item()
+    return str(x)
+
+
+if __name__ == "__main__":
+    main()
