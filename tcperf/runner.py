@@ -17,7 +17,6 @@ import sys
 import tempfile
 import threading
 from dataclasses import asdict, dataclass
-from itertools import groupby
 
 import torch
 
@@ -40,25 +39,38 @@ def group_key(case: dict) -> str:
 def run_cases(cases: list[dict], device: torch.device, *, timeout: float = 120.0,
               timing: TimingConfig | None = None, profile: bool = False, pad: bool = False,
               on_result=None, extra: dict | None = None) -> list[dict]:
-    """Measure every case; returns the results in the order they finished."""
+    """Measure every case; returns the results in the order they finished.
+
+    While one group measures, the next group's worker is already importing torch (it starts measuring only
+    when told to), so a suite of many precisions does not pay the start-up once per group."""
     job = {"device": str(device), "timing": asdict(timing or TimingConfig()), "profile": profile, "pad": pad,
            "sys_path": [p for p in sys.path if p], **(extra or {})}
-    ordered = sorted(cases, key=group_key)   # stable: keeps the suite's order inside a group
+    groups: dict[str, list[dict]] = {}
+    for case in cases:                       # first-appearance order of groups, suite order inside each
+        groups.setdefault(group_key(case), []).append(case)
+    queue_ = list(groups.values())
     results = []
-    for _, group in groupby(ordered, key=group_key):
-        for r in _run_group(list(group), job, timeout):
-            results.append(r)
-            if on_result:
-                on_result(r)
+    ahead = _Worker({**job, "cases": queue_[0]}) if queue_ else None
+    try:
+        for i, group in enumerate(queue_):
+            first, ahead = ahead, (_Worker({**job, "cases": queue_[i + 1]}) if i + 1 < len(queue_) else None)
+            for r in _run_group(group, job, timeout, first):
+                results.append(r)
+                if on_result:
+                    on_result(r)
+    finally:
+        if ahead is not None:
+            ahead.close()
     return results
 
 
-def _run_group(cases: list[dict], job: dict, timeout: float):
+def _run_group(cases: list[dict], job: dict, timeout: float, worker: "_Worker"):
     pending = cases
     while pending:
-        worker = _Worker({**job, "cases": pending})
+        worker = worker or _Worker({**job, "cases": pending})
         finished, failure = 0, None
         try:
+            worker.go()
             for event in worker.events(timeout):
                 if event["event"] == "result":
                     finished = event["i"] + 1
@@ -67,6 +79,7 @@ def _run_group(cases: list[dict], job: dict, timeout: float):
                     failure = event
         finally:
             worker.close()
+            worker = None
         if failure is None:
             return
         if failure.get("i") is None:
@@ -94,21 +107,36 @@ def _failed(case: dict, status: str, message: str) -> dict:
             "metrics": {"tags": case.get("tags", {})}}
 
 
+def _worker_env() -> dict:
+    """The parent's environment, with this tcperf importable even when it runs from a source tree."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+
+
 class _Worker:
     """One `python -m tcperf.worker` process, its protocol lines on a queue, its stderr in a temporary file."""
 
     def __init__(self, job: dict):
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "tcperf.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=_worker_env())
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
+        self._send(json.dumps(job) + "\n")   # it imports torch, then waits for go()
+
+    def _send(self, text: str, close: bool = False) -> None:
         try:
-            self.proc.stdin.write(json.dumps(job))
-            self.proc.stdin.close()
-        except BrokenPipeError:
-            pass   # it died at once; events() reports it with its stderr
+            self.proc.stdin.write(text)
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+        except (BrokenPipeError, OSError, ValueError):
+            pass   # it already died; events() reports that with its stderr
+
+    def go(self) -> None:
+        """Start measuring (the previous group's worker has finished, so the GPU is ours)."""
+        self._send("go\n", close=True)
 
     def _read(self):
         for line in self.proc.stdout:
@@ -153,6 +181,7 @@ class _Worker:
         return self.stderr.read()
 
     def close(self):
+        self._send("", close=True)
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()

@@ -109,13 +109,18 @@ def run_case(case: dict, device, job: dict) -> dict:
 def main() -> None:
     channel = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol keeps the real stdout ...
     os.dup2(2, 1)                                       # ... and anything else printed goes to stderr
-    job = json.load(sys.stdin)
+    job = json.loads(sys.stdin.readline())
     for path in reversed(job.get("sys_path", [])):
         if path not in sys.path:
             sys.path.insert(0, path)
     import torch
+
+    from . import ops, precision, timing  # noqa: F401  (imported now, while the previous group measures)
+    if sys.stdin.readline().strip() != "go":
+        return                                # the parent went away or closed us before our turn
     device = torch.device(job["device"])
     if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)   # set_device needs an index
         torch.cuda.set_device(device)
     for i, case in enumerate(job["cases"]):
         _emit(channel, {"event": "start", "i": i})

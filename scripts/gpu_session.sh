@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
+#   bash scripts/gpu_session.sh STAGE...     stages: env tests run fidelity suites models lab advise report
+# Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
+# $OUT/session.tar.gz at the end (the device tool brings back few files).
+set -u
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT/logs" "$OUT/files"
+export PYTHONUNBUFFERED=1 TCPERF_DB="$OUT/tcperf.db" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export MPLBACKEND=Agg
+tc() { python3 -m tcperf "$@"; }
+
+stage() {   # stage NAME TIMEOUT COMMAND...: run, log, time, never stop the session
+    local name=$1 limit=$2; shift 2
+    local t0=$SECONDS
+    echo "=== $name: $* ($(date -u +%FT%TZ))" | tee -a "$OUT/logs/summary.log"
+    timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$OUT/logs/summary.log"
+    tail -n 25 "$OUT/logs/$name.log"
+}
+
+for s in "$@"; do
+    case $s in
+        env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
+        tests)    stage tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rs ;;
+        run)      stage run 240 bash -c "time python3 -m tcperf run" ;;
+        fidelity) stage fidelity 120 python3 benchmarks/fidelity.py --out "$OUT/files" ;;
+        suites)   stage suites 420 python3 benchmarks/suites_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        models)   stage models 560 python3 benchmarks/models_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        overhead) stage overhead 300 python3 benchmarks/overhead.py --out "$OUT/files" ${QUICK:+--quick} ;;
+        lab)      stage lab 300 python3 benchmarks/lab_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        advise)   stage advise 360 python3 benchmarks/advise_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
+        *)        echo "unknown stage $s" ;;
+    esac
+done
+tar -czf "$OUT/session.tar.gz" -C "$OUT" logs files && rm -rf "$OUT/files" "$OUT/logs"
+ls -la "$OUT"

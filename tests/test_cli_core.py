@@ -1,0 +1,85 @@
+"""The core commands end to end: run (CPU quick suite), env, show, runs, export, and bad input."""
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tcperf.cli import main
+from tcperf.store import Store
+
+
+def tcperf(*args, db=None):
+    """Run the real console entry point in a fresh process; returns (exit code, stdout, stderr)."""
+    cmd = [sys.executable, "-m", "tcperf", *args] + (["--db", db] if db else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["run", "--device", "tpu"], "unknown device 'tpu'; choose from: cpu, cuda, cuda:N"),
+    (["run", "--timeout", "soon"], "invalid float value: 'soon'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["show", "42"], "no run 42"),
+    (["export", "1", "--format", "xml"], "unknown format 'xml'; choose from: json, csv"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, expect, db_path):
+    code, out, err = tcperf(*args, db=db_path if args[0] in ("run", "show", "export") else None)
+    assert code == 2
+    assert expect in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cuda_device_without_gpu_is_a_clear_error(db_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code, _, err = tcperf("run", "--device", "cuda:0", db=db_path)
+    assert code == 2 and "no CUDA GPU is visible" in err
+
+
+def test_env_json_lists_precisions_with_reasons(capsys):
+    assert main(["env", "--device", "cpu", "--json"]) == 0
+    env = json.loads(capsys.readouterr().out)
+    assert env["precisions"]["fp32"] is None and "CUDA GPU" in env["precisions"]["fp8"]
+    assert env["libraries"]["torch"] and env["cpu"]["cores"] >= 1
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory):
+    """One real `tcperf run` on the CPU, shared by the tests below (it takes ~20-40 s on 2 cores)."""
+    db = str(tmp_path_factory.mktemp("run") / "results.db")
+    code, out, err = tcperf("run", "--device", "cpu", db=db)
+    return code, out, err, db
+
+
+def test_run_on_cpu_measures_the_quick_suite(cpu_run):
+    code, out, err, db = cpu_run
+    assert code == 0, err
+    assert err.splitlines()[0].startswith("No CUDA GPU found")
+    s = Store(db)
+    run = s.run()
+    results = s.results(run["id"])
+    assert run["kind"] == "run" and run["status"] == "done"
+    assert {r["precision"] for r in results} == {"fp32", "bf16", "fp64"}
+    assert {r["op"] for r in results} >= {"gemm", "conv", "attention", "copy"}
+    bad = [(r["op"], r["precision"], r["message"]) for r in results if r["status"] != "ok"]
+    assert not bad
+    assert all(r["error"] <= r["tolerance"] and r["median_ms"] > 0 for r in results)
+    assert "quick" in out or "gemm" in out
+
+
+def test_show_runs_and_export(cpu_run, capsys):
+    db = cpu_run[3]
+    assert main(["show", "--db", db]) == 0
+    assert "gemm" in capsys.readouterr().out
+    assert main(["runs", "--db", db, "--json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)
+    assert run["kind"] == "run" and run["n_results"] > 10
+    assert main(["export", str(run["id"]), "--format", "json", "--db", db]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert len(exported["results"]) == run["n_results"]
+    assert main(["export", str(run["id"]), "--format", "csv", "--db", db]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == run["n_results"] and rows[0]["precision"]

@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+import torch
+
+from tcperf.timing import Measurement, time_fn
+
+
+def test_statistics_match_numpy():
+    samples = [5.0, 1.0, 3.0, 2.0, 4.0, 10.0]
+    m = Measurement(samples)
+    assert m.median_ms == np.median(samples)
+    assert m.iqr_ms == pytest.approx(np.percentile(samples, 75) - np.percentile(samples, 25))
+    assert m.min_ms == 1.0 and m.n == 6
+    assert m.spread == pytest.approx(m.iqr_ms / m.median_ms)
+
+
+def test_unstable_flag():
+    assert Measurement([1.0, 1.01, 0.99, 1.0]).unstable is False
+    assert Measurement([1.0, 2.0, 1.0, 2.0, 1.5]).unstable is True
+
+
+def test_cpu_timing_takes_enough_samples():
+    a = torch.randn(64, 64)
+    m = time_fn(lambda: a @ a, "cpu", warmup_ms=2, rep_ms=10, min_reps=7)
+    assert m.n >= 7 and all(s > 0 for s in m.samples_ms)
+    assert m.warmup >= 1
+
+
+def test_repeat_count_follows_the_time_budget():
+    a = torch.randn(16, 16)
+    short = time_fn(lambda: a @ a, "cpu", rep_ms=2, max_reps=10_000)
+    long = time_fn(lambda: a @ a, "cpu", rep_ms=40, max_reps=10_000)
+    assert long.n > short.n
+
+
+@pytest.mark.gpu
+def test_cuda_events_time_a_gemm(cuda):
+    a = torch.randn(2048, 2048, device=cuda, dtype=torch.bfloat16)
+    m = time_fn(lambda: a @ a, cuda)
+    tflops = 2 * 2048**3 / (m.median_ms * 1e-3) / 1e12
+    assert m.n >= 5 and 1 < tflops < 5000
+    g = time_fn(lambda: a @ a, cuda, graph=True)
+    assert g.graph and g.n >= 5
