@@ -23,14 +23,15 @@ stage() {   # stage NAME TIMEOUT COMMAND...: run, log, time, never stop the sess
 for s in "$@"; do
     case $s in
         env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
-        tests)    stage tests 420 python3 -m pytest -m gpu -q -p no:cacheprovider -rs ;;
-        run)      stage run 240 bash -c "time python3 -m tcperf run" ;;
+        tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
+        run)      stage run ${RUN_LIMIT:-240} bash -c "time python3 -m tcperf run" ;;
         fidelity) stage fidelity 120 python3 benchmarks/fidelity.py --out "$OUT/files" ;;
-        suites)   stage suites 420 python3 benchmarks/suites_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
-        models)   stage models 560 python3 benchmarks/models_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
-        overhead) stage overhead 300 python3 benchmarks/overhead.py --out "$OUT/files" ${QUICK:+--quick} ;;
-        lab)      stage lab 300 python3 benchmarks/lab_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
-        advise)   stage advise 360 python3 benchmarks/advise_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        suites)   stage suites ${SUITES_LIMIT:-420} python3 benchmarks/suites_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        models)   stage models ${MODELS_LIMIT:-560} python3 benchmarks/models_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${MODELS_ARGS:-} ;;
+        overhead) stage overhead ${OVERHEAD_LIMIT:-300} python3 benchmarks/overhead.py --out "$OUT/files" ${QUICK:+--quick} ${OVERHEAD_ARGS:-} ;;
+        lab)      stage lab ${LAB_LIMIT:-300} python3 benchmarks/lab_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
+        advise)   stage advise ${ADVISE_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${ADVISE_ARGS:-} ;;
+        advise2)  stage advise2 ${ADVISE2_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files/advise2" --db "$TCPERF_DB" ${ADVISE2_ARGS:-} ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
         *)        echo "unknown stage $s" ;;
     esac

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from . import peaks
+from .tensorcore import padding_cell
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "skipped": "dim", "error": "red", "oom": "red", "timeout": "red"}
 
@@ -53,13 +54,15 @@ def tc_cell(r: dict) -> str:
     verdict = m.get("verdict") or {}
     used = m.get("tensor_cores_used")
     parts = []
+    share = m.get("tc_share")
     if used is not None:
-        parts.append("[green]TC[/]" if used else "[yellow]no TC[/]")
+        parts.append("[yellow]no TC[/]" if not used else "[green]TC[/]" if not share or share >= 0.9
+                     else f"[yellow]TC {share:.0%} of time[/]")
     if verdict.get("misaligned"):
         parts.append("[yellow]misaligned[/]")
     padded = m.get("padded")
     if padded:
-        parts.append(f"pad: {padded['gain']:.2g}x")
+        parts.append(f"pad: {padding_cell(padded['gain'])}")
     return " ".join(parts)
 
 

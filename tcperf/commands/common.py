@@ -57,8 +57,9 @@ def quiet_gpu_warning(device) -> list[str]:
 
 
 def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad=False, extra=None,
-                       label: str = "measuring") -> tuple[int, list[dict], Store]:
-    """Start a run, measure every case in workers with a progress bar, store each result as it comes."""
+                       label: str = "measuring", runner=None) -> tuple[int, list[dict], Store]:
+    """Start a run, measure every case in workers with a progress bar, store each result as it comes.
+    runner: a stand-in for run_cases with its signature (the model ladder's climb keeps its recipe order)."""
     device = envmod.parse_device(args.device)
     store = Store.open(args.db)
     environment = envmod.collect(device)
@@ -77,8 +78,8 @@ def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad
                 results.append(r)
                 progress.update(task, advance=1, description=f"{label} {r['op']} {r['precision']}")
 
-            run_cases(cases, device, timeout=args.timeout, timing=timing_from(args), profile=profile, pad=pad,
-                      on_result=on_result, extra=extra)
+            (runner or run_cases)(cases, device, timeout=args.timeout, timing=timing_from(args), profile=profile,
+                                  pad=pad, on_result=on_result, extra=extra)
         warnings += quiet_gpu_warning(device)
         status = "done"
     finally:
