@@ -159,6 +159,19 @@ class Store:
     def results(self, run_id: int) -> list[dict]:
         return self._read("SELECT * FROM results WHERE run_id=? ORDER BY id", (run_id,))
 
+    def ceilings(self, device: str) -> dict:
+        """This device's measured ceilings from `tcperf ceilings` runs, the latest figure per precision:
+        {precision: TFLOPS (TOPS for int8), "bandwidth": GB/s}; {} when none was measured."""
+        rows = self._read("SELECT results.precision, results.tflops, results.gbps FROM results "
+                          "JOIN runs ON runs.id = results.run_id WHERE runs.kind = 'ceilings' AND runs.device = ? "
+                          "AND results.op = 'ceiling' AND results.status = 'ok' ORDER BY results.id DESC", (device,))
+        out: dict = {}
+        for r in rows:
+            value = r["gbps"] if r["precision"] == "bandwidth" else r["tflops"]
+            if value:
+                out.setdefault(r["precision"], value)
+        return out
+
 
 def _decode(row: dict) -> dict:
     for col in _JSON_COLUMNS:

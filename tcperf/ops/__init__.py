@@ -13,6 +13,10 @@ from .base import Op
 _MODULES = {
     "gemm": "tcperf.ops.gemm",
     "copy": "tcperf.ops.copy",
+    "conv": "tcperf.ops.conv",
+    "rnn": "tcperf.ops.rnn",
+    "attention": "tcperf.ops.attention",
+    "sparse": "tcperf.ops.sparse",
 }
 
 

@@ -23,8 +23,9 @@ class Suite:
     file: str
     about: str
     op: str | None = None                      # fixed op for DeepBench tables; None: the row's `op` column
-    to_shape: Callable[[dict], dict] | None = None   # DeepBench row -> op shape; None: parse `params`
+    to_shape: Callable[[dict], dict | list[dict]] | None = None   # DeepBench row -> op shape(s); None: `params`
     source: str = "tcperf"
+    keep: Callable[[dict], bool] | None = None   # rows to read (None: all)
 
 
 def parse_params(text: str) -> dict:
@@ -58,6 +59,81 @@ register(Suite("quick", "quick.csv", "what `tcperf run` measures: GEMMs (one mis
                                       "and NHWC, an attention and a device-to-device copy"))
 
 
+# --- DeepBench's tables: one row -> the case(s) tcperf measures for it (see deepbench/README.md) ----------------
+def _ints(row: dict, keys) -> dict:
+    return {k: int(row[k]) for k in keys}
+
+
+def deepbench_gemm(row: dict) -> dict:
+    return {**_ints(row, ("m", "n", "k")), "a_t": row["a_t"], "b_t": row["b_t"]}
+
+
+def _conv(row: dict, passes) -> list[dict]:
+    """Each pass in NCHW (as DeepBench ran it) and NHWC (what Tensor Cores want), side by side."""
+    base = _ints(row, ("N", "C", "H", "W", "K", "R", "S", "pad_h", "pad_w", "stride_h", "stride_w"))
+    return [{**base, "layout": layout, "pass": p} for p in passes for layout in ("NCHW", "NHWC")]
+
+
+def deepbench_conv_train(row: dict) -> list[dict]:
+    return _conv(row, ("fwd", "bwd_data", "bwd_weight"))
+
+
+def deepbench_conv_infer(row: dict) -> list[dict]:
+    return _conv(row, ("fwd",))
+
+
+def _rnn(row: dict, passes) -> list[dict]:
+    base = {"cell": row["cell"], **_ints(row, ("hidden", "batch", "timesteps"))}
+    return [{**base, "pass": p} for p in passes]
+
+
+def deepbench_rnn_train(row: dict) -> list[dict]:
+    return _rnn(row, ("fwd", "bwd"))
+
+
+def deepbench_rnn_infer(row: dict) -> list[dict]:
+    return _rnn(row, ("fwd",))
+
+
+def deepbench_sparse(row: dict) -> list[dict]:
+    """DeepBench's unstructured 90-95 % sparse GEMMs, run as 2:4 structured sparse and as dense."""
+    return [{**_ints(row, ("m", "n", "k")), "format": f} for f in ("2:4", "dense")]
+
+
+def in_deepbench_code(row: dict) -> bool:
+    """False for the conv_infer row DeepBench's conv_problems.h comments out (it segfaulted on ARM)."""
+    return "commented out" not in row.get("note", "")
+
+
+for _name, _file, _op, _map, _about in (
+    ("deepbench-gemm-train", "gemm_train.csv", "gemm", deepbench_gemm,
+     "DeepBench training GEMMs (DeepSpeech, language models, speaker ID, ...): NN/NT/TN"),
+    ("deepbench-gemm-infer", "gemm_infer.csv", "gemm", deepbench_gemm,
+     "DeepBench inference GEMMs, server and device sets"),
+    ("deepbench-conv-train", "conv_train.csv", "conv", deepbench_conv_train,
+     "DeepBench training convolutions: forward, backward-data, backward-weight, NCHW and NHWC"),
+    ("deepbench-conv-infer", "conv_infer.csv", "conv", deepbench_conv_infer,
+     "DeepBench inference convolutions: forward, NCHW and NHWC"),
+    ("deepbench-rnn-train", "rnn_train.csv", "rnn", deepbench_rnn_train,
+     "DeepBench training RNNs (vanilla, LSTM, GRU): forward and backward"),
+    ("deepbench-rnn-infer", "rnn_infer.csv", "rnn", deepbench_rnn_infer,
+     "DeepBench inference RNNs: forward"),
+    ("deepbench-sparse", "sparse.csv", "sparse", deepbench_sparse,
+     "DeepBench's 90-95 % sparse GEMMs, run as 2:4 structured sparse and as dense"),
+):
+    register(Suite(_name, f"deepbench/{_file}", _about, op=_op, to_shape=_map, source="DeepBench",
+                   keep=in_deepbench_code if _file == "conv_infer.csv" else None))
+
+# --- modern suites, in tcperf's own CSV format -------------------------------------------------------------------
+register(Suite("llm", "llm.csv", "LLM linear layers: GPT-2 124M (vocabulary 50257 and padded 50304), Llama-3 8B "
+                                  "and 70B projections, prefill and decode (M = 1..256)"))
+register(Suite("attention", "attention.csv", "scaled-dot-product attention: sequence 512..16k, head_dim 64 and "
+                                              "128, causal and full, forward and backward"))
+register(Suite("vit", "vit.csv", "ViT-B/16 at 224x224, batch 64: patch embedding, attention and MLP layers"))
+register(Suite("resnet50", "resnet50.csv", "ResNet-50 convolutions at batch 64 (every distinct layer), NCHW and "
+                                            "NHWC, forward and backward"))
+
+
 def names() -> list[str]:
     return list(SUITES)
 
@@ -70,7 +146,7 @@ def get(name: str) -> Suite:
 
 def rows(suite: Suite) -> list[dict]:
     with resources.files(__name__).joinpath(suite.file).open(newline="") as f:
-        return [r for r in csv.DictReader(f)]
+        return [r for r in csv.DictReader(f) if suite.keep is None or suite.keep(r)]
 
 
 def load(name: str, device_type: str = "cuda") -> list[dict]:
@@ -80,12 +156,13 @@ def load(name: str, device_type: str = "cuda") -> list[dict]:
     for row in rows(suite):
         if row.get("device", "both") not in ("both", "", device_type if device_type == "cpu" else "gpu"):
             continue
-        shape = suite.to_shape(row) if suite.to_shape else parse_params(row["params"])
-        tags = {k: v for k, v in row.items() if k in ("application", "set", "note") and v}
-        case = {"op": suite.op or row["op"], "shape": shape, "suite": name, "tags": tags}
-        if row.get("precisions"):
-            case["only"] = row["precisions"].split()
-        cases.append(case)
+        shapes = suite.to_shape(row) if suite.to_shape else parse_params(row["params"])
+        tags = {k: v for k, v in row.items() if k in ("application", "set", "note", "density") and v}
+        for shape in shapes if isinstance(shapes, list) else [shapes]:
+            case = {"op": suite.op or row["op"], "shape": shape, "suite": name, "tags": tags}
+            if row.get("precisions"):
+                case["only"] = row["precisions"].split()
+            cases.append(case)
     return cases
 
 

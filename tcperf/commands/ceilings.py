@@ -1,0 +1,101 @@
+"""`tcperf ceilings`: what this GPU really reaches, per precision (a large aligned GEMM) and for memory (a
+device-to-device copy), stored so that every later table shows % of the measured ceiling beside % of the
+datasheet peak.
+
+    tcperf ceilings                         # 8192^3 GEMM at every precision this GPU runs, and a 1 GiB copy
+    tcperf ceilings --precision bf16,fp16 --size 16384
+
+Stored as a run of kind `ceilings` whose rows have op "ceiling" and precision = the GEMM's precision, or
+"bandwidth" for the copy (Store.ceilings reads them back). The GEMM is checked against float64 like any case.
+On an H200 (anchors.md): bf16 744 TFLOPS, fp16 716-747, tf32 390, fp32 50, fp64 62, copy 4.25 TB/s.
+"""
+from __future__ import annotations
+
+from rich.table import Table
+
+from .. import env as envmod
+from .. import peaks
+from ..errors import UserError
+from ..precision import KERNEL_PRECISIONS, PRECISIONS, parse_list, unsupported_reason
+from .common import add_measuring, console, measure_into_store, print_json
+
+SIZE = {"cuda": 8192, "cpu": 512}              # GEMM m = n = k: aligned for every precision, many waves
+COPY_ELEMENTS = {"cuda": 2**28, "cpu": 2**24}  # fp32 elements: 1 GiB on a GPU (far beyond L2), 64 MiB on the CPU
+CPU_PRECISIONS = ("fp32", "bf16", "fp64")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("ceilings", help="measure this device's real GEMM ceiling per precision and its bandwidth")
+    p.add_argument("--precision", default=None,
+                   help="comma-separated (default: every kernel precision this device runs)")
+    p.add_argument("--size", type=int, default=None, help="GEMM m = n = k (default 8192 on a GPU, 512 on the CPU)")
+    p.add_argument("--copy-elements", type=int, default=None, help="fp32 elements copied (default 2^28 on a GPU)")
+    add_measuring(p)
+    p.set_defaults(func=main, rep_ms=300.0)
+
+
+def main(args) -> int:
+    device = envmod.parse_device(args.device)
+    precisions = _precisions(args.precision, device)
+    size = SIZE[device.type] if args.size is None else args.size
+    copy_n = COPY_ELEMENTS[device.type] if args.copy_elements is None else args.copy_elements
+    if size < 1 or copy_n < 1:
+        raise UserError(f"--size and --copy-elements must be >= 1 (got {size}, {copy_n})")
+    run_id, _, store = measure_into_store("ceilings", cases(precisions, size, copy_n), args,
+                                          profile=device.type == "cuda", label="ceilings")
+    run, results = store.run(run_id), store.results(run_id)
+    if args.json:
+        print_json({"run": run, "results": results, "ceilings": store.ceilings(run["device"])})
+    else:
+        console.print(ceilings_table(run, results))
+    return 0
+
+
+def _precisions(text: str | None, device) -> list[str]:
+    if text:
+        return [p.name for p in parse_list(text)]
+    if device.type == "cpu":
+        return list(CPU_PRECISIONS)
+    return [p for p in KERNEL_PRECISIONS if unsupported_reason(PRECISIONS[p], device) is None]
+
+
+def cases(precisions: list[str], size: int, copy_n: int) -> list[dict]:
+    """One aligned square GEMM per precision and one copy; each measured by `measure_ceiling` in a worker."""
+    task = "tcperf.commands.ceilings:measure_ceiling"
+    gemm = {"m": size, "n": size, "k": size, "a_t": "N", "b_t": "N"}
+    out = [{"op": "gemm", "shape": gemm, "precision": p, "suite": "ceilings", "task": task, "tags": {}}
+           for p in precisions]
+    out.append({"op": "copy", "shape": {"n": copy_n}, "precision": "bandwidth", "suite": "ceilings", "task": task,
+                "tags": {}})
+    return out
+
+
+def measure_ceiling(case: dict, device, job: dict) -> dict:
+    """Worker task: measure the GEMM (or the fp32 copy) as any case, store it as op 'ceiling'."""
+    from ..worker import measure_case
+    inner = {k: v for k, v in case.items() if k != "task"}
+    if case["precision"] == "bandwidth":
+        inner["precision"] = "fp32"
+    result = measure_case(inner, device, {**job, "pad": False})
+    result["metrics"] = {**(result.get("metrics") or {}), "measured": f"{case['op']} {inner['precision']}"}
+    return {**result, "op": "ceiling", "precision": case["precision"]}
+
+
+def ceilings_table(run: dict, results: list[dict]) -> Table:
+    sheet = peaks.datasheet(run["env"].get("gpu", {}).get("name"))
+    t = Table(title=f"ceilings · run {run['id']} · {run['device']}")
+    for col, justify in (("precision", "left"), ("measured", "left"), ("status", "left"),
+                         ("ms (median ± IQR)", "right"), ("ceiling", "right"), ("datasheet", "right"),
+                         ("% of datasheet", "right"), ("note", "left")):
+        t.add_column(col, justify=justify)
+    for r in results:
+        bandwidth = r["precision"] == "bandwidth"
+        value = r.get("gbps") if bandwidth else r.get("tflops")
+        unit = "GB/s" if bandwidth else ("TOPS" if r["precision"] == "int8" else "TFLOPS")
+        peak = sheet.get("bandwidth_gbs" if bandwidth else r["precision"])
+        share = peaks.percent_of(value, peak)
+        ms = f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else ""
+        t.add_row(r["precision"], (r.get("metrics") or {}).get("label", ""), r["status"], ms,
+                  f"{value:.4g} {unit}" if value else "", f"{peak:.4g}" if peak else "",
+                  f"{share:.0f}%" if share else "", r.get("message") or "; ".join(r.get("warnings") or []))
+    return t
