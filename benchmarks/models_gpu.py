@@ -1,0 +1,135 @@
+"""The model ladder on a GPU (issue 4): the full ladder for ResNet-50 (batch 256) and GPT-2 small (16 x 1024),
+training and inference, plus the LSTM language model and DCGAN on the rungs up to torch.compile (training) and
+channels_last (inference); every cell in a worker process (one per recipe and mode, serving every model), stored
+in one run, printed as ladder tables, checked against the targets.
+
+    python benchmarks/models_gpu.py [--out DIR] [--db PATH] [--rep-ms 600] [--quick] [--models resnet50,gpt2]
+                                    [--modes train]
+
+Targets on an H200 (anchors.md): ResNet-50 training, best recipe >= 6,700 img/s at batch 256; GPT-2 small
+training amp_bf16 >= 320k tokens/s (an H100 SXM runs these a little slower). Writes models_gpu.json (the run, every
+row, the checks and the wall time) under --out (default ./out); the store is --db (default OUT/models.db).
+--quick: the small configurations of ResNet-50 and GPT-2 on every rung (a smoke test of every GPU code path:
+compile, CUDA graphs, fp8, int8; the figures mean nothing). Expected on an H100: about 7-8 minutes in full
+(torch.compile of the full models is most of it), 3-4 minutes with --quick.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+from rich.console import Console
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tcperf import env, ladder, recipes  # noqa: E402
+from tcperf.commands.models import print_ladder  # noqa: E402
+from tcperf.runner import TimingConfig  # noqa: E402
+from tcperf.store import Store  # noqa: E402
+
+UP_TO_COMPILE = ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "compile"]
+FULL = {  # mode -> model -> recipes; batches are each model's own: ResNet-50 256, GPT-2 16, LSTM 64, DCGAN 128
+    "train": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER, "lstm": UP_TO_COMPILE, "dcgan": UP_TO_COMPILE},
+    "infer": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER, "lstm": UP_TO_COMPILE[:-1],
+              "dcgan": UP_TO_COMPILE[:-1]},
+}
+QUICK = {
+    "train": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER, "lstm": ["fp32", "amp_bf16"],
+              "dcgan": ["fp32", "amp_bf16"]},
+    "infer": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER},
+}
+QUICK_BATCH = 8
+TARGETS = (  # model, mode, which rows, least throughput on an H200
+    ("resnet50", "train", "best", 6700.0),
+    ("gpt2", "train", "amp_bf16", 320_000.0),
+)
+
+
+def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
+    """Every model's cells for one mode, ordered by rung: one worker per recipe serves all the models."""
+    batches = [QUICK_BATCH] if config == "small" else None
+    cases = [c for name, names in plan.items() if name in models_wanted
+             for c in ladder.cells([name], mode, names, batches, config=config)]
+    rank = {name: i for i, name in enumerate(recipes.LADDER)}
+    return sorted(cases, key=lambda c: rank[c["precision"]])
+
+
+def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep_ms: float, ceilings: dict,
+                models_wanted, modes) -> list[dict]:
+    rows = []
+
+    def keep(r: dict) -> None:
+        store.add_result(run_id, r)
+        rows.append(r)
+        m = r.get("metrics") or {}
+        print(f"  {r['shape'].get('model')} {r['shape'].get('mode')} {r['precision']}: {r['status']} "
+              f"{m.get('throughput') or 0:,.0f} {m.get('unit', '')} {r.get('message') or ''}"[:160], flush=True)
+
+    for mode in modes:
+        t0 = time.time()
+        ladder.climb(mode_cases(mode, plans.get(mode, {}), config, models_wanted), device, on_result=keep,
+                     timeout=600, timing=TimingConfig(rep_ms=rep_ms), ceilings=ceilings)
+        print(f"{mode}: {time.time() - t0:.0f} s", flush=True)
+    return rows
+
+
+def checks(rows: list[dict]) -> dict:
+    out = {}
+    for model, mode, which, least in TARGETS:
+        mine = [r for r in rows if r["shape"].get("model") == model and r["shape"].get("mode") == mode
+                and r["status"] == "ok" and (which == "best" or r["precision"] == which)]
+        best = max(mine, key=lambda r: r["metrics"]["throughput"], default=None)
+        value = best["metrics"]["throughput"] if best else None
+        out[f"{model} {mode} {which}"] = {"recipe": best["precision"] if best else None, "throughput": value,
+                                          "target_h200": least, "meets": bool(value and value >= least)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="out")
+    ap.add_argument("--db", default=None)
+    ap.add_argument("--rep-ms", type=float, default=600.0, help="timing budget of one cell's timed steps")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", default="resnet50,gpt2,lstm,dcgan", help="a subset, e.g. resnet50,gpt2")
+    ap.add_argument("--modes", default="train,infer", help="train, infer or both (default)")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("models_gpu.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    device = torch.device("cuda")
+    store = Store.open(args.db or os.path.join(args.out, "models.db"))
+    environment = env.collect(device)
+    ceilings = store.ceilings(environment["gpu"]["name"]) if hasattr(store, "ceilings") else {}
+    run_id = store.start_run("models", "python benchmarks/models_gpu.py" + (" --quick" if args.quick else ""),
+                             environment)
+    t0 = time.time()
+    status = "interrupted"
+    try:
+        rows = run_ladders(store, run_id, QUICK if args.quick else FULL, "small" if args.quick else "full",
+                           device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
+                           args.modes.split(","))
+        status = "done"
+    finally:
+        store.finish_run(run_id, status)
+    wall = time.time() - t0
+    print_ladder(rows, Console(width=200))
+    report = {"run": store.run(run_id), "results": rows, "checks": checks(rows), "wall_s": wall,
+              "ceilings": ceilings, "quick": args.quick}
+    for name, c in report["checks"].items():
+        value = f"{c['throughput']:,.0f}" if c["throughput"] else "none"
+        print(f"check {name}: {value} ({c['recipe']}) vs {c['target_h200']:,.0f} on an H200: "
+              f"{'meets' if c['meets'] else 'below'}")
+    with open(os.path.join(args.out, "models_gpu.json"), "w") as f:
+        json.dump(report, f, indent=1, default=str)
+    print(f"wall {wall:.0f} s; wrote {os.path.join(args.out, 'models_gpu.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""`tcperf models`: the model ladder. How fast each model trains or infers under each recipe, climbing
+fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> channels_last -> compile -> cuda_graphs -> fp8 -> int8, and what each
+rung costs in accuracy against fp32 strict. Every cell runs in a worker process (one per recipe), is stored
+(run kind "models") and printed as a ladder table: throughput, speedup over the previous rung and over fp32,
+peak memory, MFU, compile time, accuracy.
+
+    tcperf models resnet50 --mode train --batch 256
+    tcperf models gpt2 --mode infer --recipes fp32,amp_bf16,compile --batch 8,16
+    tcperf models lstm --batch auto                    # the largest batch that fits, throughput against batch
+    tcperf models all --recipes fp32,amp_bf16 --device cpu   # the small configurations on a CPU
+
+On an H200 (hand-written loops, anchors.md): ResNet-50 training at batch 256 goes from 1,064 img/s (fp32) to
+6,751 img/s (amp_bf16 + channels_last + torch.compile).
+"""
+from __future__ import annotations
+
+import torch
+from rich.table import Table
+
+from .. import env as envmod
+from .. import ladder, models, recipes
+from ..errors import UserError
+from ..store import Store
+from .common import add_measuring, console, err_console, measure_into_store, print_json
+from .show import ceilings_for
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("models", help="the model ladder: throughput, memory and accuracy of each recipe",
+                       description="The model ladder. Whole-model steps are timed without L2 flushing and CUDA "
+                                   "graphs are the cuda_graphs rung, so --no-flush-l2 and --graph change nothing "
+                                   "here; --timeout (seconds a cell may take) defaults to 600 and --rep-ms to 1000.")
+    p.add_argument("model", nargs="?", default="all",
+                   help=f"{' | '.join(models.names())} | all, or a comma list (default: all)")
+    p.add_argument("--mode", choices=("train", "infer"), default="train", help="train or infer (default: train)")
+    p.add_argument("--recipes", default="ladder",
+                   help=f"ladder (= {','.join(recipes.LADDER)}) or a comma list of recipes (default: ladder)")
+    p.add_argument("--batch", default=None, help="batch sizes, e.g. 32,64, or 'auto' (default: each model's own)")
+    p.add_argument("--steps", type=int, default=ladder.DEFAULT_STEPS,
+                   help=f"training steps the accuracy check compares after (default {ladder.DEFAULT_STEPS})")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--small", action="store_true", help="the small configurations (the default on a CPU)")
+    size.add_argument("--full", action="store_true", help="the full-size models (the default on a GPU)")
+    add_measuring(p)
+    p.set_defaults(func=main, rep_ms=1000.0, timeout=600.0)
+
+
+def parse_batches(text: str | None) -> list | None:
+    """None (each model's default) | 'auto' | '32,64' -> [32, 64]; UserError for anything else."""
+    if text is None:
+        return None
+    if text.strip() == "auto":
+        return ["auto"]
+    bad = UserError(f"bad --batch {text!r}; give positive integers such as 32,64, or auto")
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise bad from None
+    if not values or min(values) < 1:
+        raise bad
+    return values
+
+
+def main(args) -> int:
+    names = models.parse_list(args.model)
+    recipe_names = recipes.parse_list(args.recipes)
+    batches = parse_batches(args.batch)
+    if args.steps < 1:
+        raise UserError(f"bad --steps {args.steps}; give a positive number of training steps")
+    device = envmod.parse_device(args.device)
+    config = "small" if args.small or (device.type == "cpu" and not args.full) else "full"
+    if config == "small" and not args.small:
+        err_console.print("No CUDA GPU: measuring the small model configurations on the CPU (--full to override).")
+    cases = ladder.cells(names, args.mode, recipe_names, batches, config=config, steps=args.steps)
+    ceilings = _ceilings(args.db, device)
+    run_id, results, store = measure_into_store(
+        "models", cases, args, label="model ladder", extra={"ceilings": ceilings} if ceilings else None,
+        runner=ladder.climb)
+    if args.json:
+        print_json({"run": store.run(run_id), "results": store.results(run_id)})
+    else:
+        print_ladder(store.results(run_id), console)
+    return 0
+
+
+def _ceilings(db, device) -> dict:
+    """This GPU's measured ceilings (`tcperf ceilings`), for MFU; {} without them (the datasheet is used)."""
+    if device.type != "cuda":
+        return {}
+    return ceilings_for(Store.open(db), torch.cuda.get_device_name(device))
+
+
+# --- the table --------------------------------------------------------------------------------------------------
+def _x(v) -> str:
+    return f"{v:.2f}x" if v else ""
+
+
+def accuracy_cell(r: dict) -> str:
+    acc = (r.get("metrics") or {}).get("accuracy") or {}
+    if not acc:
+        return ""
+    if acc.get("nonfinite"):
+        return "[red]NaN/inf[/]"
+    if "rel_error" in acc:
+        top1 = f" · top1 {acc['top1_agree']:.0%}" if acc.get("top1_agree") is not None else ""
+        return f"err {acc['rel_error']:.1e}{top1}"
+    ref = f" (fp32 {acc['loss_fp32']:.4g})" if acc.get("loss_fp32") is not None else " (no fp32 reference)"
+    skipped = f" · skipped {acc['skipped_steps']}" if acc.get("skipped_steps") else ""
+    return f"loss {acc['loss']:.4g}{ref}{skipped}"
+
+
+def ladder_table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title)
+    for col, justify in (("rung", "left"), ("status", "left"), ("throughput", "right"),
+                         ("step ms (median ± IQR)", "right"), ("vs prev", "right"), ("vs fp32", "right"),
+                         ("peak GiB", "right"), ("MFU", "right"), ("compile s", "right"), ("accuracy", "left"),
+                         ("note", "left")):
+        t.add_column(col, justify=justify, overflow="fold")
+    for r in rows:
+        m = r.get("metrics") or {}
+        status = {"ok": "green", "wrong": "bold red", "skipped": "dim"}.get(r["status"], "red")
+        note = r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])])
+        t.add_row(r["precision"], f"[{status}]{r['status']}[/]",
+                  f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
+                  f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else "",
+                  _x(m.get("speedup_prev")), _x(m.get("speedup_fp32")),
+                  f"{m['peak_mem_gib']:.1f}" if m.get("peak_mem_gib") else "",
+                  f"{m['mfu']:.0%}" if m.get("mfu") else "",
+                  f"{m['compile_s']:.1f}" if m.get("compile_s") is not None else "", accuracy_cell(r), note)
+    return t
+
+
+def print_ladder(results: list[dict], out) -> None:
+    """One table per model, mode and batch, rungs in the order they ran, with what each rung runs; then
+    throughput against batch for --batch auto."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in results:
+        s = r.get("shape") or {}
+        groups.setdefault((s.get("model"), s.get("mode"), str(s.get("batch"))), []).append(r)
+    for (model, mode, batch), rows in groups.items():
+        basis = next(((r["metrics"].get("mfu_basis") or {}).get("source") for r in rows
+                      if (r.get("metrics") or {}).get("mfu_basis")), None)
+        title = f"{model} · {mode} · batch {batch}" + (f" · MFU against the {basis}" if basis else "")
+        out.print(ladder_table(rows, title))
+        runs = [f"{r['precision']} = {r['metrics']['recipe']}" for r in rows
+                if r["status"] != "skipped" and (r.get("metrics") or {}).get("recipe") not in (None, r["precision"])]
+        if runs:
+            out.print("  " + "; ".join(runs))
+        for r in rows:
+            curve = (r.get("metrics") or {}).get("batch_curve")
+            if curve:
+                points = ", ".join(f"{p['batch']}: {p['throughput']:,.0f}" if p.get("throughput")
+                                   else f"{p['batch']}: {p['status']}" for p in curve)
+                out.print(f"  {r['precision']}: largest batch {r['metrics'].get('batch')}; "
+                          f"{r['metrics'].get('unit', '')} by batch: {points}")

@@ -1,0 +1,87 @@
+"""The model registry: name -> module. Adding a model is one module and one line here; the tests parametrize over
+`names()`, so a new model is tested at its small configuration automatically.
+
+Every model module has the same small shape (synthetic data only, random initialisation, nothing downloaded):
+
+    KIND        "cnn" | "transformer" | "rnn"     (which recipes apply: channels_last needs convolutions, ...)
+    UNIT        "img/s" | "tokens/s" | "samples/s"
+    CLASSIFIER  True when the outputs are class logits (the accuracy check then reports top-1 agreement)
+    CONFIGS     {"full": {...}, "small": {...}}  each with the default "batch"; small runs on a CPU in milliseconds
+    OPTIMIZER   AdamW hyper-parameters (fused AdamW on CUDA)
+    build(cfg) -> nn.Module                          random init at the caller's seed, on the default device
+    make_batch(cfg, batch, device, gen) -> (inputs tuple, targets)
+    loss_fn(outputs, targets) -> scalar loss
+    items_per_batch(cfg, batch) -> int               images, tokens or samples one step processes
+    flops(cfg, batch, mode) -> float | None          optional: a formula where FlopCounterMode sees nothing (cuDNN LSTM)
+
+    mod = get("gpt2"); cfg = mod.CONFIGS["small"]
+    model = mod.build(cfg); inputs, targets = mod.make_batch(cfg, 2, "cpu", torch.Generator().manual_seed(0))
+    loss = train_step(mod, model, inputs, targets, make_optimizer(mod, model.parameters(), "cpu"))
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import torch
+
+from ..errors import choices
+
+_MODULES = {
+    "resnet50": "tcperf.models.resnet50",
+    "bert": "tcperf.models.bert",
+    "gpt2": "tcperf.models.gpt2",
+    "lstm": "tcperf.models.lstm",
+    "dcgan": "tcperf.models.dcgan",
+}
+
+
+def names() -> list[str]:
+    return list(_MODULES)
+
+
+def get(name: str) -> ModuleType:
+    if name not in _MODULES:
+        raise choices("model", name, [*_MODULES, "all"])
+    return importlib.import_module(_MODULES[name])
+
+
+def parse_list(text: str) -> list[str]:
+    """'all' | 'gpt2' | 'resnet50,lstm' -> model names; UserError naming the valid choices."""
+    wanted = names() if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    for name in wanted:
+        get(name)
+    return wanted
+
+
+def config(mod: ModuleType, name: str) -> dict:
+    if name not in mod.CONFIGS:
+        raise choices("model configuration", name, mod.CONFIGS)
+    return mod.CONFIGS[name]
+
+
+def make_optimizer(mod: ModuleType, params, device) -> torch.optim.Optimizer:
+    """AdamW with the model's hyper-parameters; fused (one kernel for all parameters) on CUDA."""
+    fused = torch.device(device).type == "cuda"
+    return torch.optim.AdamW(params, **mod.OPTIMIZER, fused=fused)
+
+
+def model_flops(mod: ModuleType, cfg: dict, batch: int, mode: str) -> float | None:
+    """The module's own formula, or None to let torch.utils.flop_counter count them."""
+    formula = getattr(mod, "flops", None)
+    return formula(cfg, batch, mode) if formula else None
+
+
+def train_step(mod: ModuleType, model, inputs, targets, optimizer) -> torch.Tensor:
+    """A plain training step: forward, loss, backward, optimizer step. Returns the loss (no host sync)."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = mod.loss_fn(model(*inputs), targets)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+@torch.no_grad()
+def infer(model, inputs):
+    """A plain inference call: the forward pass without autograd."""
+    return model(*inputs)

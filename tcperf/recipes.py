@@ -1,0 +1,381 @@
+"""The model ladder's recipes as data, and `prepare()`, which turns a model and a recipe into the step to time.
+
+A recipe is one `Recipe` entry in RECIPES (adding one is one entry): a base precision from tcperf.precision
+(fp32 strict, tf32, amp_fp16 with GradScaler, amp_bf16), plus channels_last, torch.compile, CUDA graphs, fp8 or
+int8 Linear layers, the modes and model kinds it applies to, and the accuracy it must keep against fp32 strict.
+LADDER is the default climb, each rung adding one thing to the one before:
+
+    fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> channels_last (CNNs) -> compile -> cuda_graphs (inference)
+         -> fp8 (Linear layers: torchao float8 training / torch._scaled_mm inference) -> int8 (inference, torch._int_mm)
+
+    step = prepare(model, "compile", "train", (images,), "cuda", loss_fn=F.cross_entropy, targets=labels)
+    loss = step()          # forward, loss, backward, optimizer step; the model is a deep copy
+
+On an H200 (anchors.md) ResNet-50 training at batch 256 climbs from 1,064 img/s (fp32) to 6,751 (compile).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from . import precision
+from .errors import UserError, choices
+from .tensorcore import gemm_hard_limit
+
+MODES = ("train", "infer")
+KINDS = ("cnn", "transformer", "rnn")
+F8_MAX = 448.0          # largest finite float8_e4m3fn
+I8_MAX = 127.0
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    precision: str                      # a name in tcperf.precision.PRECISIONS: fp32 | tf32 | amp_fp16 | amp_bf16
+    channels_last: bool = False         # NHWC weights and 4-D inputs (changes nothing in a model without convs)
+    compile: bool = False               # torch.compile(dynamic=False); compile time is reported, never timed
+    cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
+    fp8: bool = False                   # nn.Linear -> fp8 (torchao float8 training; torch._scaled_mm inference)
+    int8: bool = False                  # nn.Linear -> int8 weights and activations through torch._int_mm
+    modes: tuple[str, ...] = MODES
+    kinds: tuple[str, ...] = KINDS
+    tolerance: float = 0.1              # allowed output rel. error (infer) / loss difference (train) vs fp32 strict
+    transform: str | None = None        # 'module:function(model, mode) -> notes' applied to the copy (extensions)
+    about: str = ""
+
+    def skip_reason(self, model_kind: str, mode: str, device) -> str | None:
+        """None when this recipe runs for this kind of model, mode and device; else one line saying why not."""
+        device = torch.device(device)
+        if mode not in self.modes:
+            return f"{self.name} applies to {' and '.join(self.modes)} only: {self.about}"
+        if model_kind not in self.kinds:
+            return f"{self.name} does not apply to a {model_kind} model: {self.about}"
+        why = precision.unsupported_reason(precision.get(self.precision), device)
+        if why:
+            return why
+        return _feature_reason(self, mode, device)
+
+    def describe(self, model_kind: str | None = None) -> str:
+        """What this rung really runs for that kind of model: 'amp_bf16 + channels_last + compile'."""
+        parts = [self.precision]
+        if self.channels_last and model_kind in (None, "cnn"):
+            parts.append("channels_last")
+        parts += [name for name in ("compile", "cuda_graphs", "fp8", "int8") if getattr(self, name)]
+        if self.transform:
+            parts.append(self.transform.split(":")[-1])
+        return " + ".join(parts)
+
+    @property
+    def peak_precision(self) -> str:
+        """The ceiling MFU is taken against: the precision of the model's matmuls."""
+        if self.fp8 or self.int8:
+            return "fp8" if self.fp8 else "int8"
+        return {"amp_fp16": "fp16", "amp_bf16": "bf16"}.get(self.precision, self.precision)
+
+
+_CL = "NHWC layout helps convolutions only"
+_LINEAR = "fp8/int8 swap nn.Linear layers; a CNN spends its time in convolutions"
+RECIPES: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("fp32", "fp32", tolerance=1e-3, about="IEEE fp32: TF32 off for matmul, cuDNN conv and RNN"),
+    Recipe("tf32", "tf32", tolerance=0.03, about="fp32 tensors, TF32 Tensor Core math"),
+    Recipe("amp_fp16", "amp_fp16", about="autocast fp16, GradScaler for training"),
+    Recipe("amp_bf16", "amp_bf16", about="autocast bf16"),
+    Recipe("channels_last", "amp_bf16", channels_last=True, kinds=("cnn",), about=_CL),
+    Recipe("compile", "amp_bf16", channels_last=True, compile=True,
+           about="amp_bf16 (+ channels_last for CNNs) + torch.compile"),
+    Recipe("cuda_graphs", "amp_bf16", channels_last=True, compile=True, cuda_graphs=True, modes=("infer",),
+           about="compile with mode='reduce-overhead': one CUDA graph replay a step"),
+    Recipe("fp8", "amp_bf16", compile=True, fp8=True, kinds=("transformer", "rnn"), tolerance=0.25,
+           about=_LINEAR),
+    Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), kinds=("transformer", "rnn"),
+           tolerance=0.25, about=_LINEAR + "; int8 is inference only"),
+)}
+
+LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "compile", "cuda_graphs", "fp8",
+                     "int8"]
+
+
+def get(name: str | Recipe) -> Recipe:
+    """A recipe by name; 'package.module:ATTR' names a Recipe defined elsewhere (tests, extensions)."""
+    if isinstance(name, Recipe):
+        return name
+    if ":" in name:
+        module, attr = name.split(":", 1)
+        return getattr(importlib.import_module(module), attr)
+    if name not in RECIPES:
+        raise choices("recipe", name, ["ladder", *RECIPES])
+    return RECIPES[name]
+
+
+def parse_list(text: str) -> list[str]:
+    """'ladder' | 'amp_bf16,fp32' -> recipe names in climbing order (LADDER's, others after it, as given), so
+    that fp32 comes first and each rung follows the one it builds on; UserError naming the valid choices."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UserError(f"no recipe given; choose from: ladder, {', '.join(RECIPES)}")
+    out = []
+    for name in names:
+        out += LADDER if name == "ladder" else [get(name).name if ":" not in name else name]
+    rank = {name: i for i, name in enumerate(LADDER)}
+    return sorted(dict.fromkeys(out), key=lambda n: rank.get(n, len(LADDER)))
+
+
+def _feature_reason(r: Recipe, mode: str, device: torch.device) -> str | None:
+    if r.cuda_graphs and device.type != "cuda":
+        return "CUDA graphs need a CUDA GPU"
+    if r.fp8:
+        if device.type != "cuda":
+            return "fp8 Tensor Core GEMMs need a CUDA GPU of compute capability >= 8.9"
+        why = precision.unsupported_reason(precision.get("fp8"), device)
+        if why:
+            return why
+        if mode == "train" and importlib.util.find_spec("torchao") is None:
+            return "fp8 training goes through torchao's float8, which is not installed (pip install torchao)"
+    if r.int8 and device.type != "cuda":
+        return "int8 Tensor Core GEMMs (torch._int_mm) need a CUDA GPU"
+    return None
+
+
+class NotApplicable(Exception):
+    """prepare() found nothing for the recipe to act on (e.g. no Linear layer fp8 can take): a skip, not a failure."""
+
+
+# --- fp8 and int8 Linear layers (inference) ---------------------------------------------------------------------
+class Fp8Linear(nn.Module):
+    """y = x W^T + b with x and W in float8_e4m3fn, one float32 scale per tensor (the activation's taken from its
+    amax at every call), through torch._scaled_mm, bf16 out. W is stored (N, K) row-major, so W^T is the
+    column-major (K, N) operand cuBLASLt requires."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()                                         # (N, K)
+        self.register_buffer("w_scale", (w.abs().amax() / F8_MAX).clamp(min=1e-12))
+        self.register_buffer("w8", (w / self.w_scale).to(torch.float8_e4m3fn))
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1])                                            # (M, K)
+        x_scale = (x2.abs().amax().float() / F8_MAX).clamp(min=1e-12)
+        x8 = (x2.float() / x_scale).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
+    taken at every call), int32 accumulation through torch._int_mm, bf16 out. _int_mm needs M > 16: smaller
+    calls fall back to the dequantized weight."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        w = linear.weight.detach().float()                                         # (N, K)
+        scale = (w.abs().amax(dim=1) / I8_MAX).clamp(min=1e-12)                    # (N,)
+        self.register_buffer("w_scale", scale)
+        self.register_buffer("w8t", torch.round(w / scale[:, None]).clamp(-I8_MAX, I8_MAX).to(torch.int8)
+                             .t().contiguous())                                    # (K, N) row-major
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1]).float()                                    # (M, K)
+        if x2.shape[0] > 16:
+            x_scale = (x2.abs().amax(dim=1, keepdim=True) / I8_MAX).clamp(min=1e-12)    # (M, 1)
+            x8 = torch.round(x2 / x_scale).clamp(-I8_MAX, I8_MAX).to(torch.int8)
+            y = torch._int_mm(x8, self.w8t).float() * x_scale * self.w_scale        # int32 (M, N) -> float
+        else:
+            y = x2 @ (self.w8t.float() * self.w_scale)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(torch.bfloat16).view(*x.shape[:-1], y.shape[-1])
+
+
+def _linear_limit(layer: nn.Linear, kind: str) -> str | None:
+    """tensorcore's hard limit for this layer's GEMM (M is the token count, unknown here: 17 passes _int_mm)."""
+    return gemm_hard_limit(17, layer.out_features, layer.in_features, kind)
+
+
+def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], kind: str) -> list[str]:
+    """Replace every plain nn.Linear whose shape the `kind` ('fp8' | 'int8') GEMM takes; returns notes. Raises
+    NotApplicable when no layer qualifies."""
+    swapped, kept = 0, []
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear:
+                continue
+            why = _linear_limit(child, kind)
+            if why:
+                kept.append(f"{parent_name + '.' if parent_name else ''}{name} {child.in_features}->"
+                            f"{child.out_features}")
+            else:
+                setattr(parent, name, make(child))
+                swapped += 1
+    if not swapped:
+        raise NotApplicable(f"no nn.Linear layer meets {kind}'s shape rule (K, N multiples of "
+                            f"{16 if kind == 'fp8' else 8}){': ' + ', '.join(kept) if kept else ''}")
+    note = f"{kind}: {swapped} Linear layers converted"
+    return [note + (f"; kept in bf16 (shape rule): {', '.join(kept)}" if kept else "")]
+
+
+def _fp8_training(model: nn.Module) -> list[str]:
+    """torchao float8 training (tensorwise scaling) for every Linear whose shape _scaled_mm takes."""
+    from torchao.float8 import convert_to_float8_training
+    taken, kept = [], []
+
+    def eligible(module: nn.Module, fqn: str) -> bool:
+        if not isinstance(module, nn.Linear):
+            return True       # torchao asks about containers too
+        ok = _linear_limit(module, "fp8") is None
+        (taken if ok else kept).append(fqn)
+        return ok
+
+    convert_to_float8_training(model, module_filter_fn=eligible)
+    if not taken:
+        raise NotApplicable("no nn.Linear layer meets fp8's shape rule (K, N multiples of 16)")
+    return [f"fp8 (torchao float8): {len(taken)} Linear layers converted" +
+            (f"; kept in bf16: {', '.join(kept)}" if kept else "")]
+
+
+def _transform(model: nn.Module, recipe: Recipe, mode: str) -> list[str]:
+    notes = []
+    if recipe.fp8:
+        notes += _fp8_training(model) if mode == "train" else swap_linears(model, Fp8Linear, "fp8")
+    if recipe.int8:
+        notes += swap_linears(model, Int8Linear, "int8")
+    if recipe.transform:
+        module, func = recipe.transform.split(":")
+        notes += getattr(importlib.import_module(module), func)(model, mode) or []
+    return notes
+
+
+# --- prepare: the step to time ----------------------------------------------------------------------------------
+@dataclass
+class Step:
+    """A prepared step: call it to run one. `model` is the recipe's own copy (compiled wrapper if compiled)."""
+    run: Callable[[], Any]
+    model: nn.Module
+    recipe: Recipe
+    mode: str
+    inputs: tuple
+    optimizer: torch.optim.Optimizer | None = None
+    scaler: Any = None                  # torch.amp.GradScaler for amp_fp16 training
+    notes: list[str] = field(default_factory=list)
+
+    def __call__(self):
+        return self.run()
+
+
+def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, device, loss_fn=None,
+            optimizer=None, *, targets=None) -> Step:
+    """The step to time for `model` under `recipe`: for "infer" a no-grad forward returning the outputs; for
+    "train" forward + loss_fn(outputs, targets) + backward + optimizer step, returning the loss (no host sync
+    except GradScaler's own). The model is deep-copied, so recipes never contaminate each other.
+
+    example_inputs: a tensor or a tuple of positional inputs (moved to `device`; NHWC under channels_last).
+    loss_fn: default cross-entropy when targets are class indices, else the mean square of the outputs.
+    optimizer: None (AdamW, lr 1e-3, fused on CUDA), a callable params -> optimizer, or an optimizer whose class
+    and defaults are reused for the copy's parameters. Raises NotApplicable when the recipe finds nothing to do."""
+    recipe, device = get(recipe), torch.device(device)
+    if mode not in MODES:
+        raise choices("mode", mode, MODES)
+    inputs = tuple(x.to(device) for x in (example_inputs if isinstance(example_inputs, (tuple, list))
+                                          else (example_inputs,)))
+    targets = targets.to(device) if torch.is_tensor(targets) else targets
+    m = copy.deepcopy(model).to(device).train(mode == "train")
+    if recipe.channels_last:
+        m = m.to(memory_format=torch.channels_last)
+        inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
+    notes = _transform(m, recipe, mode)
+    runner = m
+    if recipe.compile:
+        runner = torch.compile(m, mode="reduce-overhead" if recipe.cuda_graphs else None, dynamic=False)
+    prec = precision.get(recipe.precision)
+    guard, why = _cpu_rnn_guard(m, prec, device)
+    notes += [why] if why else []
+    if mode == "infer":
+        run = _infer_run(runner, inputs, prec, device, recipe.cuda_graphs, guard)
+        return Step(run, runner, recipe, mode, inputs, notes=notes)
+    opt = _optimizer(optimizer, m, device)
+    scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
+    run = _train_run(runner, inputs, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard)
+    return Step(run, runner, recipe, mode, inputs, opt, scaler, notes)
+
+
+def _infer_run(model, inputs, prec, device, graphs: bool, guard):
+    mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs else None
+
+    def run():
+        if mark:
+            mark()        # a new step: the previous replay's outputs may be overwritten
+        with guard(), torch.no_grad(), precision.apply(prec, device.type):
+            return model(*inputs)
+    return run
+
+
+def _train_run(model, inputs, targets, loss_fn, opt, scaler, prec, device, guard):
+    flags = dataclasses.replace(prec, autocast=None)   # TF32/cuDNN flags for forward and backward ...
+
+    def run():
+        with guard(), precision.apply(flags, device.type):
+            opt.zero_grad(set_to_none=True)
+            with precision.apply(prec, device.type):   # ... autocast for the forward and the loss only (AMP docs)
+                loss = loss_fn(model(*inputs), targets)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)                       # sync point: GradScaler reads found_inf on the host
+                scaler.update()
+        return loss.detach()
+    return run
+
+
+def _default_loss(outputs, targets):
+    out = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+    if targets is not None and not targets.is_floating_point() and out.dim() >= 2:
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), targets.reshape(-1))
+    return out.float().pow(2).mean()
+
+
+def _optimizer(optimizer, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if optimizer is None:
+        return torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda")
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return type(optimizer)(params, **optimizer.defaults)
+    return optimizer(params)
+
+
+def _grad_scaler(device: torch.device):
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device.type)
+    return torch.cuda.amp.GradScaler()
+
+
+def _cpu_rnn_guard(model: nn.Module, prec, device: torch.device):
+    """oneDNN has no bf16 LSTM on CPUs without AVX512-BF16 and fails; run RNN models there with oneDNN off."""
+    bf16_cpu = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+    if (device.type == "cpu" and prec.autocast == torch.bfloat16 and not bf16_cpu
+            and any(isinstance(m, nn.RNNBase) for m in model.modules())):
+        return _onednn_off, "oneDNN off: it has no bf16 LSTM on this CPU"
+    return contextlib.nullcontext, None
+
+
+@contextlib.contextmanager
+def _onednn_off():
+    saved = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = saved

@@ -1,0 +1,251 @@
+"""The model ladder: recipes as data, skip reasons, one cell's figures and accuracy check (a deliberately broken
+recipe is flagged, a NaN is a finding), --batch auto against a simulated out-of-memory, the climb through worker
+processes with its speedups, and the `tcperf models` command (bad input exits 2 with one line)."""
+import json
+import math
+
+import pytest
+import torch
+
+from rich.console import Console
+
+from tcperf import cli, ladder, models, precision, recipes
+from tcperf.commands.models import print_ladder
+from tcperf.errors import UserError
+from tcperf.store import Store
+
+
+# --- recipes as data --------------------------------------------------------------------------------------------
+def test_every_rung_is_a_recipe_on_a_known_precision():
+    assert recipes.parse_list("ladder") == recipes.LADDER
+    for name in recipes.LADDER:
+        r = recipes.RECIPES[name]
+        assert r.precision in precision.PRECISIONS and set(r.modes) <= set(recipes.MODES) and r.tolerance > 0
+    assert recipes.RECIPES["compile"].describe("cnn") == "amp_bf16 + channels_last + compile"
+    assert recipes.RECIPES["compile"].describe("transformer") == "amp_bf16 + compile"
+    assert recipes.RECIPES["amp_fp16"].peak_precision == "fp16"
+    assert recipes.parse_list("amp_bf16,fp32,amp_bf16") == ["fp32", "amp_bf16"]      # climbing order
+    with pytest.raises(UserError, match="choose from: ladder, fp32"):
+        recipes.parse_list("fp7")
+
+
+@pytest.mark.parametrize("recipe, kind, mode, expect", [
+    ("fp32", "cnn", "train", None),
+    ("amp_bf16", "rnn", "infer", None),
+    ("compile", "transformer", "train", None),
+    ("tf32", "cnn", "train", "needs a CUDA GPU"),
+    ("amp_fp16", "transformer", "infer", "needs a CUDA GPU"),
+    ("channels_last", "transformer", "train", "does not apply to a transformer"),
+    ("cuda_graphs", "cnn", "train", "applies to infer only"),
+    ("fp8", "cnn", "infer", "does not apply to a cnn"),
+    ("fp8", "transformer", "infer", "compute capability >= 8.9"),
+    ("int8", "transformer", "train", "applies to infer only"),
+    ("int8", "rnn", "infer", "need a CUDA GPU"),
+])
+def test_skip_reasons_on_cpu(recipe, kind, mode, expect):
+    why = recipes.RECIPES[recipe].skip_reason(kind, mode, "cpu")
+    assert why is None if expect is None else expect in why
+
+
+def test_skipped_cell_says_why():
+    r = ladder.measure_cell("gpt2", "train", "channels_last", 2, "cpu", config="small")
+    assert r["status"] == "skipped" and "convolutions" in r["message"] and r["precision"] == "channels_last"
+
+
+# --- one cell ---------------------------------------------------------------------------------------------------
+def test_infer_cell_figures_and_accuracy():
+    r = ladder.measure_cell("resnet50", "infer", "amp_bf16", 4, "cpu", config="small", timing={"rep_ms": 20})
+    m = r["metrics"]
+    assert r["status"] == "ok", r["message"]
+    assert r["shape"] == {"model": "resnet50", "mode": "infer", "batch": 4} and r["op"] == "model"
+    assert m["unit"] == "img/s" and m["throughput"] == pytest.approx(4 / (r["median_ms"] * 1e-3))
+    assert r["n"] >= ladder.MIN_REPS and r["iqr_ms"] >= 0 and m["rung"] == recipes.LADDER.index("amp_bf16")
+    assert m["model_flops"] > 0 and r["tflops"] > 0 and m["mfu"] is None     # no peak for a CPU
+    acc = m["accuracy"]
+    assert 0 < acc["rel_error"] < 0.05 and acc["top1_agree"] >= 0.5 and not acc["nonfinite"]
+    assert r["error"] == acc["rel_error"]
+    json.dumps(r)                                  # what the worker sends back must be plain JSON
+
+
+def test_train_cell_compares_the_loss_after_n_steps():
+    r = ladder.measure_cell("gpt2", "train", "amp_bf16", 2, "cpu", config="small", steps=4, timing={"rep_ms": 20})
+    acc = r["metrics"]["accuracy"]
+    assert r["status"] == "ok", r["message"]
+    assert acc["steps"] == 4 and acc["reference"] == "computed in the cell" and acc["skipped_steps"] == 0
+    assert acc["loss"] < acc["loss_start"]                 # 4 steps on one fixed batch: it learns
+    assert acc["loss_diff"] == pytest.approx(abs(acc["loss"] - acc["loss_fp32"]) / acc["loss_start_fp32"])
+    assert acc["loss_diff"] < 0.01
+    given = ladder.measure_cell("gpt2", "train", "amp_bf16", 2, "cpu", config="small", steps=4,
+                                timing={"rep_ms": 20}, reference={"loss_fp32": 99.0, "loss_start_fp32": 100.0})
+    assert given["status"] == "wrong" and "vs fp32 99" in given["message"]   # the passed reference is used
+
+
+def scramble(model, mode):
+    """A deliberately broken recipe: every weight gets noise ten times its spread."""
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen).to(p.device) * 10 * p.std().clamp(min=1e-3))
+    return ["weights scrambled"]
+
+
+def poison(model, mode):
+    """A recipe whose arithmetic overflows: one weight is inf."""
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("inf")
+    return []
+
+
+BROKEN = recipes.Recipe("broken", "fp32", transform=f"{__name__}:scramble", tolerance=0.1)
+NAN = recipes.Recipe("nan", "amp_bf16", transform=f"{__name__}:poison")
+
+
+@pytest.mark.parametrize("mode", ["infer", "train"])
+def test_accuracy_check_flags_a_broken_recipe(mode):
+    r = ladder.measure_cell("lstm", mode, f"{__name__}:BROKEN", 4, "cpu", config="small", steps=3,
+                            timing={"rep_ms": 10})
+    assert r["status"] == "wrong" and r["message"].startswith("accuracy:")
+    assert r["error"] > 0.1 and r["metrics"]["throughput"] > 0     # flagged, and timed all the same
+    assert r["metrics"]["notes"] == ["weights scrambled"] and r["metrics"]["rung"] is None
+
+
+def test_nonfinite_is_a_finding_not_a_crash():
+    r = ladder.measure_cell("gpt2", "train", f"{__name__}:NAN", 2, "cpu", config="small", steps=2,
+                            timing={"rep_ms": 10})
+    assert r["status"] == "wrong" and "diverged: NaN/inf loss at step 1" in r["message"]
+    assert r["metrics"]["accuracy"]["nonfinite"] and math.isfinite(r["median_ms"])
+
+
+def test_compile_rung_reports_compile_time_apart():
+    """The one torch.compile test on the CPU (inductor's C++ build makes it the slowest here)."""
+    r = ladder.measure_cell("gpt2", "infer", "compile", 2, "cpu", config="small", timing={"rep_ms": 10})
+    m = r["metrics"]
+    assert r["status"] == "ok", r["message"]
+    assert m["compile_s"] > 0 and "compile_s" not in ladder.measure_cell(
+        "gpt2", "infer", "amp_bf16", 2, "cpu", config="small", timing={"rep_ms": 5}, check=False)["metrics"]
+    assert m["first_call_s"] == pytest.approx(m["compile_s"] + r["median_ms"] * 1e-3)   # kept out of the steps
+    assert m["accuracy"]["rel_error"] < 0.05
+
+
+# --- --batch auto -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bound", [1, 2, 3, 37, 64, 100, 4096])
+def test_find_max_batch_finds_the_bound(bound):
+    tried = []
+
+    def fits(b):
+        tried.append(b)
+        return b <= bound
+    assert ladder.find_max_batch(fits) == bound
+    assert len(tried) <= 2 * math.log2(4096) + 2                  # doubling, then bisection
+    assert len(tried) == len(set(tried))
+
+
+def test_find_max_batch_edges():
+    assert ladder.find_max_batch(lambda b: False) == 0
+    assert ladder.find_max_batch(lambda b: True, start=3, limit=100) == 100
+    assert ladder.find_max_batch(lambda b: b <= 10, start=4) == 10
+
+
+def test_batch_auto_on_a_simulated_oom():
+    r = ladder.measure_cell("lstm", "infer", "fp32", "auto", "cpu", config="small", oom_above=5,
+                            timing={"rep_ms": 5})
+    m = r["metrics"]
+    assert r["status"] == "ok" and r["shape"]["batch"] == "auto" and m["batch"] == 5
+    assert m["items_per_step"] == 5 * models.get("lstm").CONFIGS["small"]["seq"]
+    curve = {p["batch"]: p for p in m["batch_curve"]}
+    assert set(curve) == {1, 2, 4, 8, 6, 5} and curve[8]["status"] == curve[6]["status"] == "oom"
+    assert all(curve[b]["throughput"] > 0 for b in (1, 2, 4, 5))
+    assert "accuracy" in m
+
+
+# --- the climb, through worker processes --------------------------------------------------------------------------
+def test_climb_in_workers_fills_speedups_and_records_oom():
+    cases = ladder.cells(["gpt2"], "train", ["fp32", "amp_bf16", "tf32"], [2], config="small", steps=3)
+    cases.insert(1, ladder.cell_case("gpt2", "train", "fp32", 4, config="small", steps=3, oom_above=2))
+    seen = []
+    rows = ladder.climb(cases, "cpu", timeout=120, on_result=seen.append)
+    by = {(r["precision"], r["shape"]["batch"]): r for r in rows}
+    assert seen == rows and [r["precision"] for r in rows] == ["fp32", "fp32", "amp_bf16", "tf32"]
+    assert by[("tf32", 2)]["message"] == "tf32 needs a CUDA GPU"        # decided in the parent: no worker
+    assert by[("fp32", 4)]["status"] == "oom" and "simulated" in by[("fp32", 4)]["message"]
+    bf16 = by[("amp_bf16", 2)]
+    assert bf16["status"] == "ok" and bf16["metrics"]["accuracy"]["reference"] == "the fp32 cell of this run"
+    assert bf16["metrics"]["speedup_fp32"] == pytest.approx(
+        bf16["metrics"]["throughput"] / by[("fp32", 2)]["metrics"]["throughput"])
+    assert bf16["metrics"]["prev"] == "fp32"
+    assert by[("tf32", 2)]["status"] == "skipped"
+
+
+# --- the command --------------------------------------------------------------------------------------------------
+def test_models_command_stores_and_prints(db_path, capsys):
+    rc = cli.main(["models", "lstm", "--recipes", "fp32,amp_bf16,tf32", "--batch", "2", "--steps", "2",
+                   "--rep-ms", "20", "--device", "cpu", "--db", db_path, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and data["run"]["kind"] == "models" and data["run"]["status"] == "done"
+    rows = Store.open(db_path).results(data["run"]["id"])
+    order = [r["precision"] for r in rows]
+    assert order == ["fp32", "tf32", "amp_bf16"] == [r["precision"] for r in data["results"]]   # climbing order
+    assert rows[0]["op"] == "model" and rows[0]["metrics"]["unit"] == "tokens/s"
+    assert rows[1]["status"] == "skipped" and rows[2]["metrics"]["prev"] == "fp32"
+    assert rows[2]["metrics"]["speedup_prev"] == rows[2]["metrics"]["speedup_fp32"] > 0
+    console = Console(width=200, record=True)
+    print_ladder(rows, console)
+    text = console.export_text()
+    assert "lstm · train · batch 2" in text and "tokens/s" in text and "tf32 needs a CUDA GPU" in text
+    assert "amp_bf16" in text and "loss " in text and "(fp32 " in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["models", "vgg"], "unknown model 'vgg'"),
+    (["models", "gpt2", "--recipes", "fp7"], "unknown recipe 'fp7'"),
+    (["models", "gpt2", "--batch", "0"], "bad --batch"),
+    (["models", "gpt2", "--batch", "big"], "bad --batch"),
+    (["models", "gpt2", "--steps", "0"], "bad --steps"),
+    (["models", "gpt2", "--mode", "eval"], "invalid choice"),
+    (["models", "gpt2", "--device", "tpu"], "unknown device"),
+])
+def test_bad_input_exits_2_with_one_line(argv, words, capsys, db_path):
+    assert cli.main([*argv, "--db", db_path]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1
+
+
+# --- on a GPU -------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_resnet50_cell(cuda):
+    r = ladder.measure_cell("resnet50", "train", "channels_last", 32, cuda, steps=3, timing={"rep_ms": 200})
+    m = r["metrics"]
+    assert r["status"] == "ok", r["message"]
+    assert m["peak_mem_gib"] > 0.5 and 0 < m["mfu"] < 1 and m["mfu_basis"]["precision"] == "bf16"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model, recipe, mode", [
+    ("gpt2", "tf32", "train"), ("gpt2", "amp_fp16", "train"), ("gpt2", "cuda_graphs", "infer"),
+    ("gpt2", "fp8", "infer"), ("gpt2", "fp8", "train"), ("gpt2", "int8", "infer"), ("bert", "fp8", "infer"),
+    ("lstm", "amp_bf16", "train"), ("lstm", "compile", "infer"),
+    pytest.param("dcgan", "compile", "train", marks=pytest.mark.xfail(
+        reason="torch 2.11 inductor: stride assertion in convolution_backward for DCGAN with channels_last "
+               "(seen on an H200, 2026-11-22; the ladder records it as an error and goes on)", strict=False)),
+    ("resnet50", "cuda_graphs", "infer"),
+])
+def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
+    r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
+    if r["status"] == "skipped":
+        pytest.skip(r["message"])
+    assert r["status"] == "ok", r["message"]
+    assert r["metrics"]["throughput"] > 0 and r["metrics"]["peak_mem_gib"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_gpu_batch_auto_survives_a_real_oom(cuda):
+    """GPT-2's fp32 logits (200 MB a sequence) run out of memory within the ~10 GiB a ballast tensor leaves free,
+    so the search stays short even on a 141 GB card."""
+    free, _ = torch.cuda.mem_get_info()
+    ballast = torch.empty(max(0, free - 10 * 2**30), dtype=torch.uint8, device=cuda)  # noqa: F841 (held)
+    r = ladder.measure_cell("gpt2", "infer", "amp_bf16", "auto", cuda, timing={"rep_ms": 20})
+    curve = r["metrics"]["batch_curve"]
+    assert r["status"] == "ok" and any(p["status"] == "oom" for p in curve)
+    # The final cell adds the accuracy check (an fp32 reference), so it may settle below the largest probe that fit.
+    assert r["metrics"]["batch"] in {p["batch"] for p in curve if p["status"] == "ok"}
