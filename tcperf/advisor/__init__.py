@@ -1,0 +1,16 @@
+"""The advisor: for a user's own model, which precision setup to use, how much faster it is, and what it costs.
+
+    import tcperf
+    advice = tcperf.advise(model, example_inputs, mode="infer")     # tcperf.advisor.result.Advice
+    print(advice); advice.to_json(); advice.save()
+
+    tcperf advise path/to/file.py:factory [--mode infer|train] [--tolerance X] [--json]
+
+Modules: load (the factory), lint (shapes against the Tensor Core rules), measure (the ladder's recipes on the
+model), sensitive (the modules a low precision breaks), share (Tensor Core share of GPU time), verdict (the choice),
+snippets (code to paste), result (the Advice object: report, JSON, store), api (the five steps).
+"""
+from .api import advise, run
+from .result import Advice
+
+__all__ = ["advise", "run", "Advice"]

@@ -1,0 +1,204 @@
+"""Load a user's model from `path/to/file.py:factory` and check that it runs on its example inputs.
+
+`factory()` returns one of:
+    model                                   (example inputs then come from the file's `example_inputs`, a value
+                                             or a function, or from `model.example_inputs`)
+    (model, example_inputs)
+    {"model": ..., "inputs": ..., "loss_fn": ..., "metric_fn": ..., "targets": ...}   (all but model, inputs optional)
+
+Example inputs are a tensor, a tuple/list of positional arguments, or a dict of keyword arguments.
+loss_fn(outputs) -> scalar (training mode), or loss_fn(outputs, targets) when the dict gives "targets";
+metric_fn(outputs) -> float (inference: compared against fp32 strict, relative change).
+Every failure (no file, no such name, a factory that raises or returns the wrong type, inputs the model rejects)
+is one `UserError` line: the command exits 2 before anything is measured or stored.
+
+    spec = load_spec("examples/awkward_mlp.py:factory")
+    check(spec, torch.device("cpu"), mode="infer")
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..errors import UserError
+
+DICT_KEYS = ("model", "inputs", "example_inputs", "targets", "loss_fn", "metric_fn")
+RETURNS = "a torch.nn.Module, a (model, example_inputs) pair, or a dict with 'model' and 'inputs'"
+
+
+@dataclass
+class Spec:
+    model: torch.nn.Module
+    args: tuple                   # positional example inputs
+    kwargs: dict = field(default_factory=dict)
+    loss_fn: Callable | None = None
+    metric_fn: Callable | None = None
+    name: str = "model"
+    targets: Any = None           # passed to loss_fn(outputs, targets) when given
+
+    @property
+    def example_inputs(self):
+        """As recipes.prepare and the user gave them: positional tuple, or a dict of keyword arguments."""
+        return self.kwargs if self.kwargs else self.args
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def split_target(target: str) -> tuple[Path, str]:
+    """'path/to/file.py:factory' -> (path, 'factory'); without ':name' the name is 'factory'."""
+    path, sep, name = target.rpartition(":") if target.count(":") else (target, "", "")
+    if not sep or not name.isidentifier():     # 'C:\\x.py' style or no name: the whole thing is the path
+        path, name = target, "factory"
+    return Path(path), name
+
+
+def import_file(path: Path):
+    if not path.is_file():
+        raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
+    module_name = f"tcperf_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module            # inspect and torch.compile look modules up here
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)               # sibling imports work as they would for `python file.py`
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(module_name, None)
+        raise UserError(f"cannot import {path}: {one_line(e)}") from None
+    return module
+
+
+def load_spec(target: str) -> Spec:
+    """Import the file, call the factory, and normalise what it returned into a Spec."""
+    path, name = split_target(target)
+    module = import_file(path)
+    factory = getattr(module, name, None)
+    if factory is None:
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise UserError(f"{path} has no {name!r}; functions and classes in it: {', '.join(found) or 'none'}")
+    if not callable(factory):
+        raise UserError(f"{path}:{name} is a {type(factory).__name__}, not a function")
+    try:
+        made = factory()
+    except Exception as e:
+        raise UserError(f"{path}:{name}() raised {one_line(e)}") from None
+    spec = from_value(made, f"{path}:{name}()", fallback_inputs=getattr(module, "example_inputs", None))
+    spec.name = path.stem
+    return spec
+
+
+def from_value(made: Any, where: str = "factory()", fallback_inputs=None) -> Spec:
+    """What a factory returned -> Spec (UserError naming what was expected)."""
+    loss_fn = metric_fn = targets = None
+    if isinstance(made, dict):
+        unknown = sorted(set(made) - set(DICT_KEYS))
+        if unknown or "model" not in made:
+            raise UserError(f"{where} returned a dict with keys {sorted(made)}; it needs 'model' and 'inputs' "
+                            f"(optional: 'loss_fn', 'metric_fn')")
+        model, inputs = made["model"], made.get("inputs", made.get("example_inputs"))
+        loss_fn, metric_fn, targets = made.get("loss_fn"), made.get("metric_fn"), made.get("targets")
+    elif isinstance(made, (tuple, list)) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
+        model, inputs = made
+    elif isinstance(made, torch.nn.Module):
+        model, inputs = made, getattr(made, "example_inputs", fallback_inputs)
+    else:
+        raise UserError(f"{where} returned {type(made).__name__}; expected {RETURNS}")
+    return build(model, inputs, loss_fn, metric_fn, where, targets)
+
+
+def build(model, inputs, loss_fn=None, metric_fn=None, where: str = "advise()", targets=None) -> Spec:
+    """Check the types of a model, its inputs and the optional functions; UserError on the first wrong one."""
+    if not isinstance(model, torch.nn.Module):
+        raise UserError(f"{where}: the model is a {type(model).__name__}, not a torch.nn.Module")
+    if callable(inputs) and not isinstance(inputs, (torch.Tensor, torch.nn.Module)):
+        try:
+            inputs = inputs()
+        except Exception as e:
+            raise UserError(f"{where}: example_inputs() raised {one_line(e)}") from None
+    if inputs is None:
+        raise UserError(f"{where}: no example inputs; return (model, example_inputs) or "
+                        f"{{'model': ..., 'inputs': ...}}")
+    for fn_name, fn in (("loss_fn", loss_fn), ("metric_fn", metric_fn)):
+        if fn is not None and not callable(fn):
+            raise UserError(f"{where}: {fn_name} is a {type(fn).__name__}, not a function")
+    args, kwargs = split_inputs(inputs, where)
+    return Spec(model, args, kwargs, loss_fn, metric_fn, type(model).__name__, targets)
+
+
+def split_inputs(inputs, where: str) -> tuple[tuple, dict]:
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,), {}
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    if isinstance(inputs, dict) and all(isinstance(k, str) for k in inputs):
+        return (), dict(inputs)
+    raise UserError(f"{where}: example inputs are a {type(inputs).__name__}; give a tensor, a tuple of "
+                    f"positional arguments or a dict of keyword arguments")
+
+
+# --- running it once ---------------------------------------------------------------------------------------------
+def to_device(x, device: torch.device):
+    """Tensors inside tuples, lists and dicts moved to `device`; everything else as it is."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, (tuple, list)):
+        return type(x)(to_device(v, device) for v in x)
+    if isinstance(x, dict):
+        return {k: to_device(v, device) for k, v in x.items()}
+    return x
+
+
+def tensors(x) -> list[torch.Tensor]:
+    """Every floating-point tensor in an output (tensors, tuples, lists, dicts, dataclass-like outputs), in order."""
+    if isinstance(x, torch.Tensor):
+        return [x] if x.is_floating_point() or x.is_complex() else []
+    if isinstance(x, dict) or hasattr(x, "items") and callable(x.items):
+        return [t for v in x.values() for t in tensors(v)]
+    if isinstance(x, (tuple, list)):
+        return [t for v in x for t in tensors(v)]
+    return []
+
+
+def on_device(spec: Spec, device: torch.device) -> Spec:
+    """The spec with its model and inputs on `device` (the model moved in place, as .to() does)."""
+    try:
+        model = spec.model.to(device)
+    except Exception as e:
+        raise UserError(f"cannot move the model to {device}: {one_line(e)}") from None
+    return Spec(model, to_device(spec.args, device), to_device(spec.kwargs, device), spec.loss_fn,
+                spec.metric_fn, spec.name, to_device(spec.targets, device))
+
+
+def check(spec: Spec, mode: str) -> Any:
+    """Run the model once in fp32 on its inputs (and the loss and metric on the output); UserError if any of it
+    fails. Returns the output."""
+    spec.model.train(mode == "train")
+    try:
+        with torch.no_grad():
+            out = spec.model(*spec.args, **spec.kwargs)
+    except Exception as e:
+        raise UserError(f"the model rejects its example inputs: {one_line(e)}") from None
+    if not tensors(out):
+        raise UserError(f"the model's output ({type(out).__name__}) holds no floating-point tensor to compare")
+    for fn_name, fn in (("metric_fn", spec.metric_fn), ("loss_fn", spec.loss_fn if mode == "train" else None)):
+        if fn is None:
+            continue
+        try:
+            value = fn(out, spec.targets) if fn_name == "loss_fn" and spec.targets is not None else fn(out)
+            float(value)
+        except Exception as e:
+            raise UserError(f"{fn_name}(outputs) failed: {one_line(e)}; it must return a number") from None
+    return out

@@ -1,0 +1,299 @@
+"""What `tcperf advise` / `tcperf.advise()` returns: the advice as data, printed as a short rich report,
+converted to JSON, and stored as a run of kind "advise" (one `advise.recipe` row per recipe, one `advise.verdict`).
+
+    advice = tcperf.advise(model, x)
+    print(advice)                 # the report as plain text; rich.print(advice) in colour
+    advice.to_json()              # for machines (NaN/inf become null)
+    advice.save()                 # -> run id in the results store
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from .lint import Layer, TOP_LEVEL
+from .measure import RecipeResult
+from .verdict import headline
+
+STATUS = {"ok": "ok", "fails": "wrong", "skipped": "skipped", "error": "error", "oom": "oom"}   # -> store status
+STYLE = {"ok": "green", "fails": "bold red", "skipped": "dim", "error": "red", "oom": "red"}
+MAX_LINT_ROWS = 12
+
+
+@dataclass
+class Advice:
+    model: str
+    mode: str
+    device: str
+    gpu: str | None
+    tolerance: float
+    recipes: list[RecipeResult]
+    layers: list[Layer]                      # every GEMM-like op recorded (flagged ones have .issues)
+    lint_summary: dict
+    sensitive: dict                          # autocast dtype -> {modules, errors, tests, base, mixed}
+    share: dict
+    verdict: dict
+    notes: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+
+    # --- data ---------------------------------------------------------------------------------------------------
+    @property
+    def recommended(self) -> str | None:
+        return self.verdict.get("recommended")
+
+    @property
+    def snippets(self) -> dict:
+        return self.verdict.get("snippets", {})
+
+    @property
+    def flagged(self) -> list[Layer]:
+        return [l for l in self.layers if l.issues]
+
+    def to_dict(self) -> dict:
+        d = {"model": self.model, "mode": self.mode, "device": self.device, "gpu": self.gpu,
+             "tolerance": self.tolerance, "verdict": self.verdict,
+             "recipes": [r.to_dict() for r in self.recipes], "lint": [l.to_dict() for l in self.flagged],
+             "lint_summary": self.lint_summary, "sensitive": self.sensitive, "share": self.share,
+             "notes": self.notes}
+        return finite(d)
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=str, allow_nan=False)
+
+    # --- the results store --------------------------------------------------------------------------------------
+    def rows(self) -> list[dict]:
+        shape = {"model": self.model, "mode": self.mode}
+        rows = [recipe_row(r, shape, self.tolerance) for r in self.recipes]
+        rows.append({"op": "advise.verdict", "shape": shape, "precision": self.recommended or "none",
+                     "status": "ok", "tolerance": self.tolerance, "message": self.verdict.get("note", ""),
+                     "metrics": finite({"label": self.model, "verdict": self.verdict,
+                                        "lint": [l.to_dict() for l in self.flagged],
+                                        "lint_summary": self.lint_summary,
+                                        "snippets": self.snippets, "sensitive": self.sensitive,
+                                        "share": self.share, "notes": self.notes})})
+        return rows
+
+    def save(self, db=None, command: str = "tcperf.advise()") -> int:
+        """Store the whole advice as one run of kind "advise" (written only once it is complete)."""
+        from ..store import Store
+        store = Store.open(db)
+        run_id = store.start_run("advise", command, self.env or {"device": self.device})
+        for row in self.rows():
+            store.add_result(run_id, row)
+        store.finish_run(run_id, "done", self.notes)
+        return run_id
+
+    # --- printing -----------------------------------------------------------------------------------------------
+    def __rich__(self):
+        return render(self)
+
+    def __str__(self) -> str:
+        console = Console(width=120, no_color=True, record=True, file=_Null())
+        console.print(render(self))
+        return console.export_text()
+
+    def __repr__(self) -> str:
+        return f"<Advice {self.model} {self.mode} on {self.gpu or self.device}: {self.recommended or 'no speed verdict'}>"
+
+
+class _Null:
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def finite(x):
+    """NaN and inf -> None, recursively, so the JSON is standard."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
+def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> dict:
+    t = r.timing or {}
+    return {"op": "advise.recipe", "shape": shape, "precision": r.recipe, "status": STATUS[r.status],
+            "error": finite(r.error), "tolerance": tolerance, "message": r.message,
+            "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"), "min_ms": t.get("min_ms"),
+            "mean_ms": t.get("mean_ms"), "n": t.get("n"), "samples": t.get("samples", []),
+            "warnings": ["unstable: IQR/median = {:.0%}".format(t["spread"])] if t.get("unstable") else [],
+            "metrics": finite({"label": shape["model"], "criterion": r.criterion, "accuracy": r.accuracy,
+                               "speedup_fp32": r.speedup, "tc_share": r.tc_share, "kernels": r.kernels,
+                               "first_call_s": r.first_call_s, "keep_fp32": r.keep_fp32, "base": r.base})}
+
+
+# --- the report -------------------------------------------------------------------------------------------------
+def _ms(r: RecipeResult) -> str:
+    return f"{r.timing['median_ms']:.3g} ± {r.timing['iqr_ms']:.2g}" if r.timing else ""
+
+
+def _pct(x) -> str:
+    return f"{x:.0%}" if x is not None else ""
+
+
+def recipes_table(a: Advice) -> Table:
+    timed = any(r.timing for r in a.recipes)
+    criterion = next((r.criterion for r in a.recipes if r.criterion), "error")
+    t = Table(title=f"Recipes on {escape(a.model)} ({a.mode}) against fp32 strict: error = {criterion}, "
+                    f"tolerance {a.tolerance:g}", title_justify="left")
+    cols = ["recipe", "status", *(("ms / step", "vs fp32") if timed else ()), "error", "max abs err",
+            *(("TC share",) if timed else ()), "note"]
+    for col in cols:
+        t.add_column(col, justify="right" if col in ("ms / step", "vs fp32", "error", "max abs err") else "left",
+                     overflow="fold")
+    for r in a.recipes:
+        if r.status != "skipped":
+            t.add_row(*_recipe_cells(r, timed))
+    return t
+
+
+def skipped_text(a: Advice) -> Text | None:
+    skipped = [r for r in a.recipes if r.status == "skipped"]
+    if not skipped:
+        return None
+    return Text("not run: " + "; ".join(f"{r.recipe} ({r.message})" for r in skipped), style="dim")
+
+
+def _recipe_cells(r: RecipeResult, timed: bool) -> list:
+    acc = r.accuracy
+    err = f"{r.error:.2g}" if r.error is not None and math.isfinite(r.error) else ("inf" if r.error else "")
+    max_err = f"{acc['max_abs_error']:.2g}" if math.isfinite(acc.get("max_abs_error", math.nan)) else ""
+    speed = [_ms(r), f"{r.speedup:.2f}x" if r.speedup else ""] if timed else []
+    return [Text(r.recipe), f"[{STYLE[r.status]}]{r.status}[/]", *speed, err, max_err,
+            *([_pct(r.tc_share)] if timed else []), Text(r.message)]
+
+
+def lint_table(a: Advice) -> Table | Text:
+    flagged = a.flagged
+    s = a.lint_summary
+    title = (f"Shape lint: {s['layers']} matmul/conv/attention shapes, {s['forward_gflops']:.3g} GFLOP a forward; "
+             f"{len(flagged)} miss Tensor Core alignment")
+    if not flagged:
+        return Text(title + ": none", style="green")
+    measured = any(l.cost for l in flagged)
+    t = Table(title=title, title_justify="left")
+    for col in ("module", "op", "shape", "misses", "fix", *(("measured",) if measured else ())):
+        t.add_column(col, overflow="fold")
+    for l in flagged[:MAX_LINT_ROWS]:
+        name = l.module if l.module != TOP_LEVEL else f"{TOP_LEVEL} {l.module_type}"
+        t.add_row(Text(name), f"{l.kind} x{l.count}" if l.count > 1 else l.kind, l.label, Text(misses(l)),
+                  Text(widest_fix(l)), *((_cost(l),) if measured else ()))
+    if len(flagged) > MAX_LINT_ROWS:
+        t.caption = f"... and {len(flagged) - MAX_LINT_ROWS} more (see --json)"
+    return t
+
+
+def _cost(l: Layer) -> str:
+    c = l.cost
+    if not c:
+        return ""
+    text = f"{c['precision']}: padded {c['gain']:.2f}x"
+    if c.get("share") is not None:
+        text += f", {c['share']:.0%} of the step, saves {max(c['saved_share'], 0):.1%}"
+    return text
+
+
+def misses(l: Layer) -> str:
+    """'n=50257: tf32 bf16 fp8' per dimension, then the hard limits: which precisions each miss touches."""
+    by_dim: dict[str, list[str]] = {}
+    for prec, issue in l.issues.items():
+        for m in issue["misaligned"]:
+            by_dim.setdefault(m.split(" (")[0], []).append(prec)
+    lines = [f"{d}: {' '.join(p)}" for d, p in by_dim.items()]
+    limits = sorted(p for p, i in l.issues.items() if i["hard_limit"])
+    return "\n".join(lines + ([f"hard limit: {' '.join(limits)}"] if limits else []))
+
+
+def widest_fix(l: Layer) -> str:
+    """The fix for the strictest precision flagged (fp8's 16 covers bf16's 8 and tf32's 4)."""
+    from ..precision import get
+    prec = max(l.issues, key=lambda p: get(p).align)
+    return l.issues[prec]["fix"] or ""
+
+
+def sensitive_text(a: Advice) -> Text | None:
+    if not a.sensitive:
+        return None
+    lines = Text()
+    for dtype, s in a.sensitive.items():
+        mods = s["modules"]
+        if not mods:
+            lines.append(f"{s['base']} misses the tolerance, but no single module does alone in {dtype}: "
+                         f"the error builds up across the model ({s['tests']} modules tested)\n")
+            continue
+        errs = ", ".join(f"{m} ({_err(s['errors'].get(m))})" for m in mods)
+        lines.append(f"{s['base']} misses the tolerance; alone in {dtype}, these break it: ", style="bold")
+        lines.append(errs + "\n")
+        if s.get("mixed"):
+            lines.append(f"  keeping them in fp32: {s['mixed']}\n")
+    return lines
+
+
+def _err(x) -> str:
+    return f"{x:.2g}" if x is not None and math.isfinite(x) else "inf/NaN"
+
+
+def share_text(a: Advice) -> Text | None:
+    s = a.share
+    if s.get("baseline") is None and s.get("recommended") is None:
+        return None
+    return Text(f"Tensor Core share of GPU time: fp32 strict {_pct(s.get('baseline')) or 'n/a'}"
+                f" -> {s.get('recommended_recipe')} {_pct(s.get('recommended')) or 'n/a'}")
+
+
+def verdict_text(a: Advice) -> Group:
+    v = a.verdict
+    parts = [Text(headline(v, a.tolerance), style="bold green" if v.get("recommended") else "bold yellow")]
+    if v.get("note"):
+        parts.append(Text(v["note"], style="yellow"))
+    for g in v.get("gave_up", []):
+        parts.append(Text(f"  faster but outside tolerance: {g['recipe']} ({g['speedup']:.2f}x): {g['why']}"))
+    for f in v.get("fixes", []):
+        parts.append(Text(f"  shape fix worth making: {f['module']} {f['shape']}: {f['fix']} "
+                          f"(padded GEMM {f['gain']:.2f}x, saves ~{f['saved_share']:.0%} of a step)"))
+    return Group(*parts)
+
+
+def snippet_panels(a: Advice) -> list:
+    out = []
+    helper_shown = False
+    for name, code in a.snippets.items():
+        if "def keep_fp32" in code:
+            if helper_shown:
+                code = _without_helper(code)
+            helper_shown = True
+        out += [Text(f"{name}:", style="bold"), Syntax(code.rstrip(), "python", theme="ansi_dark", word_wrap=True)]
+    return out
+
+
+def _without_helper(code: str) -> str:
+    start = code.index("def keep_fp32")
+    end = code.index("    return model\n", start) + len("    return model\n")
+    return code[:start] + "# keep_fp32: as in the pytorch snippet above\n" + code[end:].lstrip("\n")
+
+
+def v_note(a: Advice) -> str | None:
+    return a.verdict.get("note")
+
+
+def render(a: Advice) -> Group:
+    where = a.gpu or f"CPU ({a.device})"
+    parts = [Text(f"tcperf advise · {a.model} · {a.mode} · {where}", style="bold"), recipes_table(a)]
+    parts += [p for p in (skipped_text(a), lint_table(a)) if p is not None]
+    parts += [p for p in (sensitive_text(a), share_text(a)) if p is not None]
+    parts.append(verdict_text(a))
+    parts += [Text(f"note: {n}", style="yellow") for n in a.notes if n != v_note(a)]
+    parts += snippet_panels(a)
+    return Group(*parts)

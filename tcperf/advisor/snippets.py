@@ -1,0 +1,129 @@
+"""Ready-to-paste code for a recipe: plain PyTorch, PyTorch Lightning and HF Accelerate.
+
+A recipe is described by a `Setup` (TF32 on or off, autocast dtype, channels_last, torch.compile mode, fp8/int8
+Linear layers, modules kept in float32); each generator returns Python source that uses the names a training or
+inference script already has: `model`, `x` (an input batch), and in training `y`, `loss_fn`, `optimizer` and
+`train_loader`. The plain-PyTorch snippet runs as it is (tests/test_advisor.py executes it on a small model).
+
+    print(plain(Setup("amp_bf16", tf32=True, autocast="bfloat16"), mode="train"))
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from .sensitive import keep_fp32
+
+LIGHTNING_PRECISION = {None: "32-true", "float16": "16-mixed", "bfloat16": "bf16-mixed"}
+ACCELERATE_PRECISION = {None: "no", "float16": "fp16", "bfloat16": "bf16"}
+
+
+@dataclass(frozen=True)
+class Setup:
+    name: str
+    tf32: bool = False                  # TF32 for float32 matmuls and convolutions
+    autocast: str | None = None         # 'float16' | 'bfloat16' | None
+    channels_last: bool = False
+    compile: str | None = None          # None | 'default' | 'reduce-overhead' (CUDA graphs) | 'max-autotune'
+    fp8: bool = False                   # Linear layers in float8
+    int8: bool = False                  # Linear layers in int8 (inference)
+    keep_fp32: tuple = ()               # module names kept in float32 under autocast
+
+    @property
+    def scaler(self) -> bool:
+        return self.autocast == "float16"
+
+
+def _flags(s: Setup) -> list[str]:
+    mm = "high" if s.tf32 else "highest"
+    why = "TF32 Tensor Cores for float32 matmuls" if s.tf32 else "strict float32: no TF32"
+    return [f'torch.set_float32_matmul_precision("{mm}")  # {why}',
+            f"torch.backends.cudnn.allow_tf32 = {s.tf32}  # the same for convolutions"]
+
+
+def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = True) -> list[str]:
+    lines = []
+    if s.keep_fp32:
+        names = ", ".join(f'"{n}"' for n in s.keep_fp32)
+        lines.append(f'model = keep_fp32(model, [{names}], "{device_type}")  # these lose accuracy in {s.autocast}')
+    if s.channels_last:
+        lines.append("model = model.to(memory_format=torch.channels_last)")
+    if s.fp8:
+        lines += (["from torchao.float8 import convert_to_float8_training",
+                   "convert_to_float8_training(model)  # Linear layers in float8 (needs torchao, sm89+)"]
+                  if mode == "train" else
+                  ["from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, quantize_",
+                   "quantize_(model, Float8DynamicActivationFloat8WeightConfig())  # Linear layers in float8"])
+    if s.int8:
+        lines += ["from torchao.quantization import Int8DynamicActivationInt8WeightConfig, quantize_",
+                  "quantize_(model, Int8DynamicActivationInt8WeightConfig())  # Linear layers in int8"]
+    if s.compile and with_compile:
+        arg = "" if s.compile == "default" else f', mode="{s.compile}"'
+        lines.append(f"model = torch.compile(model{arg})")
+    return lines
+
+
+def _header(s: Setup, *imports: str) -> list[str]:
+    head = ["import torch", *imports, ""]
+    if s.keep_fp32:
+        head += [inspect.getsource(keep_fp32).rstrip(), "", ""]
+    return head
+
+
+def _autocast(s: Setup, device_type: str) -> str:
+    return f'torch.autocast("{device_type}", dtype=torch.{s.autocast})' if s.autocast else ""
+
+
+def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
+    """Plain PyTorch: flags, model changes, and the inference call or the training step."""
+    lines = [f"# tcperf advise: {s.name}", *_header(s), *_flags(s), *_model_lines(s, mode, device_type)]
+    if s.channels_last:
+        lines.append("x = x.to(memory_format=torch.channels_last)")
+    ctx = _autocast(s, device_type)
+    if mode == "infer":
+        lines += ["model.eval()", f"with torch.no_grad(){', ' + ctx if ctx else ''}:", "    outputs = model(x)"]
+        return "\n".join(lines) + "\n"
+    if s.scaler:
+        lines.append(f'scaler = torch.amp.GradScaler("{device_type}")  # fp16: scale the loss so small '
+                     f"gradients do not flush to zero")
+    lines += ["", "", "def train_step(x, y):", "    optimizer.zero_grad(set_to_none=True)"]
+    forward = "loss = loss_fn(model(x), y)"
+    lines += [f"    with {ctx}:", f"        {forward}"] if ctx else [f"    {forward}"]
+    lines += (["    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()"]
+              if s.scaler else ["    loss.backward()", "    optimizer.step()"])
+    lines += ["    return loss", "", "", "loss = train_step(x, y)"]
+    return "\n".join(lines) + "\n"
+
+
+def lightning(s: Setup, mode: str = "infer") -> str:
+    """PyTorch Lightning: `precision=` and the matmul precision its Tensor Core warning asks about."""
+    lines = [f"# tcperf advise: {s.name}", *_header(s, "import lightning as L"),
+             "# Lightning's Tensor Core warning asks for this: the setting tcperf measured",
+             _flags(s)[0],
+             *_model_lines(s, mode, "cuda"),
+             f'trainer = L.Trainer(accelerator="gpu", devices=1, precision="{LIGHTNING_PRECISION[s.autocast]}")']
+    lines.append("trainer.fit(model, train_dataloaders=train_loader)" if mode == "train"
+                 else "predictions = trainer.predict(model, dataloaders=loader)")
+    return "\n".join(lines) + "\n"
+
+
+def accelerate(s: Setup, mode: str = "infer") -> str:
+    """HF Accelerate: `mixed_precision=`, TF32 flags and `dynamo_backend` for torch.compile."""
+    args = [f'mixed_precision="{ACCELERATE_PRECISION[s.autocast]}"']
+    if s.compile:
+        args.append('dynamo_backend="inductor"')
+    lines = [f"# tcperf advise: {s.name}", *_header(s, "from accelerate import Accelerator"),
+             *_flags(s), *_model_lines(s, mode, "cuda", with_compile=False),
+             f"accelerator = Accelerator({', '.join(args)})"]
+    if mode == "train":
+        lines += ["model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)",
+                  "for x, y in train_loader:", "    optimizer.zero_grad()", "    loss = loss_fn(model(x), y)",
+                  "    accelerator.backward(loss)", "    optimizer.step()"]
+    else:
+        lines += ["model = accelerator.prepare(model)", "model.eval()", "with torch.no_grad():",
+                  "    outputs = model(x)"]
+    return "\n".join(lines) + "\n"
+
+
+def all_snippets(s: Setup, mode: str, device_type: str = "cuda") -> dict[str, str]:
+    return {"pytorch": plain(s, mode, device_type), "lightning": lightning(s, mode), "accelerate": accelerate(s, mode)}

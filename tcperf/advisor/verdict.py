@@ -1,0 +1,86 @@
+"""The verdict: the fastest recipe within tolerance, its speedup over fp32 strict and its accuracy cost, the shape
+fixes worth making (with their measured gain), and the code to paste.
+
+    v = decide(results, fixes, device_type="cuda")
+    v["recommended"], v["speedup"], v["accuracy"]       # 'amp_bf16+compile', 3.1, {...}
+
+On a CPU nothing is timed: the verdict names the recipes that pass the accuracy check and says that the speed
+verdict needs a CUDA GPU; its snippets are for the passing recipe furthest up the ladder, marked as untimed.
+"""
+from __future__ import annotations
+
+from .lint import Layer
+from .measure import RecipeResult, setup_of
+from .snippets import all_snippets
+
+GPU_NEEDED = "speed verdicts need a CUDA GPU: this ran on the CPU, so only the shape lint and accuracy were checked"
+
+
+def choose(results: list[RecipeResult]) -> RecipeResult | None:
+    """The fastest recipe that passes the tolerance (timed ones only)."""
+    timed = [r for r in results if r.passes and r.median_ms]
+    return min(timed, key=lambda r: r.median_ms) if timed else None
+
+
+def candidate(results: list[RecipeResult]) -> RecipeResult | None:
+    """Without timings: the passing recipe furthest up the ladder (mixed recipes last, so they win ties)."""
+    passing = [r for r in results if r.passes]
+    return passing[-1] if passing else None
+
+
+def accuracy_cost(r: RecipeResult) -> dict:
+    keys = ("rel_error", "max_abs_error", "max_abs_ref", "top1_agree", "metric", "metric_fp32", "metric_change",
+            "loss", "loss_fp32", "loss_change", "skipped_steps")
+    return {"criterion": r.criterion, "error": r.error, **{k: r.accuracy[k] for k in keys if k in r.accuracy}}
+
+
+def faster_but_failing(results: list[RecipeResult], chosen: RecipeResult | None) -> list[dict]:
+    """Recipes that were faster than the choice but missed the tolerance: what the choice gives up, and why."""
+    limit = chosen.median_ms if chosen else float("inf")
+    return [{"recipe": r.recipe, "median_ms": r.median_ms, "speedup": r.speedup, "why": r.message}
+            for r in results if r.status == "fails" and r.median_ms and r.median_ms < limit]
+
+
+def fix_rows(layers: list[Layer]) -> list[dict]:
+    return [{"module": l.module, "kind": l.kind, "shape": l.label, "count": l.count,
+             "fix": next(iter(l.issues.values()))["fix"] if l.cost is None else l.issues[l.cost["precision"]]["fix"],
+             "gain": l.cost["gain"], "saved_share": l.cost["saved_share"], "share": l.cost.get("share")}
+            for l in layers]
+
+
+def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_type: str,
+           kind: str = "transformer") -> dict:
+    """Everything the report's last section says, as data."""
+    chosen = choose(results) if device_type == "cuda" else None
+    pick = chosen or candidate(results)
+    v = {"speed_measured": device_type == "cuda", "recommended": chosen.recipe if chosen else None,
+         "candidate": None if chosen or not pick else pick.recipe,
+         "passing": [r.recipe for r in results if r.passes],
+         "failing": {r.recipe: r.message for r in results if r.status in ("fails", "error", "oom")},
+         "fixes": fix_rows(fixes), "snippets": {}}
+    if chosen:
+        v.update(speedup=chosen.speedup, median_ms=chosen.median_ms, iqr_ms=chosen.timing["iqr_ms"],
+                 accuracy=accuracy_cost(chosen), gave_up=faster_but_failing(results, chosen))
+    elif pick:
+        v["accuracy"] = accuracy_cost(pick)
+    if device_type != "cuda":
+        v["note"] = GPU_NEEDED
+    elif not chosen:
+        v["note"] = "no recipe passed the tolerance and ran: see the failures"
+    if pick:
+        setup = setup_of(pick.base or pick.recipe, kind, tuple(pick.keep_fp32))
+        v["snippets"] = all_snippets(setup, mode, "cuda" if device_type == "cuda" else device_type)
+    return v
+
+
+def headline(v: dict, tolerance: float) -> str:
+    """One sentence: the answer."""
+    if v.get("recommended"):
+        acc = v["accuracy"]
+        return (f"Use {v['recommended']}: {v['speedup']:.2f}x faster than fp32 strict "
+                f"({v['median_ms']:.3g} ms a step), {acc['criterion']} {acc['error']:.2g} "
+                f"(tolerance {tolerance:g})")
+    if v.get("candidate"):
+        return (f"Passes the accuracy check here: {', '.join(v['passing'])}. "
+                f"The code below is for {v['candidate']} (its speed is not measured)")
+    return "No recipe both ran and stayed within the tolerance"

@@ -1,0 +1,46 @@
+"""`tcperf advise path/to/file.py:factory`: for your own model, which precision setup to use, how much faster it is,
+and what it costs in accuracy; stored as a run of kind "advise".
+
+    tcperf advise examples/awkward_mlp.py:factory                  # inference, default tolerance 0.05
+    tcperf advise examples/fp16_overflow.py:factory --mode train --json
+
+factory() returns a model, (model, example_inputs), or {"model", "inputs", "loss_fn"?, "metric_fn"?}.
+Any problem with the file, the factory or the inputs is one line and exit status 2, before anything is stored.
+"""
+from __future__ import annotations
+
+from .. import env as envmod
+from ..advisor import api, load
+from ..recipes import parse_list
+from .common import add_db, add_device, add_json, command_line, console, err_console, print_json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("advise", help="which precision setup to use for your model, measured (speed and accuracy)")
+    p.add_argument("target", help="path/to/file.py:factory (factory() returns a model, (model, inputs) or a dict)")
+    p.add_argument("--mode", default="infer", help="infer | train (default: infer)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="relative error allowed against fp32 strict (default: 0.05 infer outputs, 0.02 train loss)")
+    p.add_argument("--recipes", default=None, help="recipes to try: ladder (default) or a comma-separated list, e.g. fp32,tf32,amp_bf16")
+    p.add_argument("--steps", type=int, default=5, help="training steps compared against fp32 (train mode)")
+    add_device(p)
+    add_db(p)
+    add_json(p)
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    device = envmod.parse_device(args.device)
+    recipes = parse_list(args.recipes) if args.recipes else None
+    api.check_args(args.mode, args.tolerance, recipes, args.steps)   # bad options fail before the model is built
+    spec = load.load_spec(args.target)
+    log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))
+    advice = api.run(spec, mode=args.mode, tolerance=args.tolerance, device=device, recipes=recipes,
+                     steps=args.steps, log=log)
+    run_id = advice.save(args.db, command_line())
+    if args.json:
+        print_json({"run": run_id, **advice.to_dict()})
+    else:
+        console.print(advice)
+        err_console.print(f"[dim]stored as run {run_id}[/]")
+    return 0
