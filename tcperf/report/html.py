@@ -1,0 +1,442 @@
+"""The report page: one self-contained HTML file (charts inline as base64 PNG, CSS and a few lines of JS inline,
+nothing fetched from the network), readable in any browser and printable.
+
+Sections, each only when its data is present: warnings (at the top), the environment of each run, a table and a
+chart per suite, measured ceilings, the alignment cliff, the model ladder, the advisor's verdict and the lab.
+
+    render(report.load(store, [12]))     # -> Report(html, charts, sections)
+"""
+from __future__ import annotations
+
+import base64
+import datetime
+import html
+import re
+from collections import Counter, defaultdict
+
+from .. import peaks
+from ..table import fmt_ms, percent_ceiling, percent_peak, rate, speedups
+from . import FAILED, Report, RunData, advice_summary, crossovers, group_name, kind, lab_size, label
+from . import charts as ch
+
+MAX_LISTED = 25   # warnings listed per category before "and N more"
+
+
+class Page:
+    """Collects sections and the charts they embed."""
+
+    def __init__(self):
+        self.sections: list[tuple[str, str, str]] = []     # (id, title, body html)
+        self.charts: dict[str, bytes] = {}
+
+    def section(self, sid: str, title: str, body: str, css: str = "") -> None:
+        if body:
+            markup = f'<section id="{sid}" class="{css}"><h2>{_e(title)}</h2>{body}</section>'
+            self.sections.append((sid, title, markup))
+
+    def chart(self, name: str, png: bytes | None, caption: str = "") -> str:
+        """Register a chart (for --png) and return its <figure> with the image inline."""
+        if not png:
+            return ""
+        name = _slug(name) + ".png"
+        self.charts[name] = png
+        data = base64.b64encode(png).decode("ascii")
+        return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(caption or name)}">'
+                f'<figcaption>{_e(caption)}</figcaption></figure>')
+
+
+def render(runs: list[RunData]) -> Report:
+    page = Page()
+    page.section("warnings", "Warnings", warnings_html(runs), css="warnings")
+    page.section("environment", "Environment", environment_html(runs))
+    for sid, title, builder in SECTIONS:
+        page.section(sid, title, "".join(builder(rd, page) for rd in runs))
+    return Report(_document(runs, page), page.charts, [s[0] for s in page.sections])
+
+
+# --- small HTML helpers ---------------------------------------------------------------------------------------------
+def _e(text) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+
+
+def _num(value, fmt: str = "{:.4g}", suffix: str = "") -> tuple[str, float] | str:
+    """A numeric cell: (shown text, sort value), or '' when there is no value."""
+    if value is None or isinstance(value, bool):
+        return ""
+    if not isinstance(value, (int, float)):
+        return str(value)
+    return (fmt.format(value) + suffix, value)
+
+
+def table(headers: list[str], rows: list[list], cls: str = "sortable") -> str:
+    """A table; a cell is text, or (text, number) for a right-aligned cell that sorts by the number, or
+    ('html', markup) for trusted markup."""
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _cell(c) -> str:
+    if isinstance(c, tuple) and c[0] == "html":
+        return f"<td>{c[1]}</td>"
+    if isinstance(c, tuple):
+        return f'<td class="num" data-v="{c[1]}">{_e(c[0])}</td>'
+    return f"<td>{_e(c)}</td>"
+
+
+def _status(row: dict):
+    return ("html", f'<span class="st-{_e(row["status"])}">{_e(row["status"])}</span>')
+
+
+def _when(ts) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
+
+
+# --- warnings -------------------------------------------------------------------------------------------------------
+def warning_items(runs: list[RunData]) -> dict[str, list[str]]:
+    """Category -> lines: failed runs, wrong results, failed cases, unstable and throttled measurements."""
+    out = defaultdict(list)
+    for rd in runs:
+        run = rd.run
+        if run["status"] != "done":
+            out["runs"].append(f"run {run['id']} is {run['status']}: its results may be incomplete")
+        out["runs"] += [f"run {run['id']}: {w}" for w in run.get("warnings") or []]
+        for r in rd.results:
+            where = f"run {run['id']} · {label(r)} · {r['precision']}"
+            if _failure(r):
+                out[_failure(r)].append(f"{where}: {r['status']}: {r.get('message') or ''}".strip(": "))
+            for w in r.get("warnings") or []:
+                out[_warning_kind(w)].append(f"{where}: {w}")
+            out["accuracy"] += [f"{where}: {a}" for a in _accuracy_problems(r)]
+    return {k: out[k] for k in WARNING_ORDER if out.get(k)}
+
+
+WARNING_ORDER = ("runs", "wrong results", "failed cases", "throttled", "unstable", "accuracy", "other warnings")
+
+
+def _failure(row: dict) -> str | None:
+    """'wrong results' | 'failed cases' | None. A recipe the advisor rejected is its finding (shown in the
+    advisor's section), not a failure of the measurement."""
+    if kind(row) == "advise" or row["status"] not in FAILED:
+        return None
+    return "wrong results" if row["status"] == "wrong" else "failed cases"
+
+
+def _warning_kind(text: str) -> str:
+    low = text.lower()
+    return "unstable" if "unstable" in low else "throttled" if "throttl" in low else "other warnings"
+
+
+def _accuracy_problems(row: dict) -> list[str]:
+    acc = (row.get("metrics") or {}).get("accuracy")
+    if not isinstance(acc, dict):
+        return []
+    found = []
+    if acc.get("nonfinite"):
+        found.append(f"non-finite values ({acc['nonfinite']})")
+    if acc.get("skipped_steps"):
+        found.append(f"{acc['skipped_steps']} optimizer step(s) skipped by the loss scaler")
+    return found
+
+
+def warnings_html(runs: list[RunData]) -> str:
+    parts = []
+    for category, lines in warning_items(runs).items():
+        shown = "".join(f"<li>{_e(x)}</li>" for x in lines[:MAX_LISTED])
+        more = f"<li>… and {len(lines) - MAX_LISTED} more</li>" if len(lines) > MAX_LISTED else ""
+        parts.append(f"<h3>{_e(category)} ({len(lines)})</h3><ul>{shown}{more}</ul>")
+    return "".join(parts)
+
+
+# --- environment ----------------------------------------------------------------------------------------------------
+ENV_FIELDS = (
+    ("kind", lambda r, e: r["kind"]), ("status", lambda r, e: r["status"]),
+    ("started", lambda r, e: _when(r["started"])), ("command", lambda r, e: r["command"]),
+    ("device", lambda r, e: r["device"]), ("SMs", lambda r, e: e.get("gpu", {}).get("sm_count")),
+    ("compute capability", lambda r, e: e.get("gpu", {}).get("compute_capability")),
+    ("GPU memory (GiB)", lambda r, e: e.get("gpu", {}).get("memory_gib")),
+    ("driver", lambda r, e: e.get("gpu", {}).get("driver")),
+    ("max SM / memory clock (MHz)", lambda r, e: _pair(e.get("gpu", {}), "sm_clock_max_mhz", "mem_clock_max_mhz")),
+    ("power limit (W)", lambda r, e: e.get("gpu", {}).get("power_limit_w")),
+    ("CPU", lambda r, e: f"{e.get('cpu', {}).get('model', '')} ({e.get('cpu', {}).get('cores', '?')} cores)"),
+    ("platform", lambda r, e: e.get("platform")),
+    ("tcperf", lambda r, e: r.get("tcperf_version")),
+    *[(lib, (lambda name: lambda r, e: e.get("libraries", {}).get(name))(lib))
+      for lib in ("python", "torch", "cuda", "cudnn", "cublas", "triton", "torchvision", "torchao")],
+    ("results", lambda r, e: None),
+)
+
+
+def _pair(d: dict, a: str, b: str):
+    return f"{d[a]:g} / {d[b]:g}" if d.get(a) and d.get(b) else None
+
+
+def environment_html(runs: list[RunData]) -> str:
+    headers = ["", *[f"run {rd.run['id']}" for rd in runs]]
+    rows = []
+    for name, get in ENV_FIELDS:
+        if name == "results":
+            values = [_result_counts(rd.results) for rd in runs]
+        else:
+            values = [get(rd.run, rd.run.get("env") or {}) for rd in runs]
+        if any(v not in (None, "") for v in values):
+            rows.append([name, *["" if v is None else str(v) for v in values]])
+    return table(headers, rows, cls="env")
+
+
+def _result_counts(results: list[dict]) -> str:
+    counts = Counter(r["status"] for r in results)
+    return ", ".join(f"{n} {s}" for s, n in counts.most_common())
+
+
+# --- kernel suites and ceilings ---------------------------------------------------------------------------------
+def _sheet(rd: RunData) -> dict:
+    return peaks.datasheet((rd.run.get("env") or {}).get("gpu", {}).get("name"))
+
+
+def _tc_html(row: dict) -> str:
+    m = row.get("metrics") or {}
+    parts = []
+    if m.get("tensor_cores_used") is not None:
+        parts.append('<span class="ok">TC</span>' if m["tensor_cores_used"] else '<span class="bad">no TC</span>')
+    if (m.get("verdict") or {}).get("misaligned"):
+        parts.append('<span class="bad">misaligned</span>')
+    if m.get("padded"):
+        parts.append(f"pad: {m['padded']['gain']:.2f}x")
+    return " ".join(parts)
+
+
+def kernel_table(rows: list[dict], rd: RunData) -> str:
+    sheet, ups = _sheet(rd), speedups(rows)
+    out = []
+    for i, r in enumerate(rows):
+        value, unit = rate(r)
+        out.append([label(r), r["precision"], _status(r), (fmt_ms(r), r["median_ms"]) if r.get("median_ms") else "",
+                    (f"{value:.4g} {unit}", value) if value else "", _num(percent_peak(r, sheet), "{:.0f}", "%"),
+                    _num(percent_ceiling(r, rd.ceilings), "{:.0f}", "%"), _num(ups.get(i), "{:.2f}", "x"),
+                    ("html", _tc_html(r)), r.get("message") or "; ".join(r.get("warnings") or [])])
+    return table(["case", "precision", "status", "ms (median ± IQR)", "rate", "% peak", "% ceiling", "vs fp32",
+                  "Tensor Cores", "note"], out)
+
+
+def suites_html(rd: RunData, page: Page) -> str:
+    groups = defaultdict(list)
+    for r in rd.of_kind("kernel"):
+        groups[group_name(r)].append(r)
+    parts = []
+    for suite, rows in groups.items():
+        note = "" if rd.ceilings else " No measured ceilings for this device: run `tcperf ceilings`."
+        png = ch.suite_chart(rows, rd.ceilings, _sheet(rd), f"{suite} · {rd.name}")
+        caption = f"Best rate per op and precision; black: measured ceiling, dashed: datasheet peak.{note}"
+        anchor = _slug(f"suite-{rd.run['id']}-{suite}")
+        parts.append(f'<h3 id="{anchor}">{_e(suite)} · {_e(rd.name)}</h3>'
+                     + page.chart(f"run{rd.run['id']}-suite-{suite}", png, caption) + kernel_table(rows, rd))
+    return "".join(parts)
+
+
+def ceilings_html(rd: RunData, page: Page) -> str:
+    rows = rd.of_kind("ceiling")
+    if not rows:
+        return ""
+    png = ch.suite_chart(rows, {}, _sheet(rd), f"measured ceilings · {rd.name}")
+    return (f"<h3>{_e(rd.name)}</h3>" + page.chart(f"run{rd.run['id']}-ceilings", png,
+                                                    "Measured ceilings; dashed: datasheet peak.")
+            + kernel_table(rows, rd))
+
+
+def alignment_html(rd: RunData, page: Page) -> str:
+    rows = rd.of_kind("kernel")
+    png = ch.alignment_chart(rows, f"alignment · {rd.name}")
+    if not png:
+        return ""
+    padded = [r for r in rows if (r.get("metrics") or {}).get("padded") and r["status"] == "ok"]
+    out = [[label(r), r["precision"], ", ".join(r["metrics"].get("verdict", {}).get("misaligned") or []),
+            (fmt_ms(r), r["median_ms"]), _num(r["metrics"]["padded"]["median_ms"]),
+            _num(r["metrics"]["padded"]["gain"], "{:.2f}", "x"), r["metrics"].get("verdict", {}).get("fix") or ""]
+           for r in padded]
+    caption = "Red crosses: shapes that miss the 16-byte alignment rule. Right: the same work padded to aligned."
+    return (f"<h3>{_e(rd.name)}</h3>" + page.chart(f"run{rd.run['id']}-alignment", png, caption)
+            + (table(["case", "precision", "misaligned", "ms as is", "ms padded", "gain", "fix"], out) if out else ""))
+
+
+# --- the model ladder -------------------------------------------------------------------------------------------
+def ladder_batch(rows: list[dict]):
+    """The batch the ladder chart shows: the one most recipes ran at (the largest such)."""
+    counts = Counter(r["shape"].get("batch") for r in rows)
+    return max(counts, key=lambda b: (counts[b], b if isinstance(b, (int, float)) else -1))
+
+
+def models_html(rd: RunData, page: Page) -> str:
+    groups = defaultdict(list)
+    for r in rd.of_kind("model"):
+        groups[r["shape"].get("model", "?"), r["shape"].get("mode", "")].append(r)
+    parts = []
+    for (model, mode), rows in groups.items():
+        batch = ladder_batch(rows)
+        name = f"{model} {mode} · {rd.name}"
+        ladder = ch.ladder_chart([r for r in rows if r["shape"].get("batch") == batch], f"{name} · batch {batch}")
+        sweep = ch.batch_chart(rows, name) if len({r["shape"].get("batch") for r in rows}) > 1 else None
+        slug = f"run{rd.run['id']}-{model}-{mode}"
+        parts.append(f"<h3>{_e(name)}</h3>"
+                     + page.chart(slug + "-ladder", ladder, "Throughput per rung; labels: speedup over fp32.")
+                     + page.chart(slug + "-batch", sweep, "Throughput against batch size per recipe.")
+                     + model_table(ch.rung_order(rows)))
+    return "".join(parts)
+
+
+def model_table(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        m = r.get("metrics") or {}
+        out.append([r["precision"], _num(r["shape"].get("batch"), "{}"), _status(r),
+                    _num(m.get("throughput"), "{:,.0f}", f" {m.get('unit', '')}"),
+                    _num(m.get("speedup_fp32"), "{:.2f}", "x"),
+                    _num(m.get("speedup_prev"), "{:.2f}", "x"), _num(m.get("mfu"), "{:.1%}"),
+                    _num(m.get("peak_mem_gib"), "{:.1f}"), _num(m.get("compile_s"), "{:.0f}", " s"),
+                    _accuracy_text(m.get("accuracy")), r.get("message") or "; ".join(r.get("warnings") or [])])
+    return table(["recipe", "batch", "status", "throughput", "vs fp32", "vs previous rung", "MFU", "peak GiB",
+                  "compile", "accuracy", "note"], out)
+
+
+def _accuracy_text(acc) -> str:
+    if not isinstance(acc, dict):
+        return ""
+    return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in acc.items() if v is not None)
+
+
+# --- the advisor ------------------------------------------------------------------------------------------------
+def advisor_html(rd: RunData, page: Page) -> str:
+    """The recipes the advisor timed (a table), then each verdict: its one-line answer, the details, the code."""
+    rows = rd.of_kind("advise")
+    recipes = [r for r in rows if not (r.get("metrics") or {}).get("verdict")]
+    parts = [f"<h3>{_e(rd.name)}</h3>"] if rows else []
+    if recipes:
+        parts.append(advice_table(recipes))
+    for r in rows:
+        verdict = (r.get("metrics") or {}).get("verdict")
+        if verdict:
+            parts.append(verdict_html(r, verdict))
+    return "".join(parts)
+
+
+def advice_table(rows: list[dict]) -> str:
+    out = [[label(r), r["precision"], _status(r), (fmt_ms(r), r["median_ms"]) if r.get("median_ms") else "",
+            _num((r.get("metrics") or {}).get("speedup_fp32"), "{:.2f}", "x"), _num(r.get("error"), "{:.2g}"),
+            _num((r.get("metrics") or {}).get("tc_share"), "{:.0%}"), r.get("message") or ""] for r in rows]
+    return table(["model", "recipe", "status", "ms a step (median ± IQR)", "vs fp32", "error", "TC share", "note"],
+                 out)
+
+
+def verdict_html(row: dict, verdict) -> str:
+    m = row.get("metrics") or {}
+    answer = advice_summary(row)
+    details = {k: v for k, v in verdict.items() if k != "snippets"} if isinstance(verdict, dict) else verdict
+    snippets = m.get("snippets") or (verdict.get("snippets") if isinstance(verdict, dict) else None)
+    parts = [f'<p class="answer">{_e(answer)}</p>' if answer else "", "<h4>verdict</h4>", value_html(details)]
+    for key, value in (("shape lint", m.get("lint")), ("code to paste", snippets),
+                       ("precision-sensitive modules", m.get("sensitive"))):
+        if value not in (None, "", [], {}):
+            parts.append(f"<h4>{_e(key)}</h4>{value_html(value)}")
+    return f'<div class="verdict"><h3>{_e(label(row))}</h3>{"".join(parts)}</div>'
+
+
+def value_html(value) -> str:
+    """Any JSON value, readably: a dict as a two-column list, a list of records as a table, code as <pre>."""
+    if isinstance(value, dict):
+        items = "".join(f"<dt>{_e(k)}</dt><dd>{value_html(v)}</dd>" for k, v in value.items()
+                        if v not in (None, "", [], {}))
+        return f'<dl class="kv">{items}</dl>'
+    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        keys = list(dict.fromkeys(k for v in value for k in v))
+        return table(keys, [[("html", value_html(v.get(k))) for k in keys] for v in value], cls="records")
+    if isinstance(value, list):
+        return "<ul>" + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ul>"
+    if isinstance(value, str) and "\n" in value:
+        return f"<pre>{_e(value)}</pre>"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else _e(value)
+
+
+# --- the lab ----------------------------------------------------------------------------------------------------
+def lab_html(rd: RunData, page: Page) -> str:
+    groups = defaultdict(list)
+    for r in rd.of_kind("lab"):
+        groups[r["op"]].append(r)
+    parts = []
+    for op, rows in groups.items():
+        rows = sorted(rows, key=lambda r: lab_size(r["shape"]) or 0)
+        marks = ", ".join(f"{k}: {v:,.0f}" for k, v in crossovers(rows).items()) or "none in the sizes measured"
+        png = ch.lab_chart(rows, f"{op} · {rd.name}")
+        out = [[_num(lab_size(r["shape"]), "{:,}"), r["precision"], _status(r),
+                *[_num(ch.lab_value(r, key)) for key, _ in ch.LAB_SERIES]] for r in rows]
+        parts.append(f"<h3>{_e(op)} · {_e(rd.name)}</h3>"
+                     + page.chart(f"run{rd.run['id']}-{op}", png, f"Time against size; crossover: {marks}.")
+                     + table(["size", "precision", "status", *[name + " (ms)" for _, name in ch.LAB_SERIES]], out))
+    return "".join(parts)
+
+
+SECTIONS = (("suites", "Kernel suites", suites_html), ("ceilings", "Measured ceilings", ceilings_html),
+            ("alignment", "Alignment", alignment_html), ("models", "Model ladder", models_html),
+            ("advisor", "Advisor", advisor_html), ("lab", "Lab: CPU against GPU", lab_html))
+
+
+# --- the page ---------------------------------------------------------------------------------------------------
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#222;
+     max-width:1240px;margin:1.5em auto;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+h3{margin:1.2em 0 .4em} nav a{margin-right:1em}
+table{border-collapse:collapse;margin:.4em 0 1.2em;font-size:12px}
+th,td{border:1px solid #ccc;padding:3px 7px;vertical-align:top;text-align:left}
+th{background:#f2f2f2} table.sortable th{cursor:pointer} table.sortable th:after{content:" \\2195";color:#aaa}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+figure{margin:.6em 0} img{max-width:100%;height:auto} figcaption{font-size:12px;color:#555}
+.warnings{border:2px solid #c62828;background:#fff5f5;padding:.2em 1em .6em;border-radius:4px}
+.warnings h2{color:#c62828;border:none}
+.st-ok,.ok{color:#2e7d32} .st-skipped{color:#777} .bad{color:#b26a00}
+.st-wrong,.st-error,.st-oom,.st-timeout{color:#c62828;font-weight:bold}
+pre{background:#f6f6f6;padding:.5em;overflow-x:auto;margin:.2em 0}
+dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:.3em 0} dl.kv dt{font-weight:bold}
+dl.kv dd{margin:0}
+.answer{font-size:1.1em;font-weight:bold;border-left:4px solid #2e7d32;padding-left:.6em}
+@media print{body{max-width:none;margin:0;font-size:11px} nav{display:none}
+  table.sortable th:after{content:""} figure,tr{break-inside:avoid} h2,h3{break-after:avoid}}
+"""
+
+# Click a column header to sort by it (numbers by their value, before text; text alphabetically); click again to
+# reverse. A numeric cell carries its value in data-v.
+JS = """
+document.querySelectorAll("table.sortable th").forEach(function (th) {
+  th.addEventListener("click", function () {
+    var col = th.cellIndex, body = th.closest("table").tBodies[0], up = th.dataset.dir !== "asc";
+    th.dataset.dir = up ? "asc" : "desc";
+    var key = function (row) {
+      var c = row.cells[col];
+      return c.dataset.v !== undefined ? [0, parseFloat(c.dataset.v)] : [1, c.textContent];
+    };
+    var rows = Array.prototype.slice.call(body.rows).sort(function (a, b) {
+      var x = key(a), y = key(b);
+      var c = (x[0] - y[0]) || (x[0] === 0 ? x[1] - y[1] : x[1].localeCompare(y[1]));
+      return up ? c : -c;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+  });
+});
+"""
+
+
+def _document(runs: list[RunData], page: Page) -> str:
+    title = "tcperf report: " + ", ".join(rd.name for rd in runs)
+    nav = " ".join(f'<a href="#{sid}">{_e(t)}</a>' for sid, t, _ in page.sections)
+    made = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    body = "".join(s[2] for s in page.sections)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
+            f"<h1>{_e(title)}</h1><p>Built by tcperf from the results store on {made}; every figure is a median "
+            f"with its spread (IQR).</p><nav>{nav}</nav>{body}<script>{JS}</script></body></html>\n")
