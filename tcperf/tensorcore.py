@@ -58,7 +58,11 @@ def wave_quantization(m: int, n: int, sm_count: int | None, tile=NOMINAL_TILE) -
     return {"tiles": tiles, "waves": waves, "wave_efficiency": round(efficiency, 3)}
 
 
-def gemm_verdict(m: int, n: int, k: int, precision: str, sm_count: int | None = None) -> dict:
+INT8_ROW_MAJOR_B = ("int8 with B row-major: cuBLAS picks an sm80 WMMA kernel (an H200 measured 128 TOPS at 8192^3); "
+                    "store B transposed (b_t=T, as nn.Linear stores its [N, K] weight) for the Hopper kernel")
+
+
+def gemm_verdict(m: int, n: int, k: int, precision: str, sm_count: int | None = None, b_t: str = "N") -> dict:
     """Everything tcperf can say about a GEMM's Tensor Core eligibility without running it."""
     p = get(precision)
     bad = misaligned({"m": m, "n": n, "k": k}, precision) if uses_tensor_cores(precision) else []
@@ -67,6 +71,8 @@ def gemm_verdict(m: int, n: int, k: int, precision: str, sm_count: int | None = 
     if waves.get("wave_efficiency", 1.0) < POOR_WAVE and waves.get("waves", 99) <= 4:
         issues.append(f"{waves['tiles']} tiles of {NOMINAL_TILE[0]}x{NOMINAL_TILE[1]} over {sm_count} SMs: "
                       f"last wave {waves['wave_efficiency']:.0%} busy")
+    if precision == "int8" and b_t != "T":
+        issues.append(INT8_ROW_MAJOR_B)
     limit = gemm_hard_limit(m, n, k, precision)
     padded = {d: pad_to(v, p.align) for d, v in (("m", m), ("n", n), ("k", k)) if v % p.align}
     return {

@@ -1,6 +1,7 @@
 """The Tensor Core verdict on a table of shapes (aligned, misaligned, int8 M <= 16, fp8 K % 16 != 0, NCHW, waves),
 the words `tcperf lint` prints, and on a GPU the padding fix measured for the 8191^3 bf16 GEMM."""
 import pytest
+import torch
 
 from tcperf import tensorcore as tc
 from tcperf.ops.conv import geometry
@@ -122,3 +123,32 @@ def test_misaligned_bf16_gemm_is_flagged_with_a_measured_padding_gain(cuda):
     assert m["verdict"]["misaligned"] and m["verdict"]["fix"].startswith("pad m 8191->8192")
     assert m["padded"]["shape"]["m"] == 8192 and m["padded"]["gain"] > 1, m["padded"]
     assert m["tensor_cores_used"] is True
+
+
+def test_int8_with_row_major_b_is_flagged_and_column_major_is_not():
+    from tcperf.tensorcore import INT8_ROW_MAJOR_B, gemm_verdict
+    assert INT8_ROW_MAJOR_B in gemm_verdict(4096, 4096, 4096, "int8", 132, b_t="N")["issues"]
+    assert INT8_ROW_MAJOR_B not in gemm_verdict(4096, 4096, 4096, "int8", 132, b_t="T")["issues"]
+    assert INT8_ROW_MAJOR_B not in gemm_verdict(4096, 4096, 4096, "bf16", 132, b_t="N")["issues"]
+
+
+@pytest.mark.parametrize("b_t", ["N", "T"])
+def test_int8_gemm_honours_the_layout_and_is_exact(b_t):
+    from tcperf.ops.base import check
+    from tcperf.ops.gemm import OP
+    from tcperf.precision import get
+    prep = OP.prepare({"m": 32, "n": 24, "k": 40, "a_t": "N", "b_t": b_t}, get("int8"), torch.device("cpu"))
+    assert check(prep) == 0.0
+
+
+@pytest.mark.gpu
+def test_int8_column_major_b_is_faster_on_gpu(cuda):
+    """On an H200, torch._int_mm ran 128 TOPS with B row-major and 923 with B column-major (2026-11-22)."""
+    from tcperf.ops.gemm import OP
+    from tcperf.precision import get
+    from tcperf.timing import time_fn
+    ms = {}
+    for b_t in ("N", "T"):
+        prep = OP.prepare({"m": 4096, "n": 4096, "k": 4096, "a_t": "N", "b_t": b_t}, get("int8"), cuda)
+        ms[b_t] = time_fn(prep.run, cuda).median_ms
+    assert ms["T"] < ms["N"]

@@ -3,7 +3,8 @@
 FLOPs: 2*m*n*k (one multiply and one add per term). Bytes: A and B read once, C written once.
 fp64/fp32/tf32/fp16/bf16 go through torch.matmul; fp8 through torch._scaled_mm (e4m3 operands, one float32
 scale per tensor, bf16 out, B column-major as cuBLASLt requires, so the layout columns do not apply);
-int8 through torch._int_mm (int32 out, exact).
+int8 through torch._int_mm (int32 out, exact), honouring the layouts: with B row-major (b_t=N) cuBLAS runs an
+sm80 WMMA kernel on an H200 (128 TOPS at 8192^3), with B column-major (b_t=T) a Hopper one.
 
 On an H200 (torch 2.11, 2026-11): bf16 8192^3 ~ 744 TFLOPS, fp16 8191^3 ~ 145 (anchors.md).
 """
@@ -42,7 +43,7 @@ class Gemm(Op):
 
     def verdict(self, shape: dict, prec: Precision, sm_count: int | None) -> dict:
         from ..tensorcore import gemm_verdict
-        return gemm_verdict(shape["m"], shape["n"], shape["k"], prec.name, sm_count)
+        return gemm_verdict(shape["m"], shape["n"], shape["k"], prec.name, sm_count, b_t=shape.get("b_t", "N"))
 
     def padded(self, shape: dict, prec: Precision) -> dict | None:
         from ..tensorcore import pad_to
@@ -56,18 +57,18 @@ class Gemm(Op):
         if prec.name == "int8":
             return _prepare_int8(shape, device, seed)
         gen = generator(device, seed)
-        a = _operand(shape["m"], shape["k"], shape.get("a_t", "N"), prec.dtype, device, gen)
-        b = _operand(shape["k"], shape["n"], shape.get("b_t", "N"), prec.dtype, device, gen)
+        make = lambda rows, cols: randn((rows, cols), prec.dtype, device, gen)
+        a = _operand(shape["m"], shape["k"], shape.get("a_t", "N"), make)
+        b = _operand(shape["k"], shape["n"], shape.get("b_t", "N"), make)
         c = torch.empty(shape["m"], shape["n"], dtype=prec.dtype, device=device)
         return Prepared(run=lambda: torch.matmul(a, b, out=c),
                         reference=lambda: a.double() @ b.double(), out=c)
 
 
-def _operand(rows: int, cols: int, trans: str, dtype, device, gen) -> torch.Tensor:
-    """A rows x cols operand; 'T' stores it as cols x rows and hands over the transposed view."""
-    if trans == "T":
-        return randn((cols, rows), dtype, device, gen).t()
-    return randn((rows, cols), dtype, device, gen)
+def _operand(rows: int, cols: int, trans: str, make) -> torch.Tensor:
+    """A rows x cols operand from make(rows, cols); 'T' stores it as cols x rows and hands over the transposed
+    view (for B: column-major)."""
+    return make(cols, rows).t() if trans == "T" else make(rows, cols)
 
 
 def _to_f8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -96,8 +97,9 @@ def _int8(rows: int, cols: int, device, gen) -> torch.Tensor:
 
 def _prepare_int8(shape: dict, device, seed: int) -> Prepared:
     gen = generator(device, seed)
-    a = _int8(shape["m"], shape["k"], device, gen)
-    b = _int8(shape["k"], shape["n"], device, gen)
+    make = lambda rows, cols: _int8(rows, cols, device, gen)
+    a = _operand(shape["m"], shape["k"], shape.get("a_t", "N"), make)
+    b = _operand(shape["k"], shape["n"], shape.get("b_t", "N"), make)   # 'T': column-major, cuBLASLt's int8 layout
     return Prepared(run=lambda: torch._int_mm(a, b), reference=lambda: a.double() @ b.double())
 
 
