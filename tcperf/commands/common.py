@@ -3,6 +3,7 @@ with a progress bar."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 
@@ -13,7 +14,9 @@ from .. import env as envmod
 from ..runner import TimingConfig, run_cases
 from ..store import Store
 
-console = Console()
+# Piped or logged output gets a wide table rather than rich's 80-column default (COLUMNS still wins).
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+console = Console(width=_WIDTH)
 err_console = Console(stderr=True)
 
 
