@@ -34,7 +34,8 @@ class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (and exit 2), not a usage block."""
 
     def error(self, message: str):
-        raise UserError(f"{self.prog}: {message}")
+        command = self.prog.partition(" ")[2]          # 'tcperf lint' -> 'lint'; main() adds 'tcperf: '
+        raise UserError(f"{command}: {message}" if command else message)
 
 
 def build_parser() -> Parser:
