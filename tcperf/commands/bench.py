@@ -22,7 +22,6 @@ from ..store import case_key
 from ..table import results_table
 from ..tensorcore import padding_note
 from .common import add_measuring, console, measure_into_store, print_json
-from .show import ceilings_for
 
 GPU_PRECISIONS = "fp32,tf32,bf16,fp16"
 CPU_PRECISIONS = "fp32,bf16"
@@ -119,7 +118,7 @@ def print_bench(store, run: dict, results: list[dict]) -> None:
     when = datetime.datetime.fromtimestamp(run["started"]).strftime("%Y-%m-%d %H:%M")
     title = f"run {run['id']} · bench · {run['device']} · {when} · {len(results)} results · {run['status']}"
     gpu = run["env"].get("gpu", {}).get("name")
-    console.print(results_table(results, gpu, ceilings_for(store, run["device"]), title=title))
+    console.print(results_table(results, gpu, store.ceilings(run["device"]), title=title))
     padded = [r for r in results if (r.get("metrics") or {}).get("padded")]
     if padded:
         console.print("[bold]padding, measured:[/]")

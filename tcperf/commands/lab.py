@@ -21,7 +21,6 @@ from ..lab import bench
 from ..store import Store
 from ..table import STATUS_STYLE
 from .common import add_measuring, console, err_console, measure_into_store, print_json
-from .show import ceilings_for
 
 
 def add_parser(sub) -> None:
@@ -78,7 +77,7 @@ def _ceilings(args, device: torch.device) -> dict:
     if device.type != "cuda":
         return {}
     name = torch.cuda.get_device_name(device)
-    return {"measured": ceilings_for(Store.open(args.db), name), "datasheet": peaks.datasheet(name)}
+    return {"measured": Store.open(args.db).ceilings(name), "datasheet": peaks.datasheet(name)}
 
 
 # --- the table ------------------------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from .. import ladder, models, recipes
 from ..errors import UserError
 from ..store import Store
 from .common import add_measuring, console, err_console, measure_into_store, print_json
-from .show import ceilings_for
 
 
 def add_parser(sub) -> None:
@@ -87,7 +86,7 @@ def _ceilings(db, device) -> dict:
     """This GPU's measured ceilings (`tcperf ceilings`), for MFU; {} without them (the datasheet is used)."""
     if device.type != "cuda":
         return {}
-    return ceilings_for(Store.open(db), torch.cuda.get_device_name(device))
+    return Store.open(db).ceilings(torch.cuda.get_device_name(device))
 
 
 # --- the table --------------------------------------------------------------------------------------------------

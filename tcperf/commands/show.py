@@ -26,12 +26,6 @@ def main(args) -> int:
     return 0
 
 
-def ceilings_for(store: Store, device: str) -> dict:
-    """The latest measured ceilings for this device, if `tcperf ceilings` ran (else {})."""
-    getter = getattr(store, "ceilings", None)
-    return getter(device) if getter else {}
-
-
 def print_run(store: Store, run_id: int, out) -> None:
     run = store.run(run_id)
     results = store.results(run_id)
@@ -40,7 +34,7 @@ def print_run(store: Store, run_id: int, out) -> None:
     title = (f"run {run['id']} · {run['kind']} · {run['device']} · {when} · torch {lib.get('torch')} "
              f"· {run['status']}")
     ordinary = [r for r in results if r.get("median_ms") is not None or r["status"] != "ok"]
-    out.print(results_table(ordinary, run["env"].get("gpu", {}).get("name"), ceilings_for(store, run["device"]),
+    out.print(results_table(ordinary, run["env"].get("gpu", {}).get("name"), store.ceilings(run["device"]),
                             title=title))
     for w in run.get("warnings") or []:
         out.print(f"[yellow]warning:[/] {w}")

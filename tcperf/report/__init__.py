@@ -139,16 +139,10 @@ class RunData:
         return [r for r in self.results if kind(r) == which]
 
 
-def ceilings_for(store, device: str) -> dict:
-    """The ceilings `tcperf ceilings` measured on this device ({} if it never ran there)."""
-    from ..commands.show import ceilings_for as latest
-    return latest(store, device)
-
-
 def load(store, run_ids: list[int] | None) -> list[RunData]:
     """The runs to report on (the latest when none is named), each with its device's ceilings."""
     runs = [store.run(i) for i in run_ids] if run_ids else [store.run(None)]
-    return [RunData(run, store.results(run["id"]), ceilings_for(store, run["device"])) for run in runs]
+    return [RunData(run, store.results(run["id"]), store.ceilings(run["device"])) for run in runs]
 
 
 @dataclass
