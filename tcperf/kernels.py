@@ -17,8 +17,8 @@ order (the first rule that matches decides):
 4. Everything else (elementwise, reductions, copies, layout transposes, `gemv`, `sgemm`, `gemmSN`,
    `splitKreduce`, softmax, cuDNN RNN kernels without `_HMMA`) -> not TC.
 
-The names the tests check it against (tests/test_kernels.py) come from public profiles of sm80/sm90 runs; names
-recorded on this project's H100/H200 are added there as they are seen.
+The tests (tests/test_kernels.py) check it against names from public sm80/sm90 profiles and against 246 names
+profiled on an H200 with torch 2.11 (tests/data/kernels_h200.tsv, 2026-11-22).
 
     classify("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT")     # (True, 'nvjet')
     classify("ampere_sgemm_128x64_nn")                        # (False, 'no Tensor Core marker')
