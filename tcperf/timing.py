@@ -5,7 +5,15 @@ Modelled on triton.testing.do_bench, which times the same way (events per call, 
 keeps every raw sample, lets the L2 flush be switched off, replays a CUDA graph on request and gives the CPU the
 same statistics. benchmarks/fidelity.py holds this against do_bench on a GPU.
 
-    m = time_fn(lambda: a @ b, "cuda")      # Measurement(median_ms=..., iqr_ms=..., n=...)
+Two ways to time a call:
+- per call (the default, do_bench's way: for kernels): an event pair around each call, with the L2 flushed in
+  between if asked; the gaps between calls are not counted.
+- back to back (`back_to_back=True`: for whole-model steps): one event between consecutive calls and nothing
+  else in the loop, so the samples add up to the loop's time on the GPU and their mean is the time a step that a
+  loop of them sustains (tcperf.advisor ranks recipes by it).
+
+    m = time_fn(lambda: a @ b, "cuda")                       # Measurement(median_ms=..., iqr_ms=..., n=...)
+    m = time_fn(step, "cuda", flush_l2=False, back_to_back=True)
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ class Measurement:
     warmup: int = 0
     flush_l2: bool = True
     graph: bool = False
+    back_to_back: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -66,7 +75,7 @@ class Measurement:
     def summary(self) -> dict:
         return {"median_ms": self.median_ms, "iqr_ms": self.iqr_ms, "min_ms": self.min_ms,
                 "mean_ms": self.mean_ms, "n": self.n, "warmup": self.warmup,
-                "flush_l2": self.flush_l2, "graph": self.graph}
+                "flush_l2": self.flush_l2, "graph": self.graph, "back_to_back": self.back_to_back}
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -86,11 +95,16 @@ def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float, min_reps: int, 
 
 
 def time_fn(fn, device: torch.device | str, *, warmup_ms: float = 25, rep_ms: float = 100,
-            flush_l2: bool = True, graph: bool = False, min_reps: int = 5, max_reps: int = 1000) -> Measurement:
-    """Time `fn()` on `device`; every sample is one call."""
+            flush_l2: bool = True, graph: bool = False, min_reps: int = 5, max_reps: int = 1000,
+            back_to_back: bool = False) -> Measurement:
+    """Time `fn()` on `device`; every sample is one call (per call, or back to back: see the module's doc).
+    On the CPU both ways are the same: perf_counter around each call counts the host's work."""
+    if back_to_back and flush_l2:
+        raise ValueError("back_to_back samples run the calls without a gap, so the L2 cannot be flushed between "
+                         "them: pass flush_l2=False")
     device = torch.device(device)
     if device.type == "cuda":
-        return _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_reps)
+        return _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_reps, back_to_back)
     return _time_cpu(fn, warmup_ms, rep_ms, min_reps, max_reps)
 
 
@@ -132,7 +146,7 @@ def _as_graph(fn, device):
     return g.replay
 
 
-def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_reps) -> Measurement:
+def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_reps, back_to_back) -> Measurement:
     with torch.cuda.device(device):
         call = _as_graph(fn, device) if graph else fn
         cache = _l2_buffer(device) if flush_l2 else None
@@ -142,8 +156,10 @@ def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_rep
         warmup, reps = _counts(estimate_ms, warmup_ms, rep_ms, min_reps, max_reps)
         for _ in range(warmup):
             call()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        if back_to_back:
+            samples = _back_to_back(call, reps)
+            return Measurement(samples, warmup=warmup, flush_l2=False, graph=graph, back_to_back=True)
+        starts, ends = _events(reps), _events(reps)
         for start, end in zip(starts, ends):
             if cache is not None:
                 cache.zero_()      # evict the inputs from L2 so every call reads them from memory
@@ -153,6 +169,27 @@ def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_rep
         torch.cuda.synchronize()   # sync point: read the events only once all have completed
         samples = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     return Measurement(samples, warmup=warmup, flush_l2=flush_l2, graph=graph)
+
+
+def _back_to_back(call, reps: int) -> list[float]:
+    """reps + 1 events, one between consecutive calls: sample i is the interval from call i's start to call i+1's."""
+    marks = _events(reps + 1)
+    marks[0].record()
+    for mark in marks[1:]:
+        call()
+        mark.record()
+    torch.cuda.synchronize()   # sync point: read the events only once all have completed
+    return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+
+
+def _events(n: int) -> list:
+    """n timing events, created before the timed loop: torch creates the CUDA event at its first record(), and
+    that driver call must not land between two timed calls."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+    for e in events:
+        e.record()
+    torch.cuda.synchronize()   # sync point: before the timed calls, not among them
+    return events
 
 
 def _estimate_cuda(call, cache, calls: int = 5) -> float:
