@@ -160,16 +160,19 @@ class Store:
         return self._read("SELECT * FROM results WHERE run_id=? ORDER BY id", (run_id,))
 
     def ceilings(self, device: str) -> dict:
-        """This device's measured ceilings from `tcperf ceilings` runs, the latest figure per precision:
-        {precision: TFLOPS (TOPS for int8), "bandwidth": GB/s}; {} when none was measured."""
-        rows = self._read("SELECT results.precision, results.tflops, results.gbps FROM results "
+        """This device's measured ceilings from `tcperf ceilings` runs: per precision, the best figure of the
+        latest run that measured it, {precision: TFLOPS (TOPS for int8), "bandwidth": GB/s}; {} when none was."""
+        rows = self._read("SELECT results.run_id, results.precision, results.tflops, results.gbps FROM results "
                           "JOIN runs ON runs.id = results.run_id WHERE runs.kind = 'ceilings' AND runs.device = ? "
-                          "AND results.op = 'ceiling' AND results.status = 'ok' ORDER BY results.id DESC", (device,))
+                          "AND results.op = 'ceiling' AND results.status = 'ok' ORDER BY results.run_id DESC",
+                          (device,))
+        latest: dict = {}
         out: dict = {}
         for r in rows:
             value = r["gbps"] if r["precision"] == "bandwidth" else r["tflops"]
-            if value:
-                out.setdefault(r["precision"], value)
+            if not value or latest.setdefault(r["precision"], r["run_id"]) != r["run_id"]:
+                continue
+            out[r["precision"]] = max(value, out.get(r["precision"], 0.0))
         return out
 
 

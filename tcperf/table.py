@@ -17,9 +17,10 @@ def fmt_ms(r: dict) -> str:
 
 
 def rate(r: dict) -> tuple[float | None, str]:
-    """(value, unit): TFLOPS for compute, GB/s for pure data movement."""
+    """(value, unit): TFLOPS for compute (TOPS for int8, whose operations are not floating point), GB/s for pure
+    data movement."""
     if r.get("tflops"):
-        return r["tflops"], "TFLOPS"
+        return r["tflops"], "TOPS" if r.get("precision") == "int8" else "TFLOPS"
     if r.get("gbps"):
         return r["gbps"], "GB/s"
     return None, ""

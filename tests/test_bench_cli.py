@@ -111,7 +111,7 @@ def test_ceilings_on_cpu_are_stored_and_read_back(capsys, db_path):
     assert main(["show", "--db", db_path]) == 0 and "100%" in capsys.readouterr().out   # % of the measured ceiling
 
 
-def test_store_ceilings_takes_the_latest_figure_per_precision(db_path):
+def test_store_ceilings_takes_the_best_figure_of_the_latest_run_per_precision(db_path):
     s = Store(db_path)
     env = {"gpu": {"name": "NVIDIA H200"}}
     first = s.start_run("ceilings", "tcperf ceilings", env)
@@ -119,6 +119,7 @@ def test_store_ceilings_takes_the_latest_figure_per_precision(db_path):
         s.add_result(first, {"op": "ceiling", "precision": prec, "status": "ok", "tflops": tflops, "gbps": gbps})
     second = s.start_run("ceilings", "tcperf ceilings --precision bf16", env)
     s.add_result(second, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 740.0})
+    s.add_result(second, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 690.0})   # a larger size
     s.add_result(second, {"op": "ceiling", "precision": "fp32", "status": "error"})
     other = s.start_run("ceilings", "tcperf ceilings", {"gpu": {"name": "NVIDIA H100 80GB HBM3"}})
     s.add_result(other, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 690.0})
@@ -126,3 +127,11 @@ def test_store_ceilings_takes_the_latest_figure_per_precision(db_path):
     s.add_result(bench, {"op": "gemm", "precision": "bf16", "status": "ok", "tflops": 999.0})
     assert s.ceilings("NVIDIA H200") == {"bf16": 740.0, "fp32": 50.0, "bandwidth": 4200.0}
     assert s.ceilings("NVIDIA A100") == {}
+
+
+def test_ceiling_cases_measure_every_size_and_int8_with_b_column_major():
+    from tcperf.commands.ceilings import cases
+    got = cases(["bf16", "int8"], (4096, 8192), 1024)
+    gemms = [(c["precision"], c["shape"]["m"], c["shape"]["b_t"]) for c in got if c["op"] == "gemm"]
+    assert gemms == [("bf16", 4096, "N"), ("bf16", 8192, "N"), ("int8", 4096, "T"), ("int8", 8192, "T")]
+    assert [c["precision"] for c in got if c["op"] == "copy"] == ["bandwidth"]
