@@ -1,8 +1,13 @@
 """Does `tcperf advise` pick the right recipe? On a GPU, advise on four models, then try the recipes again by hand
-(a plain loop: recipes.prepare, the accuracy check against fp32 strict, CUDA events around 20 calls, median of 5
-repeats) and hold the advisor's choice against the fastest recipe that stays within tolerance. By hand: every
-recipe that does not compile, the compiled ones among the advisor's three fastest, and its mixed recipe.
+(a plain loop: recipes.prepare, the accuracy check against fp32 strict, then 3 windows of 1 s of back-to-back
+calls with CUDA events around each window: total time over total calls) and hold the advisor's choice against the
+fastest recipe that stays within tolerance. By hand: every recipe that does not compile, the compiled ones among
+the advisor's three fastest, and its mixed recipe.
 Target: the recommended recipe within 10% of the best by hand, and its accuracy within tolerance.
+
+Why seconds, not 20 calls: at its power cap an H200 ran fp16_overflow's compiled fp8 step at 0.55 ms for a while
+and 0.72 ms for a while (benchmarks/step_timing.py); the first version of this loop (5 x 20 calls) caught the slow
+spell and the advisor (300 ms of calls) the fast one, and they disagreed by 44%.
 
     python benchmarks/advise_gpu.py [--quick] [--models awkward,fp16_overflow,resnet50,gpt2] [--mode infer]
                                     [--out DIR] [--db PATH]
@@ -21,7 +26,6 @@ import argparse
 import copy
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,27 +57,33 @@ def load_model(name: str, mode: str):
 
 
 # --- by hand ----------------------------------------------------------------------------------------------------------
-def hand_time(step, calls: int = 20, repeats: int = 5) -> float:
-    """Median over `repeats` of (CUDA-event time of `calls` back-to-back calls) / calls, in ms."""
-    for _ in range(3):
+def hand_time(step, seconds: float = 1.0, windows: int = 3) -> dict:
+    """ms a call over `windows` windows of about `seconds` of back-to-back calls each (CUDA events around each
+    window): {"ms": total time / total calls, "windows": [ms a call in each window]}."""
+    end = time.perf_counter() + 0.2
+    while time.perf_counter() < end:     # warm-up
         step()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    total_ms, total_calls, per_window = 0.0, 0, []
+    for _ in range(windows):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        calls, deadline = 0, time.perf_counter() + seconds
         start.record()
-        for _ in range(calls):
+        while time.perf_counter() < deadline:
             step()
-        end.record()
+            calls += 1
+        stop.record()
         torch.cuda.synchronize()     # sync point: read the events once the calls are done
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+        ms = start.elapsed_time(stop)
+        total_ms, total_calls = total_ms + ms, total_calls + calls
+        per_window.append(ms / calls)
+    return {"ms": total_ms / total_calls, "windows": per_window}
 
 
 def hand_recipes(advice, recipe_names) -> list[str]:
     """Every recipe that does not compile (cheap to redo), and the compiled ones among the advisor's three fastest
     passing recipes: a compiled rung outside those would have to beat the advisor's timing by a wide margin."""
     from tcperf.recipes import get
-    ranked = sorted((r for r in advice.recipes if r.passes and r.median_ms and not r.base), key=lambda r: r.median_ms)
+    ranked = sorted((r for r in advice.recipes if r.passes and r.step_ms and not r.base), key=lambda r: r.step_ms)
     top = {r.recipe for r in ranked[:3]}
     return [n for n in recipe_names if not get(n).compile or n in top]
 
@@ -98,7 +108,9 @@ def by_hand(spec, advice, mode: str, recipe_names, device) -> list[dict]:
             acc = (measure.compare_losses(out, ref, skipped) if mode == "train"
                    else measure.compare_outputs(out, ref, spec.metric_fn))
             row["error"], row["criterion"], row["passes"], row["why"] = measure.judge(acc, mode, advice.tolerance)
-            row["ms"] = hand_time(step)
+            row.update(hand_time(step))
+            mine = next((r for r in advice.recipes if r.recipe == label and r.step_ms), None)
+            row["advisor_ms"] = mine.step_ms if mine else None
             del step, out
         except Exception as e:      # noqa: BLE001 - a recipe that cannot run by hand is a row, not a crash
             row.update(passes=False, why=f"{type(e).__name__}: {str(e)[:120]}")
@@ -136,7 +148,7 @@ def summarize(name, advice, hand, advise_s, hand_s, run_id) -> dict:
     mine = next((h for h in hand if h["recipe"] == rec), None)
     ratio = mine["ms"] / best["ms"] if mine and mine.get("ms") and best else None
     ok = bool(ratio is not None and ratio <= TARGET and mine.get("passes"))
-    return {"model": name, "recommended": rec, "advisor_ms": advice.verdict.get("median_ms"),
+    return {"model": name, "recommended": rec, "advisor_ms": advice.verdict.get("step_ms"),
             "speedup": advice.verdict.get("speedup"), "hand_ms_recommended": mine.get("ms") if mine else None,
             "recommended_passes_by_hand": mine.get("passes") if mine else None,
             "best_by_hand": best["recipe"] if best else None, "best_hand_ms": best["ms"] if best else None,
@@ -159,6 +171,9 @@ def print_table(rows: list[dict]) -> None:
                   r["verdict"], f"{r['advise_s']:.0f}")
     Console(width=160).print(t)
     for r in rows:
+        timed = [h for h in r["hand"] if h.get("ms") and h.get("advisor_ms")]
+        print(f"{r['model']}: ms a step, advisor / by hand: " + ", ".join(
+            f"{h['recipe']} {h['advisor_ms']:.4g}/{h['ms']:.4g} ({h['advisor_ms'] / h['ms']:.2f})" for h in timed))
         for dtype, s in r["sensitive"].items():
             print(f"{r['model']}: {s['base']} fails; modules found in {dtype}: {s['modules']}; {s.get('mixed')}")
         for f in r["fixes"] or []:

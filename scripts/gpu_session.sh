@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
-#   bash scripts/gpu_session.sh STAGE...     stages: env tests run fidelity suites models lab advise report
+#   bash scripts/gpu_session.sh STAGE...     stages: env tests ceilings run fidelity suites models overhead lab
+#                                            advise advise2 steptiming report
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
 # $OUT/session.tar.gz at the end (the device tool brings back few files).
 set -u
@@ -32,6 +33,8 @@ for s in "$@"; do
         lab)      stage lab ${LAB_LIMIT:-300} python3 benchmarks/lab_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
         advise)   stage advise ${ADVISE_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${ADVISE_ARGS:-} ;;
         advise2)  stage advise2 ${ADVISE2_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files/advise2" --db "$TCPERF_DB" ${ADVISE2_ARGS:-} ;;
+        steptiming) stage steptiming ${STEP_LIMIT:-300} python3 benchmarks/step_timing.py --out "$OUT/files" ${STEP_ARGS:-} ;;
+        ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
         *)        echo "unknown stage $s" ;;
     esac

@@ -275,6 +275,37 @@ def _timed(name, ms, status="ok", **kw):
     return r
 
 
+def test_verdict_ranks_by_the_mean_step_not_the_median():
+    """A recipe that runs fast most of the time but slow in spells (a GPU at its power cap, a busy host) has the
+    lower median and the higher mean: a loop of its steps takes longer, so it loses."""
+    from tcperf.advisor.verdict import decide
+    spells = _timed("fp8", 0.55)
+    spells.timing.update(mean_ms=0.70, samples=[0.55] * 6 + [0.9] * 4)
+    steady = _timed("cuda_graphs", 0.68)
+    results = [_timed("fp32", 7.0), steady, spells]
+    measure.add_speedups(results)
+    v = decide(results, [], "infer", "cuda")
+    assert v["recommended"] == "cuda_graphs" and v["step_ms"] == 0.68 and v["unstable"] is None
+    assert spells.speedup == pytest.approx(7.0 / 0.70)
+    spells.timing.update(mean_ms=0.60, spread=0.21, unstable=True, min_ms=0.53)
+    v = decide(results, [], "infer", "cuda")
+    assert v["recommended"] == "fp8"
+    assert "unstable (IQR 21%" in v["unstable"] and "cuda_graphs, took 13% longer" in v["unstable"]
+
+
+def test_a_host_bound_choice_is_named_with_its_cure():
+    from tcperf.advisor.share import gpu_busy
+    from tcperf.advisor.verdict import decide, host_bound_note
+    assert gpu_busy(1.2, 1.0) == 1.0 and gpu_busy(None, 1.0) is None and gpu_busy(0.5, 2.0) == 0.25
+    eager = _timed("amp_bf16", 5.0, gpu_busy=0.45)
+    assert "busy 45%" in host_bound_note(eager) and "CUDA graphs" in host_bound_note(eager)
+    graphs = _timed("cuda_graphs", 1.0, gpu_busy=0.6)
+    assert "CUDA graphs" not in host_bound_note(graphs) and "larger batch" in host_bound_note(graphs)
+    assert host_bound_note(_timed("cuda_graphs", 1.0, gpu_busy=0.95)) is None
+    v = decide([_timed("fp32", 9.0, gpu_busy=0.99), eager], [], "infer", "cuda")
+    assert v["recommended"] == "amp_bf16" and v["gpu_busy"] == 0.45 and "waits for the host" in v["host_bound"]
+
+
 def test_verdict_picks_the_fastest_recipe_within_tolerance():
     from tcperf.advisor.result import Advice
     from tcperf.advisor.verdict import decide
@@ -341,7 +372,7 @@ def test_gpu_fp16_overflow_is_found_and_repaired(cuda):
     assert status["amp_fp16"].status == "fails" and status["amp_bf16"].status == "ok"
     assert advice.sensitive["float16"]["modules"] == ["encoder.energy"]
     mixed = next(r for r in advice.recipes if r.base == "amp_fp16")
-    assert mixed.status == "ok" and mixed.median_ms
+    assert mixed.status == "ok" and mixed.step_ms
     chosen = advice.verdict["recommended"]
     assert chosen and status.get(chosen, mixed).status == "ok" and advice.verdict["speedup"] > 1
     assert advice.share["recommended"] is not None and advice.share["recommended"] > advice.share["baseline"]

@@ -78,9 +78,9 @@ def _eager_ms(chosen, results) -> float | None:
     rec = RECIPES.get(chosen.base or chosen.recipe)
     eager = rec.precision if rec else None
     for r in results:
-        if r.recipe == eager and r.status == "ok" and r.median_ms:
-            return r.median_ms
-    return chosen.median_ms
+        if r.recipe == eager and r.status == "ok" and r.step_ms:
+            return r.step_ms
+    return chosen.step_ms
 
 
 def _with_baseline(recipes) -> list[str] | None:
@@ -90,7 +90,7 @@ def _with_baseline(recipes) -> list[str] | None:
 
 
 def _progress_line(r: measure.RecipeResult) -> str:
-    timing = f" {r.median_ms:.3g} ms" if r.median_ms else ""
+    timing = f" {r.step_ms:.3g} ms" if r.step_ms else ""
     return f"{r.recipe}: {r.status}{timing}{' (' + r.message + ')' if r.message else ''}"
 
 
@@ -123,7 +123,7 @@ def _failing_autocast(results: list[measure.RecipeResult]) -> dict[str, measure.
         if not dtype:
             continue
         best = out.get(dtype)
-        if best is None or (r.median_ms and best.median_ms and r.median_ms < best.median_ms):
+        if best is None or (r.step_ms and best.step_ms and r.step_ms < best.step_ms):
             out[dtype] = r
     return out
 

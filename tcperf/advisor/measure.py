@@ -7,6 +7,12 @@ passes when its deciding error (metric_fn's relative change when given, else the
 larger loss change) is within the tolerance and nothing is NaN/inf. Then, on a GPU, it is timed with
 tcperf.timing.time_fn and profiled for its Tensor Core share.
 
+A recipe's time a step is the mean of 2 s of back-to-back steps: what a loop of them sustains. Not the median of
+a short window: a step can run at two speeds in spells (on an H200 near its power cap, fp16_overflow's compiled
+fp8 step ran 0.55 ms, then 0.72-0.93 ms, then 0.55 again, in spells of 10 ms to a second that did not follow the
+SM clock; host-bound steps follow the CPU, which on the lent VMs changed speed by up to 1.5x within a window),
+and a short window's median reports whichever spell it caught. The median and IQR stay beside the mean.
+
     results = run_ladder(spec, "infer", device, tolerance=0.05)     # [RecipeResult(...), ...]
 """
 from __future__ import annotations
@@ -24,7 +30,8 @@ from .snippets import Setup
 
 DEFAULT_TOLERANCE = {"infer": 0.05, "train": 0.02}   # output relative error / relative loss change
 TRAIN_STEPS = 5
-TIMING = {"warmup_ms": 50.0, "rep_ms": 300.0, "flush_l2": False, "min_reps": 5}
+TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
+          "max_reps": 100_000}
 
 
 @dataclass
@@ -35,10 +42,11 @@ class RecipeResult:
     error: float | None = None       # the deciding error, held against the tolerance
     criterion: str = ""              # what `error` is: output rel. error | metric change | loss change
     accuracy: dict = field(default_factory=dict)
-    timing: dict | None = None       # median_ms, iqr_ms, min_ms, n, samples
+    timing: dict | None = None       # mean_ms (the step time), median_ms, iqr_ms, min_ms, n, samples
     first_call_s: float | None = None   # prepare + first call: includes torch.compile
     speedup: float | None = None     # fp32 median / this median
     tc_share: float | None = None    # share of GPU kernel time in Tensor Core kernels
+    gpu_busy: float | None = None    # kernel time a step over the step time (< 1: the GPU waits for the host)
     kernels: list = field(default_factory=list)
     keep_fp32: list = field(default_factory=list)   # mixed recipes: modules kept in float32
     base: str | None = None          # mixed recipes: the recipe they modify
@@ -48,8 +56,9 @@ class RecipeResult:
         return self.status == "ok"
 
     @property
-    def median_ms(self) -> float | None:
-        return self.timing["median_ms"] if self.timing else None
+    def step_ms(self) -> float | None:
+        """The time a step: the mean of the back-to-back samples (see the module's doc)."""
+        return self.timing["mean_ms"] if self.timing else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -305,11 +314,12 @@ def run_recipe(spec: Spec, name: str, mode: str, device: torch.device, ref, tole
 
 def _time_and_profile(result: RecipeResult, step, device: torch.device) -> None:
     from ..timing import time_fn
-    from .share import profile
+    from .share import gpu_busy, profile
     m = time_fn(step, device, **TIMING)
     result.timing = {**m.summary(), "samples": m.samples_ms, "spread": m.spread, "unstable": m.unstable}
     try:
-        result.tc_share, result.kernels = profile(step, device)
+        result.tc_share, result.kernels, kernel_ms = profile(step, device)
+        result.gpu_busy = gpu_busy(kernel_ms, result.step_ms)
     except Exception as e:       # the profiler failing leaves the timing standing
         result.kernels = [{"name": f"profiler failed: {one_line(e)}", "time_us": 0.0, "tensor_core": False}]
 
@@ -323,9 +333,9 @@ def _release(device: torch.device) -> None:
 
 
 def add_speedups(results: list[RecipeResult]) -> None:
-    base = next((r.median_ms for r in results if r.recipe == "fp32" and r.median_ms), None)
+    base = next((r.step_ms for r in results if r.recipe == "fp32" and r.step_ms), None)
     for r in results:
-        r.speedup = base / r.median_ms if base and r.median_ms else None
+        r.speedup = base / r.step_ms if base and r.step_ms else None
 
 
 def run_ladder(spec: Spec, mode: str, device: torch.device, tolerance: float, names=None,

@@ -130,13 +130,20 @@ def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> dict:
             "mean_ms": t.get("mean_ms"), "n": t.get("n"), "samples": t.get("samples", []),
             "warnings": ["unstable: IQR/median = {:.0%}".format(t["spread"])] if t.get("unstable") else [],
             "metrics": finite({"label": shape["model"], "criterion": r.criterion, "accuracy": r.accuracy,
-                               "speedup_fp32": r.speedup, "tc_share": r.tc_share, "kernels": r.kernels,
+                               "speedup_fp32": r.speedup, "tc_share": r.tc_share, "gpu_busy": r.gpu_busy,
+                               "kernels": r.kernels,
                                "first_call_s": r.first_call_s, "keep_fp32": r.keep_fp32, "base": r.base})}
 
 
 # --- the report -------------------------------------------------------------------------------------------------
 def _ms(r: RecipeResult) -> str:
-    return f"{r.timing['median_ms']:.3g} ± {r.timing['iqr_ms']:.2g}" if r.timing else ""
+    """The step time: the mean of back-to-back steps."""
+    return f"{r.timing['mean_ms']:.3g}" if r.timing else ""
+
+
+def _spread(r: RecipeResult) -> str:
+    """The samples' IQR over their median."""
+    return f"{r.timing['spread']:.0%}" if r.timing and r.timing.get("spread") is not None else ""
 
 
 def _pct(x) -> str:
@@ -148,14 +155,17 @@ def recipes_table(a: Advice) -> Table:
     criterion = next((r.criterion for r in a.recipes if r.criterion), "error")
     t = Table(title=f"Recipes on {escape(a.model)} ({a.mode}) against fp32 strict: error = {criterion}, "
                     f"tolerance {a.tolerance:g}", title_justify="left")
-    cols = ["recipe", "status", *(("ms / step", "vs fp32") if timed else ()), "error", "max abs err",
-            *(("TC share",) if timed else ()), "note"]
+    cols = ["recipe", "status", *(("ms / step", "spread", "vs fp32") if timed else ()), "error", "max abs err",
+            *(("TC share", "GPU busy") if timed else ()), "note"]
     for col in cols:
-        t.add_column(col, justify="right" if col in ("ms / step", "vs fp32", "error", "max abs err") else "left",
-                     overflow="fold")
+        t.add_column(col, justify="left" if col in ("recipe", "status", "note") else "right", overflow="fold")
     for r in a.recipes:
         if r.status != "skipped":
             t.add_row(*_recipe_cells(r, timed))
+    if timed:
+        t.caption = ("ms / step: the mean of 2 s of back-to-back steps; spread: their IQR / median; GPU busy: "
+                     "kernel time / step time")
+        t.caption_justify = "left"
     return t
 
 
@@ -170,9 +180,9 @@ def _recipe_cells(r: RecipeResult, timed: bool) -> list:
     acc = r.accuracy
     err = f"{r.error:.2g}" if r.error is not None and math.isfinite(r.error) else ("inf" if r.error else "")
     max_err = f"{acc['max_abs_error']:.2g}" if math.isfinite(acc.get("max_abs_error", math.nan)) else ""
-    speed = [_ms(r), f"{r.speedup:.2f}x" if r.speedup else ""] if timed else []
+    speed = [_ms(r), _spread(r), f"{r.speedup:.2f}x" if r.speedup else ""] if timed else []
     return [Text(r.recipe), f"[{STYLE[r.status]}]{r.status}[/]", *speed, err, max_err,
-            *([_pct(r.tc_share)] if timed else []), Text(r.message)]
+            *([_pct(r.tc_share), _pct(r.gpu_busy)] if timed else []), Text(r.message)]
 
 
 def lint_table(a: Advice) -> Table | Text:
@@ -258,6 +268,9 @@ def verdict_text(a: Advice) -> Group:
     parts = [Text(headline(v, a.tolerance), style="bold green" if v.get("recommended") else "bold yellow")]
     if v.get("note"):
         parts.append(Text(v["note"], style="yellow"))
+    for key in ("host_bound", "unstable"):
+        if v.get(key):
+            parts.append(Text(f"  {v[key]}", style="yellow"))
     for g in v.get("gave_up", []):
         parts.append(Text(f"  faster but outside tolerance: {g['recipe']} ({g['speedup']:.2f}x): {g['why']}"))
     for f in v.get("fixes", []):

@@ -14,12 +14,13 @@ from .measure import RecipeResult, setup_of
 from .snippets import all_snippets
 
 GPU_NEEDED = "speed verdicts need a CUDA GPU: this ran on the CPU, so only the shape lint and accuracy were checked"
+HOST_BOUND = 0.8     # GPU busy below this share of a step: the host sets the pace
 
 
 def choose(results: list[RecipeResult]) -> RecipeResult | None:
     """The fastest recipe that passes the tolerance (timed ones only)."""
-    timed = [r for r in results if r.passes and r.median_ms]
-    return min(timed, key=lambda r: r.median_ms) if timed else None
+    timed = [r for r in results if r.passes and r.step_ms]
+    return min(timed, key=lambda r: r.step_ms) if timed else None
 
 
 def candidate(results: list[RecipeResult]) -> RecipeResult | None:
@@ -36,9 +37,33 @@ def accuracy_cost(r: RecipeResult) -> dict:
 
 def faster_but_failing(results: list[RecipeResult], chosen: RecipeResult | None) -> list[dict]:
     """Recipes that were faster than the choice but missed the tolerance: what the choice gives up, and why."""
-    limit = chosen.median_ms if chosen else float("inf")
-    return [{"recipe": r.recipe, "median_ms": r.median_ms, "speedup": r.speedup, "why": r.message}
-            for r in results if r.status == "fails" and r.median_ms and r.median_ms < limit]
+    limit = chosen.step_ms if chosen else float("inf")
+    return [{"recipe": r.recipe, "step_ms": r.step_ms, "speedup": r.speedup, "why": r.message}
+            for r in results if r.status == "fails" and r.step_ms and r.step_ms < limit]
+
+
+def host_bound_note(r: RecipeResult) -> str | None:
+    """When the GPU idles for part of the chosen recipe's step, say so and what helps."""
+    if r.gpu_busy is None or r.gpu_busy >= HOST_BOUND:
+        return None
+    cure = ("a larger batch" if setup_of(r.base or r.recipe).compile == "reduce-overhead"
+            else "CUDA graphs (the cuda_graphs recipe) or a larger batch")
+    return (f"the GPU is busy {r.gpu_busy:.0%} of a {r.recipe} step and waits for the host (Python, kernel "
+            f"launches) the rest: this step's time follows the CPU's speed, and {cure} would help")
+
+
+def unstable_note(chosen: RecipeResult, results: list[RecipeResult]) -> str | None:
+    """When the chosen recipe's step time was unstable, say so, and how close the runner-up is."""
+    t = chosen.timing or {}
+    if not t.get("unstable"):
+        return None
+    others = [r for r in results if r.passes and r.step_ms and r is not chosen]
+    runner = min(others, key=lambda r: r.step_ms) if others else None
+    note = (f"{chosen.recipe}'s step time was unstable (IQR {t['spread']:.0%} of the median; steps from "
+            f"{t['min_ms']:.3g} ms): the choice ranks the mean of 2 s of steps")
+    if runner:
+        note += f"; the runner-up, {runner.recipe}, took {runner.step_ms / chosen.step_ms - 1:.0%} longer"
+    return note
 
 
 def fix_rows(layers: list[Layer]) -> list[dict]:
@@ -59,7 +84,9 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
          "failing": {r.recipe: r.message for r in results if r.status in ("fails", "error", "oom")},
          "fixes": fix_rows(fixes), "snippets": {}}
     if chosen:
-        v.update(speedup=chosen.speedup, median_ms=chosen.median_ms, iqr_ms=chosen.timing["iqr_ms"],
+        v.update(speedup=chosen.speedup, step_ms=chosen.step_ms, median_ms=chosen.timing["median_ms"],
+                 iqr_ms=chosen.timing["iqr_ms"], gpu_busy=chosen.gpu_busy, host_bound=host_bound_note(chosen),
+                 unstable=unstable_note(chosen, results),
                  accuracy=accuracy_cost(chosen), gave_up=faster_but_failing(results, chosen))
     elif pick:
         v["accuracy"] = accuracy_cost(pick)
@@ -78,7 +105,7 @@ def headline(v: dict, tolerance: float) -> str:
     if v.get("recommended"):
         acc = v["accuracy"]
         return (f"Use {v['recommended']}: {v['speedup']:.2f}x faster than fp32 strict "
-                f"({v['median_ms']:.3g} ms a step), {acc['criterion']} {acc['error']:.2g} "
+                f"({v.get('step_ms') or v['median_ms']:.3g} ms a step), {acc['criterion']} {acc['error']:.2g} "
                 f"(tolerance {tolerance:g})")
     if v.get("candidate"):
         return (f"Passes the accuracy check here: {', '.join(v['passing'])}. "

@@ -324,11 +324,13 @@ def advisor_html(rd: RunData, page: Page) -> str:
 
 
 def advice_table(rows: list[dict]) -> str:
-    out = [[label(r), r["precision"], _status(r), (fmt_ms(r), r["median_ms"]) if r.get("median_ms") else "",
+    out = [[label(r), r["precision"], _status(r),
+            (f"{r['mean_ms']:.4g} ({fmt_ms(r)})", r["mean_ms"]) if r.get("mean_ms") else "",
             _num((r.get("metrics") or {}).get("speedup_fp32"), "{:.2f}", "x"), _num(r.get("error"), "{:.2g}"),
-            _num((r.get("metrics") or {}).get("tc_share"), "{:.0%}"), r.get("message") or ""] for r in rows]
-    return table(["model", "recipe", "status", "ms a step (median ± IQR)", "vs fp32", "error", "TC share", "note"],
-                 out)
+            _num((r.get("metrics") or {}).get("tc_share"), "{:.0%}"),
+            _num((r.get("metrics") or {}).get("gpu_busy"), "{:.0%}"), r.get("message") or ""] for r in rows]
+    return table(["model", "recipe", "status", "ms a step: mean (median ± IQR)", "vs fp32", "error", "TC share",
+                  "GPU busy", "note"], out)
 
 
 def verdict_html(row: dict, verdict) -> str:
