@@ -154,12 +154,14 @@ def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_rep
         torch.cuda.synchronize()   # sync point: the first call may include lazy init
         estimate_ms = _estimate_cuda(call, cache)
         warmup, reps = _counts(estimate_ms, warmup_ms, rep_ms, min_reps, max_reps)
+        # the events before the warm-up: their sync must not leave the GPU idle right before the timed calls
+        marks = _events(reps + 1 if back_to_back else 2 * reps)
         for _ in range(warmup):
             call()
         if back_to_back:
-            samples = _back_to_back(call, reps)
+            samples = _back_to_back(call, marks)
             return Measurement(samples, warmup=warmup, flush_l2=False, graph=graph, back_to_back=True)
-        starts, ends = _events(reps), _events(reps)
+        starts, ends = marks[:reps], marks[reps:]
         for start, end in zip(starts, ends):
             if cache is not None:
                 cache.zero_()      # evict the inputs from L2 so every call reads them from memory
@@ -171,9 +173,8 @@ def _time_cuda(fn, device, warmup_ms, rep_ms, flush_l2, graph, min_reps, max_rep
     return Measurement(samples, warmup=warmup, flush_l2=flush_l2, graph=graph)
 
 
-def _back_to_back(call, reps: int) -> list[float]:
-    """reps + 1 events, one between consecutive calls: sample i is the interval from call i's start to call i+1's."""
-    marks = _events(reps + 1)
+def _back_to_back(call, marks: list) -> list[float]:
+    """One event between consecutive calls: sample i is the interval from call i's start to call i+1's."""
     marks[0].record()
     for mark in marks[1:]:
         call()

@@ -44,7 +44,7 @@ class RecipeResult:
     accuracy: dict = field(default_factory=dict)
     timing: dict | None = None       # mean_ms (the step time), median_ms, iqr_ms, min_ms, n, samples
     first_call_s: float | None = None   # prepare + first call: includes torch.compile
-    speedup: float | None = None     # fp32 median / this median
+    speedup: float | None = None     # fp32's step_ms / this step_ms
     tc_share: float | None = None    # share of GPU kernel time in Tensor Core kernels
     gpu_busy: float | None = None    # kernel time a step over the step time (< 1: the GPU waits for the host)
     kernels: list = field(default_factory=list)

@@ -59,7 +59,7 @@ def unstable_note(chosen: RecipeResult, results: list[RecipeResult]) -> str | No
         return None
     others = [r for r in results if r.passes and r.step_ms and r is not chosen]
     runner = min(others, key=lambda r: r.step_ms) if others else None
-    note = (f"{chosen.recipe}'s step time was unstable (IQR {t['spread']:.0%} of the median; steps from "
+    note = (f"{chosen.recipe}'s step time was unstable (IQR {t['spread']:.0%} of the median, fastest step "
             f"{t['min_ms']:.3g} ms): the choice ranks the mean of 2 s of steps")
     if runner:
         note += f"; the runner-up, {runner.recipe}, took {runner.step_ms / chosen.step_ms - 1:.0%} longer"

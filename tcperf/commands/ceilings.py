@@ -6,8 +6,8 @@ of the datasheet peak.
     tcperf ceilings --precision bf16,fp16 --size 16384
 
 Why more than one GEMM: a GPU at its power cap lowers its clock, and a long 8192^3 run sits there, so one
-measurement of it can read below what a smaller case reaches (on an H200, bf16 8192^3 measured 679 TFLOPS here
-and 786 in the quick suite). The ceiling is the best of the sizes, each a median over its samples. int8 runs with
+measurement of it can read below what a smaller case reaches (on an H200, bf16 8192^3 measured 679 TFLOPS in
+the first `tcperf ceilings` and 786 in a quick suite). The ceiling is the best of the sizes, each a median over its samples. int8 runs with
 B column-major, cuBLASLt's fast layout (row-major B takes an sm80 kernel at a seventh of the speed).
 
 Stored as a run of kind `ceilings` whose rows have op "ceiling" and precision = the GEMM's precision, or
