@@ -9,6 +9,12 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/logs" "$OUT/files"
 export PYTHONUNBUFFERED=1 TCPERF_DB="$OUT/tcperf.db" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export MPLBACKEND=Agg
+# Wheels carried in .whl/ (the device tool's `carry`), e.g. torchao for fp8 training: installed beside the image's
+# packages, as the device README says.
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
 tc() { python3 -m tcperf "$@"; }
 
 stage() {   # stage NAME TIMEOUT COMMAND...: run, log, time, never stop the session

@@ -2,6 +2,7 @@
 
 CPU tests use tiny models; the GPU tests (marked gpu) run the examples at their GPU size.
 """
+import copy
 import json
 import math
 import textwrap
@@ -384,3 +385,28 @@ def test_gpu_awkward_head_cost_is_measured(cuda):
     advice = tcperf.advise(spec.model, spec.args, device="cuda", recipes=["fp32", "amp_bf16"])
     head = next(l for l in advice.layers if l.module == "head")
     assert head.cost and head.cost["padded_ms"] > 0 and head.cost["share"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe, mode", [("fp8", "infer"), ("fp8", "train"), ("int8", "infer")])
+def test_gpu_torchao_snippets_run_and_stay_close_to_fp32(cuda, recipe, mode):
+    """The fp8 and int8 snippets call torchao (tcperf measured its own fp8/int8 Linear layers): what a user pastes
+    must run on a GPU and give outputs, or a loss, close to fp32's."""
+    pytest.importorskip("torchao")
+    if recipe == "fp8" and torch.cuda.get_device_capability(cuda) < (8, 9):
+        pytest.skip("fp8 needs compute capability >= 8.9")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 256)).to(cuda)
+    x, y = torch.randn(128, 256, device=cuda), torch.randn(128, 256, device=cuda)
+    with torch.no_grad():
+        ref = model(x).double()
+        ref_loss = float(nn.functional.mse_loss(model(x), y))
+    mine = copy.deepcopy(model)
+    ns = {"model": mine, "x": x, "y": y, "loss_fn": nn.functional.mse_loss,
+          "optimizer": torch.optim.SGD(mine.parameters(), lr=0.0)}
+    exec(plain(measure.setup_of(recipe, "transformer"), mode, "cuda"), ns)
+    if mode == "infer":
+        out = ns["outputs"].double()
+        assert float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)) < 0.1
+    else:
+        assert float(ns["loss"]) == pytest.approx(ref_loss, rel=0.1)
