@@ -103,21 +103,21 @@ def windows(samples: list[float], ms: float = 250.0) -> list[float]:
 
 
 def one_recipe(spec, name: str, device, log: ClockLog) -> dict:
-    from tcperf.advisor import measure
+    from tcperf import engine, recipes
     from tcperf.timing import time_fn
-    step = measure._prepare(spec, name, "infer", device, [])
+    step = engine._prepare(spec, recipes.get(name), "infer", device)
     step()
     torch.cuda.synchronize()     # sync point: compiled and ready
     row = {"recipe": name, "t0": time.time()}
     row["short loop"] = [short_loop(step) for _ in range(REPEATS["short loop"])]
     row["300 ms"] = [time_fn(step, device, warmup_ms=50, rep_ms=300, flush_l2=False).median_ms
                      for _ in range(REPEATS["300 ms"])]
-    runs = [time_fn(step, device, **measure.TIMING) for _ in range(REPEATS["sustained"])]
+    runs = [time_fn(step, device, **engine.TIMING) for _ in range(REPEATS["sustained"])]
     row["sustained"] = [m.mean_ms for m in runs]
     row["windows"] = windows([x for m in runs for x in m.samples_ms])
     row["clock"] = log.between(row["t0"], time.time())
     step = None      # the recipe's model and outputs go before the next recipe compiles
-    measure._release(device)
+    engine._release(device)
     return row
 
 

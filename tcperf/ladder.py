@@ -1,46 +1,36 @@
 """The model ladder: how fast each model trains and infers under each recipe, and what the recipe costs in accuracy.
 
-One cell is model x mode x recipe x batch. `measure_cell` builds the model at a fixed seed, prepares the recipe's
-step (tcperf.recipes.prepare), runs it once (the first call holds torch.compile's compile time, reported apart as
-compile_s and never inside the timed steps), runs the accuracy check's steps, times whole steps with
-tcperf.timing.time_fn (no L2 flush: a model step is not a cold-cache kernel), and reads peak memory. Model FLOPs
-come from torch.utils.flop_counter (or the model's formula), MFU is taken against the measured ceiling for the
-recipe's precision (`tcperf ceilings`) or, without one, the datasheet peak, and the row says which.
-
-The accuracy check, against fp32 strict on the same data and the same initial weights:
-- inference: relative error of the outputs (the first rows of the batch; the fp32 model runs only those rows,
-  which is exact because every model here treats samples independently in eval mode) and top-1 agreement for
-  classifiers;
-- training: the loss at step N (N = `steps`, same fixed batch) against fp32's, GradScaler's skipped steps and any
-  NaN/inf. The fp32 loss comes from the fp32 cell of the same run when it ran first (the parent passes it on),
-  else the cell computes it itself. A recipe outside its tolerance is stored as status "wrong", timed all the
-  same: "fp16 diverged" is a finding, not a crash.
+One cell is model x mode x recipe x batch. A cell is the model's spec (tcperf.spec.builtin: the model at a fixed
+seed with its synthetic batch) measured by tcperf.engine, the same engine `tcperf advise` runs on the user's model:
+the recipe prepared, checked against fp32 strict (tcperf.accuracy: outputs in inference; in training the losses of
+`steps` steps against fp32's own run-to-run noise, GradScaler's skipped steps aligned), timed as the mean of
+back-to-back steps (the first call holds torch.compile's compile time, reported apart as compile_s), its peak
+memory read and its FLOPs counted (the model's formula or torch.utils.flop_counter). MFU is taken against the
+measured ceiling for the recipe's precision (`tcperf ceilings`) or, without one, the datasheet peak, and the row
+says which. A recipe outside its tolerance is stored as status "wrong", timed all the same: "fp16 diverged" is a
+finding, not a crash.
 
 `climb` runs cells through tcperf.runner, one worker process per recipe in the order given (flags and compile
-caches never leak between recipes, a crash or OOM is recorded), and fills in speedup over fp32 and over the
-previous rung as each row arrives. `--batch auto` finds the largest batch that fits by doubling and bisection
-(out-of-memory caught, memory released) and reports throughput against batch.
+caches never leak between recipes, a crash or OOM is recorded); the fp32 reference of each model, mode and batch is
+made once and handed to the later workers in a file. Speedups over fp32 and over the previous rung are filled in as
+each row arrives. `--batch auto` finds the largest batch that fits by doubling and bisection (out-of-memory caught,
+memory released) and reports throughput against batch.
 
     results = climb(cells(["gpt2"], "train", LADDER, [16]), torch.device("cuda"))
 On an H200 (anchors.md): GPT-2 small training amp_bf16 ~326k tokens/s; ResNet-50 training best ~6,750 img/s.
 """
 from __future__ import annotations
 
-import gc
-import time
+import tempfile
 from itertools import groupby
 
 import torch
 
-from . import env, models, peaks, recipes
-from .ops.base import rel_error
+from . import accuracy, engine, models, recipes, spec
 from .runner import TimingConfig, run_cases
-from .timing import time_fn
 
 TASK = "tcperf.ladder:cell_task"
-DEFAULT_STEPS = 8       # training steps the accuracy check compares after
-CHECK_ROWS = 4          # inference: rows of the batch compared against fp32
-INFER_WARMUP = 2        # inference calls after the first (CUDA-graph recording happens here)
+DEFAULT_STEPS = accuracy.DEFAULT_STEPS   # training steps the accuracy check compares
 AUTO_LIMIT = 4096       # --batch auto never tries beyond this
 MIN_REPS = 5
 
@@ -76,16 +66,16 @@ def cell_task(case: dict, device, job: dict) -> dict:
 # --- one cell ---------------------------------------------------------------------------------------------------
 def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = "full", steps: int = DEFAULT_STEPS,
                  seed: int = 0, timing: dict | None = None, ceilings: dict | None = None,
-                 reference: dict | None = None, oom_above: int | None = None, check: bool = True) -> dict:
+                 reference: str | dict | None = None, oom_above: int | None = None, check: bool = True) -> dict:
     """One model x mode x recipe x batch cell -> a result dict in the store's format (op "model").
 
-    reference: {"loss_fp32": ...} from an earlier fp32 cell (training), so the cell need not recompute it.
-    oom_above: simulate running out of memory above this batch (tests of --batch auto on a CPU).
-    check=False: throughput only (no accuracy check, no FLOP count): the probes of --batch auto."""
+    reference: the fp32 reference (a dict from engine.reference, or the path of a file an earlier cell saved it
+    in); made in the cell when missing. oom_above: simulate running out of memory above this batch (tests of
+    --batch auto on a CPU). check=False: throughput only (no accuracy check, no FLOP count): the probes of
+    --batch auto."""
     mod, rec, device = models.get(model), recipes.get(recipe), torch.device(device)
-    cfg = models.config(mod, config)
     result = _base(model, mode, rec, batch, mod, config)
-    why = rec.skip_reason(mod.KIND, mode, device)
+    why = rec.skip_reason(mode, device)
     if why:
         return {**result, "status": "skipped", "message": why}
     if batch == "auto":
@@ -93,20 +83,21 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
                           ceilings=ceilings, oom_above=oom_above)
     if oom_above is not None and batch > oom_above:
         raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {oom_above}")
-    _fresh(device, rec)
-    try:
-        step = _prepare(mod, cfg, rec, mode, batch, device, seed)
-    except recipes.NotApplicable as e:
-        return {**result, "status": "skipped", "message": str(e)}
-    run = _run_cell(step, mode, steps if check else 1, device, timing or {})
-    del step
-    _release(device)
-    result["metrics"]["notes"] = run.pop("notes")
-    _fill_timing(result, run, rec, mod.items_per_batch(cfg, batch))
-    if check:
-        _fill_accuracy(result, run, mod, cfg, rec, mode, batch, device, seed, steps, reference)
-        _fill_flops(result, mod, cfg, rec, mode, batch, device, seed, ceilings)
-    return result
+    cell = spec.builtin(model, config, batch, seed, device)
+    ref = reference
+    if check and (ref is None or isinstance(ref, str)) and engine.skip_reason(rec, cell, mode, device) is None:
+        ref = engine.load_reference(ref, cell, mode, device, steps)
+    row = engine.measure(cell, rec, mode, device, ref=ref if isinstance(ref, dict) else None, steps=steps,
+                         timing=_timing(timing), check=check, flops=check, ceilings=ceilings)
+    row["metrics"] = {**result["metrics"], **row["metrics"]}
+    return {**result, **row}
+
+
+def _timing(timing: dict | None) -> dict:
+    """The runner's timing config -> back-to-back steps over rep_ms (no L2 flush: a model step is not a cold-cache
+    kernel)."""
+    timing = timing or {}
+    return {"warmup_ms": timing.get("warmup_ms", 25.0), "rep_ms": timing.get("rep_ms", 100.0), "min_reps": MIN_REPS}
 
 
 def _base(model: str, mode: str, rec, batch, mod, config: str) -> dict:
@@ -117,233 +108,8 @@ def _base(model: str, mode: str, rec, batch, mod, config: str) -> dict:
                         "recipe": rec.describe(mod.KIND), "config": config}}
 
 
-def _fresh(device: torch.device, rec) -> None:
-    """A clean slate for the cell: compiled graphs and freed memory of earlier cells dropped."""
-    if rec.compile:
-        torch._dynamo.reset()
-    _release(device)
-
-
 def _release(device: torch.device) -> None:
-    """Hand freed GPU memory back (the collector first, so that unreachable steps really are freed)."""
-    if device.type == "cuda":
-        gc.collect()
-        torch.cuda.empty_cache()
-
-
-def _build(mod, cfg: dict, device: torch.device, seed: int):
-    """The model at `seed`, made on the device (the same weights every time for the same seed and device)."""
-    torch.manual_seed(seed)
-    with device:
-        return mod.build(cfg)
-
-
-def _data(mod, cfg: dict, batch: int, device: torch.device, seed: int):
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
-    return mod.make_batch(cfg, batch, device, gen)
-
-
-def _prepare(mod, cfg, rec, mode, batch, device, seed) -> recipes.Step:
-    inputs, targets = _data(mod, cfg, batch, device, seed)
-    model = _build(mod, cfg, device, seed)
-    step = recipes.prepare(model, rec, mode, inputs, device, loss_fn=mod.loss_fn, targets=targets,
-                           optimizer=lambda params: models.make_optimizer(mod, params, device))
-    del model      # prepare made its own copy
-    return step
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)   # sync point: wall-clock intervals must end with the GPU's work
-
-
-def _run_cell(step, mode: str, steps: int, device: torch.device, timing: dict) -> dict:
-    """First call (compile), the accuracy check's calls, then the timed steps and peak memory."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    scale = step.scaler.get_scale() if step.scaler else None     # GradScaler's initial scale (no sync yet)
-    t0 = time.perf_counter()
-    first = step()
-    _sync(device)
-    first_s = time.perf_counter() - t0
-    run = {"first_s": first_s, "notes": step.notes}
-    if mode == "infer":
-        run["outputs"] = _rows(first, CHECK_ROWS)
-        del first            # the timed calls hold one output at a time
-        for _ in range(INFER_WARMUP):
-            step()
-    else:
-        run.update(_train_check(step, first, steps, scale))
-    m = time_fn(step, device, warmup_ms=timing.get("warmup_ms", 25.0), rep_ms=timing.get("rep_ms", 100.0),
-                flush_l2=False, graph=False, min_reps=MIN_REPS)
-    run["measurement"] = m
-    cuda = device.type == "cuda"
-    run["peak_gib"] = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
-    run["throttled"] = env.throttle_reasons(device.index or 0) if cuda else None
-    return run
-
-
-def _rows(outputs, k: int) -> torch.Tensor:
-    """The first k rows of the (first) output, copied to host memory at once (CUDA-graph replays overwrite
-    outputs, and rows kept on the GPU would count in the peak memory of the timed steps)."""
-    out = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
-    return out[:k].detach().to("cpu", torch.float32, copy=True)
-
-
-def _train_check(step, first_loss, steps: int, scale_before_first: float | None) -> dict:
-    """Steps 2..N after the first, counting GradScaler's skipped steps (a step after which the scale went down)."""
-    scaler = step.scaler
-    losses = [first_loss]
-    skipped = int(scaler is not None and scaler.get_scale() < scale_before_first)
-    for _ in range(steps - 1):
-        scale = scaler.get_scale() if scaler else None     # sync point (get_scale reads the scale on the host)
-        losses.append(step())
-        if scaler and scaler.get_scale() < scale:
-            skipped += 1
-    finite = torch.stack([loss.float() for loss in losses]).isfinite()
-    bad = (~finite).nonzero()
-    return {"loss": losses[-1].item(), "loss_start": losses[0].item(), "skipped": skipped,
-            "first_nonfinite": int(bad[0]) + 1 if len(bad) else None}
-
-
-def _fill_timing(result: dict, run: dict, rec, items: int) -> None:
-    m = run["measurement"]
-    result.update(status="ok", samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms,
-                  mean_ms=m.mean_ms, n=m.n)
-    metrics = result["metrics"]
-    metrics.update(throughput=items / (m.median_ms * 1e-3), items_per_step=items, peak_mem_gib=run["peak_gib"],
-                   first_call_s=run["first_s"])
-    if rec.compile:      # the first call compiled; one step of it was the step itself
-        metrics["compile_s"] = max(0.0, run["first_s"] - m.median_ms * 1e-3)
-    if m.unstable:
-        result["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
-    if run["throttled"]:
-        result["warnings"].append(f"clocks throttled: {', '.join(run['throttled'])}")
-
-
-# --- accuracy ---------------------------------------------------------------------------------------------------
-def _fill_accuracy(result, run, mod, cfg, rec, mode, batch, device, seed, steps, reference) -> None:
-    if mode == "infer":
-        acc = _infer_accuracy(run["outputs"], mod, cfg, rec, batch, device, seed)
-        err = acc["rel_error"]
-    else:
-        acc = _train_accuracy(run, mod, cfg, rec, batch, device, seed, steps, reference)
-        err = acc.get("loss_diff")
-    result["metrics"]["accuracy"] = acc
-    result["error"] = err
-    verdict = _verdict(acc, err, rec, mode)
-    if verdict:
-        result.update(status="wrong", message=verdict)
-    elif acc.get("reference_missing"):
-        result["warnings"].append(acc["reference_missing"])
-
-
-def _verdict(acc: dict, err, rec, mode: str) -> str | None:
-    """A message when the recipe broke the model, None when it kept within its tolerance."""
-    if acc.get("nonfinite") and mode == "infer":
-        return "NaN/inf in the outputs"
-    if acc.get("nonfinite"):
-        skipped = f" (GradScaler skipped {acc['skipped_steps']} steps)" if acc.get("skipped_steps") else ""
-        return f"diverged: NaN/inf loss at step {acc['first_nonfinite']}{skipped}"
-    if err is None or err <= rec.tolerance:
-        return None
-    if mode == "infer":
-        return f"accuracy: output error {err:.3g} vs fp32 > {rec.tolerance:g} allowed"
-    return (f"accuracy: loss {acc['loss']:.4g} vs fp32 {acc['loss_fp32']:.4g} at step {acc['steps']} (diff "
-            f"{err:.3g} of the starting loss > {rec.tolerance:g}; GradScaler skipped {acc.get('skipped_steps') or 0})")
-
-
-def _infer_accuracy(out: torch.Tensor, mod, cfg, rec, batch, device, seed) -> dict:
-    out = out.to(device)
-    nonfinite = not bool(torch.isfinite(out).all())
-    if rec.name == "fp32":
-        ref = out            # fp32 strict is the reference
-    else:
-        inputs, _ = _data(mod, cfg, batch, device, seed)
-        rows = tuple(x[:CHECK_ROWS] for x in inputs)
-        step = recipes.prepare(_build(mod, cfg, device, seed), "fp32", "infer", rows, device)
-        ref = step().float()
-        del step
-    acc = {"rel_error": rel_error(out, ref), "nonfinite": nonfinite, "rows": out.shape[0],
-           "reference": "self" if rec.name == "fp32" else "fp32 strict, same weights and inputs"}
-    if mod.CLASSIFIER:
-        acc["top1_agree"] = float((out.argmax(-1) == ref.argmax(-1)).float().mean())
-    return acc
-
-
-def _train_accuracy(run, mod, cfg, rec, batch, device, seed, steps, reference) -> dict:
-    acc = {"loss": run["loss"], "loss_start": run["loss_start"], "skipped_steps": run["skipped"], "steps": steps,
-           "nonfinite": run["first_nonfinite"] is not None, "first_nonfinite": run["first_nonfinite"]}
-    if rec.name == "fp32":
-        acc.update(loss_fp32=run["loss"], loss_start_fp32=run["loss_start"], reference="self")
-    elif reference and reference.get("loss_fp32") is not None:
-        acc.update(reference, reference="the fp32 cell of this run")
-    else:
-        try:
-            acc.update(_fp32_losses(mod, cfg, batch, device, seed, steps), reference="computed in the cell")
-        except torch.OutOfMemoryError:
-            acc["reference_missing"] = f"no accuracy check: fp32 strict does not fit at batch {batch}"
-        finally:
-            _release(device)
-    if acc.get("loss_fp32") is not None:
-        # relative to the starting loss: as a fixed batch is memorised the loss heads for 0, and a difference
-        # relative to the loss itself would grow without the recipe getting any worse
-        start = acc.get("loss_start_fp32") or acc["loss_start"]
-        acc["loss_diff"] = abs(acc["loss"] - acc["loss_fp32"]) / max(abs(start), 1e-12)
-    return acc
-
-
-def _fp32_losses(mod, cfg, batch, device, seed, steps) -> dict:
-    """fp32 strict from the same weights on the same batch: the loss at step 1 and at step N."""
-    step = _prepare(mod, cfg, recipes.RECIPES["fp32"], "train", batch, device, seed)
-    losses = [step() for _ in range(steps)]
-    return {"loss_fp32": losses[-1].item(), "loss_start_fp32": losses[0].item()}
-
-
-# --- FLOPs and MFU ----------------------------------------------------------------------------------------------
-def count_flops(mod, cfg: dict, mode: str, batch: int, device, seed: int = 0) -> float:
-    """FLOPs of one step (forward, plus backward for training; the optimizer's elementwise work is not counted):
-    the model's own formula where it has one, else torch.utils.flop_counter on the fp32 model at a batch of at
-    most 2, scaled to `batch` (every model here is linear in the batch)."""
-    formula = models.model_flops(mod, cfg, batch, mode)
-    if formula is not None:
-        return formula
-    from torch.utils.flop_counter import FlopCounterMode
-    device = torch.device(device)
-    b0 = min(batch, 2)
-    model = _build(mod, cfg, device, seed).train(mode == "train")
-    inputs, targets = _data(mod, cfg, b0, device, seed)
-    with FlopCounterMode(display=False) as counter:
-        if mode == "train":
-            mod.loss_fn(model(*inputs), targets).backward()
-        else:
-            with torch.no_grad():
-                model(*inputs)
-    return counter.get_total_flops() * batch / b0
-
-
-def peak_tflops(prec: str, device, ceilings: dict | None) -> tuple[float | None, str | None]:
-    """(TFLOPS, 'measured ceiling' | 'datasheet peak') for `prec` on `device`; (None, None) when unknown."""
-    if ceilings and ceilings.get(prec):
-        return float(ceilings[prec]), "measured ceiling"
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None, None
-    value = peaks.datasheet(torch.cuda.get_device_name(device)).get(prec)
-    return (value, "datasheet peak") if value else (None, None)
-
-
-def _fill_flops(result, mod, cfg, rec, mode, batch, device, seed, ceilings) -> None:
-    flops = count_flops(mod, cfg, mode, batch, device, seed)
-    _release(device)
-    seconds = result["median_ms"] * 1e-3
-    result["flops"] = flops
-    result["tflops"] = flops / seconds / 1e12 if flops else None
-    peak, source = peak_tflops(rec.peak_precision, device, ceilings)
-    metrics = result["metrics"]
-    metrics["model_flops"] = flops
-    metrics["mfu"] = result["tflops"] / peak if peak and result["tflops"] else None
-    metrics["mfu_basis"] = {"precision": rec.peak_precision, "tflops": peak, "source": source} if peak else None
+    engine._release(device)
 
 
 # --- --batch auto -----------------------------------------------------------------------------------------------
@@ -437,16 +203,15 @@ def add_speedups(result: dict, earlier: list[dict]) -> None:
     result["metrics"]["prev"] = same[-1]["precision"]
 
 
-def _with_reference(case: dict, earlier: list[dict]) -> dict:
-    """Hand a training cell the fp32 loss of the same model, batch, steps and seed when that cell already ran."""
-    if case["shape"]["mode"] != "train" or case["shape"]["batch"] == "auto":
+def _with_reference(case: dict, folder: str) -> dict:
+    """The file the fp32 reference of this model, mode, batch, steps and seed lives in: the first cell that needs
+    it makes it, the others read it."""
+    s = case["shape"]
+    if s["batch"] == "auto":
         return case
-    for r in earlier:
-        acc = (r.get("metrics") or {}).get("accuracy") or {}
-        if (r["precision"] == "fp32" and _key(r) == _key(case) and acc.get("loss_fp32") is not None
-                and acc.get("steps") == case.get("steps") and r["metrics"].get("config") == case.get("config")):
-            return {**case, "reference": {"loss_fp32": acc["loss_fp32"], "loss_start_fp32": acc["loss_start_fp32"]}}
-    return case
+    path = engine.reference_path(folder, s["model"], s["mode"], s["batch"], case.get("config", "full"),
+                                 case.get("steps", DEFAULT_STEPS), case.get("seed", 0))
+    return {**case, "reference": path}
 
 
 def climb(cases: list[dict], device, *, timeout: float = 600.0, timing: TimingConfig | None = None,
@@ -465,17 +230,18 @@ def climb(cases: list[dict], device, *, timeout: float = 600.0, timing: TimingCo
         if on_result:
             on_result(r)
 
-    for _, group in groupby(cases, key=lambda c: c["precision"]):
-        to_run = []
-        for case in group:
-            skipped = skip_result(case, device)     # known without a worker: no process started for it
-            if skipped:
-                finish(skipped)
-            else:
-                to_run.append(_with_reference(case, done))
-        if to_run:
-            run_cases(to_run, torch.device(device), timeout=timeout, timing=timing, profile=profile, pad=pad,
-                      on_result=finish, extra=extra)
+    with tempfile.TemporaryDirectory(prefix="tcperf-ladder-") as folder:
+        for _, group in groupby(cases, key=lambda c: c["precision"]):
+            to_run = []
+            for case in group:
+                skipped = skip_result(case, device)     # known without a worker: no process started for it
+                if skipped:
+                    finish(skipped)
+                else:
+                    to_run.append(_with_reference(case, folder))
+            if to_run:
+                run_cases(to_run, torch.device(device), timeout=timeout, timing=timing, profile=profile, pad=pad,
+                          on_result=finish, extra=extra)
     return done
 
 
@@ -483,7 +249,7 @@ def skip_result(case: dict, device) -> dict | None:
     """The skipped row for a cell whose recipe does not apply to its model, mode or device; None otherwise."""
     shape, rec = case["shape"], recipes.get(case["precision"])
     mod = models.get(shape["model"])
-    why = rec.skip_reason(mod.KIND, shape["mode"], device)
+    why = rec.skip_reason(shape["mode"], device)
     if why is None:
         return None
     result = _base(shape["model"], shape["mode"], rec, shape["batch"], mod, case.get("config", "full"))

@@ -1,12 +1,17 @@
 """The model ladder's recipes as data, and `prepare()`, which turns a model and a recipe into the step to time.
 
 A recipe is one `Recipe` entry in RECIPES (adding one is one entry): a base precision from tcperf.precision
-(fp32 strict, tf32, amp_fp16 with GradScaler, amp_bf16), plus channels_last, torch.compile, CUDA graphs, fp8 or
-int8 Linear layers, the modes and model kinds it applies to, and the accuracy it must keep against fp32 strict.
+(fp32 strict, tf32, amp_fp16 with GradScaler, amp_bf16, or weights cast to fp16/bf16 for inference), plus
+channels_last, torch.compile, CUDA graphs, fp8 or int8 Linear layers, the modes it applies to, what the model must
+have for it to help (2-D convolutions for channels_last; nn.Linear layers carrying enough of the FLOPs for fp8 and
+int8: tcperf.engine decides that from the model itself), and the accuracy it must keep against fp32 strict.
 LADDER is the default climb, each rung adding one thing to the one before:
 
-    fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> channels_last (CNNs) -> compile -> cuda_graphs (inference)
-         -> fp8 (Linear layers: torchao float8 training / torch._scaled_mm inference) -> int8 (inference, torch._int_mm)
+    fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
+         -> compile -> cuda_graphs -> fp8 (torchao float8 training / torch._scaled_mm inference) -> int8 (inference)
+
+compile and CUDA graphs also sit on top of any other recipe by name: "bf16+compile", "tf32+cuda_graphs",
+"amp_fp16+compile" (`on_top`). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for convolutions).
 
     step = prepare(model, "compile", "train", (images,), "cuda", loss_fn=F.cross_entropy, targets=labels)
     loss = step()          # forward, loss, backward, optimizer step; the model is a deep copy
@@ -32,7 +37,7 @@ from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
 MODES = ("train", "infer")
-KINDS = ("cnn", "transformer", "rnn")
+EXTRAS = ("compile", "cuda_graphs")     # what can sit on top of any recipe
 F8_MAX = 448.0          # largest finite float8_e4m3fn
 I8_MAX = 127.0
 
@@ -46,28 +51,30 @@ class Recipe:
     cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
     fp8: bool = False                   # nn.Linear -> fp8 (torchao float8 training; torch._scaled_mm inference)
     int8: bool = False                  # nn.Linear -> int8 weights and activations through torch._int_mm
+    weights: str | None = None          # inference: the model cast to this dtype ("bfloat16" | "float16")
     modes: tuple[str, ...] = MODES
-    kinds: tuple[str, ...] = KINDS
-    tolerance: float = 0.1              # allowed output rel. error (infer) / loss difference (train) vs fp32 strict
+    needs: str | None = None            # "conv2d" | "linear": what the model must have for the recipe to help
+    tolerance: float = 0.1              # allowed output rel. error (infer) / loss gap floor (train) vs fp32 strict
     transform: str | None = None        # 'module:function(model, mode) -> notes' applied to the copy (extensions)
     about: str = ""
 
-    def skip_reason(self, model_kind: str, mode: str, device) -> str | None:
-        """None when this recipe runs for this kind of model, mode and device; else one line saying why not."""
+    def skip_reason(self, mode: str, device) -> str | None:
+        """None when this recipe runs in this mode on this device; else one line saying why not. Whether the model
+        has what the recipe needs is tcperf.engine's question (it looks at the model)."""
         device = torch.device(device)
         if mode not in self.modes:
             return f"{self.name} applies to {' and '.join(self.modes)} only: {self.about}"
-        if model_kind not in self.kinds:
-            return f"{self.name} does not apply to a {model_kind} model: {self.about}"
         why = precision.unsupported_reason(precision.get(self.precision), device)
         if why:
             return why
         return _feature_reason(self, mode, device)
 
-    def describe(self, model_kind: str | None = None) -> str:
-        """What this rung really runs for that kind of model: 'amp_bf16 + channels_last + compile'."""
-        parts = [self.precision]
-        if self.channels_last and model_kind in (None, "cnn"):
+    def describe(self, convs: bool | str | None = None) -> str:
+        """What this rung really runs on a model with or without 2-D convolutions: 'amp_bf16 + channels_last +
+        compile' (a model kind such as "cnn" is taken as convolutions)."""
+        convs = convs in (None, True, "cnn")
+        parts = [f"{self.precision} weights" if self.weights else self.precision]
+        if self.channels_last and convs:
             parts.append("channels_last")
         parts += [name for name in ("compile", "cuda_graphs", "fp8", "int8") if getattr(self, name)]
         if self.transform:
@@ -82,38 +89,62 @@ class Recipe:
         return {"amp_fp16": "fp16", "amp_bf16": "bf16"}.get(self.precision, self.precision)
 
 
-_CL = "NHWC layout helps convolutions only"
-_LINEAR = "fp8/int8 swap nn.Linear layers; a CNN spends its time in convolutions"
+_CL = "NHWC layout helps 2-D convolutions only"
+_WEIGHTS = "inference only: a trained model served in 16 bits"
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("fp32", "fp32", tolerance=1e-3, about="IEEE fp32: TF32 off for matmul, cuDNN conv and RNN"),
     Recipe("tf32", "tf32", tolerance=0.03, about="fp32 tensors, TF32 Tensor Core math"),
     Recipe("amp_fp16", "amp_fp16", about="autocast fp16, GradScaler for training"),
     Recipe("amp_bf16", "amp_bf16", about="autocast bf16"),
-    Recipe("channels_last", "amp_bf16", channels_last=True, kinds=("cnn",), about=_CL),
+    Recipe("fp16", "fp16", weights="float16", modes=("infer",),
+           about="weights and activations in fp16 (model.half()): " + _WEIGHTS),
+    Recipe("bf16", "bf16", weights="bfloat16", modes=("infer",),
+           about="weights and activations in bf16 (model.to(torch.bfloat16)): " + _WEIGHTS),
+    Recipe("channels_last", "amp_bf16", channels_last=True, needs="conv2d", about=_CL),
     Recipe("compile", "amp_bf16", channels_last=True, compile=True,
-           about="amp_bf16 (+ channels_last for CNNs) + torch.compile"),
-    Recipe("cuda_graphs", "amp_bf16", channels_last=True, compile=True, cuda_graphs=True, modes=("infer",),
-           about="compile with mode='reduce-overhead': one CUDA graph replay a step"),
-    Recipe("fp8", "amp_bf16", compile=True, fp8=True, kinds=("transformer", "rnn"), tolerance=0.25,
-           about=_LINEAR),
-    Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), kinds=("transformer", "rnn"),
-           tolerance=0.25, about=_LINEAR + "; int8 is inference only"),
+           about="amp_bf16 (+ channels_last for convolutions) + torch.compile"),
+    Recipe("cuda_graphs", "amp_bf16", channels_last=True, compile=True, cuda_graphs=True,
+           about="compile with mode='reduce-overhead': the step replays CUDA graphs"),
+    Recipe("fp8", "amp_bf16", compile=True, fp8=True, needs="linear", tolerance=0.25,
+           about="nn.Linear layers in fp8"),
+    Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), needs="linear", tolerance=0.25,
+           about="nn.Linear layers in int8, inference only"),
 )}
 
-LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "compile", "cuda_graphs", "fp8",
-                     "int8"]
+LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile",
+                     "cuda_graphs", "fp8", "int8"]
 
 
 def get(name: str | Recipe) -> Recipe:
-    """A recipe by name; 'package.module:ATTR' names a Recipe defined elsewhere (tests, extensions)."""
+    """A recipe by name; "X+compile" / "X+cuda_graphs" put those on top of recipe X; 'package.module:ATTR' names a
+    Recipe defined elsewhere (tests, extensions)."""
     if isinstance(name, Recipe):
         return name
     if ":" in name:
         module, attr = name.split(":", 1)
         return getattr(importlib.import_module(module), attr)
+    base, plus, extra = name.rpartition("+")
+    if plus and extra in EXTRAS:
+        return _on_top(get(base), extra, name)
     if name not in RECIPES:
-        raise choices("recipe", name, ["ladder", *RECIPES])
+        raise choices("recipe", name, ["ladder", *RECIPES, "RECIPE+compile", "RECIPE+cuda_graphs"])
     return RECIPES[name]
+
+
+def on_top(base: str, extra: str) -> str:
+    """The name of `extra` ("compile" | "cuda_graphs") on top of recipe `base`: amp_bf16's own are the ladder's
+    "compile" and "cuda_graphs"."""
+    if base in ("amp_bf16", "channels_last", "compile"):
+        return extra
+    return f"{base}+{extra}"
+
+
+def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
+    if base.fp8 or base.int8 or (base.compile and extra == "compile"):
+        raise UserError(f"recipe {name!r}: {base.name} is compiled already")
+    graphs = extra == "cuda_graphs"
+    return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs,
+                               about=f"{base.name} + torch.compile" + (" (mode='reduce-overhead')" if graphs else ""))
 
 
 def parse_list(text: str) -> list[str]:
@@ -199,7 +230,7 @@ class Int8Linear(nn.Module):
         return y.to(torch.bfloat16).view(*x.shape[:-1], y.shape[-1])
 
 
-def _linear_limit(layer: nn.Linear, kind: str) -> str | None:
+def linear_limit(layer: nn.Linear, kind: str) -> str | None:
     """tensorcore's hard limit for this layer's GEMM (M is the token count, unknown here: 17 passes _int_mm)."""
     return gemm_hard_limit(17, layer.out_features, layer.in_features, kind)
 
@@ -212,7 +243,7 @@ def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], kind:
         for name, child in list(parent.named_children()):
             if type(child) is not nn.Linear:
                 continue
-            why = _linear_limit(child, kind)
+            why = linear_limit(child, kind)
             if why:
                 kept.append(f"{parent_name + '.' if parent_name else ''}{name} {child.in_features}->"
                             f"{child.out_features}")
@@ -234,7 +265,7 @@ def _fp8_training(model: nn.Module) -> list[str]:
     def eligible(module: nn.Module, fqn: str) -> bool:
         if not isinstance(module, nn.Linear):
             return True       # torchao asks about containers too
-        ok = _linear_limit(module, "fp8") is None
+        ok = linear_limit(module, "fp8") is None
         (taken if ok else kept).append(fqn)
         return ok
 
@@ -291,6 +322,10 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
                                           else (example_inputs,)))
     targets = targets.to(device) if torch.is_tensor(targets) else targets
     m = copy.deepcopy(model).to(device).train(mode == "train")
+    if recipe.weights:
+        dtype = getattr(torch, recipe.weights)
+        m = _cast_weights(m, dtype)
+        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
     if recipe.channels_last:
         m = m.to(memory_format=torch.channels_last)
         inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
@@ -306,8 +341,20 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
         return Step(run, runner, recipe, mode, inputs, notes=notes)
     opt = _optimizer(optimizer, m, device)
     scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
-    run = _train_run(runner, inputs, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard)
+    run = _train_run(runner, inputs, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard,
+                     recipe.cuda_graphs)
     return Step(run, runner, recipe, mode, inputs, opt, scaler, notes)
+
+
+def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """The model in `dtype`, but for the modules tcperf.advisor.sensitive.keep_fp32 marked: they stay in float32
+    and hand their outputs back in `dtype` (fp32 islands, as autocast recipes get)."""
+    model = model.to(dtype)
+    for module in model.modules():
+        if getattr(module, "_tcperf_fp32", False):
+            module.float()
+            module._tcperf_out_dtype = dtype
+    return model
 
 
 def _infer_run(model, inputs, prec, device, graphs: bool, guard):
@@ -321,10 +368,13 @@ def _infer_run(model, inputs, prec, device, graphs: bool, guard):
     return run
 
 
-def _train_run(model, inputs, targets, loss_fn, opt, scaler, prec, device, guard):
+def _train_run(model, inputs, targets, loss_fn, opt, scaler, prec, device, guard, graphs: bool):
     flags = dataclasses.replace(prec, autocast=None)   # TF32/cuDNN flags for forward and backward ...
+    mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs else None
 
     def run():
+        if mark:
+            mark()        # a new step: the previous replay's outputs (the loss too) may be overwritten
         with guard(), precision.apply(flags, device.type):
             opt.zero_grad(set_to_none=True)
             with precision.apply(prec, device.type):   # ... autocast for the forward and the loss only (AMP docs)
@@ -341,7 +391,8 @@ def _train_run(model, inputs, targets, loss_fn, opt, scaler, prec, device, guard
 
 
 def _default_loss(outputs, targets):
-    out = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+    from .spec import tensors
+    out = outputs if torch.is_tensor(outputs) else tensors(outputs)[0]
     if targets is not None and not targets.is_floating_point() and out.dim() >= 2:
         return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), targets.reshape(-1))
     return out.float().pow(2).mean()

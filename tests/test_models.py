@@ -22,7 +22,7 @@ def _small(name, batch=2, seed=0):
 @pytest.mark.parametrize("name", models.names())
 def test_module_shape(name):
     mod = models.get(name)
-    assert mod.KIND in recipes.KINDS
+    assert mod.KIND in ("cnn", "transformer", "rnn")     # how the ladder describes its rungs
     assert mod.UNIT in ("img/s", "tokens/s", "samples/s")
     assert set(mod.CONFIGS) >= {"full", "small"}
     for cfg in mod.CONFIGS.values():

@@ -19,32 +19,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ..errors import UserError
+from ..spec import Spec, module_name, tensors, to_device  # noqa: F401  (tensors, to_device: used by callers)
 
 DICT_KEYS = ("model", "inputs", "example_inputs", "targets", "loss_fn", "metric_fn")
 RETURNS = "a torch.nn.Module, a (model, example_inputs) pair, or a dict with 'model' and 'inputs'"
-
-
-@dataclass
-class Spec:
-    model: torch.nn.Module
-    args: tuple                   # positional example inputs
-    kwargs: dict = field(default_factory=dict)
-    loss_fn: Callable | None = None
-    metric_fn: Callable | None = None
-    name: str = "model"
-    targets: Any = None           # passed to loss_fn(outputs, targets) when given
-
-    @property
-    def example_inputs(self):
-        """As recipes.prepare and the user gave them: positional tuple, or a dict of keyword arguments."""
-        return self.kwargs if self.kwargs else self.args
 
 
 def one_line(e: BaseException) -> str:
@@ -63,19 +47,21 @@ def split_target(target: str) -> tuple[Path, str]:
 def import_file(path: Path):
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
-    module_name = f"tcperf_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    name = module_name(path)
+    if name in sys.modules:
+        return sys.modules[name]                 # imported once a process: its classes stay the same classes
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UserError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module            # inspect and torch.compile look modules up here
+    sys.modules[name] = module                   # inspect and torch.compile look modules up here
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)               # sibling imports work as they would for `python file.py`
     try:
         spec.loader.exec_module(module)
     except Exception as e:
-        sys.modules.pop(module_name, None)
+        sys.modules.pop(name, None)
         raise UserError(f"cannot import {path}: {one_line(e)}") from None
     return module
 
@@ -91,6 +77,7 @@ def load_spec(target: str) -> Spec:
         raise UserError(f"{path} has no {name!r}; functions and classes in it: {', '.join(found) or 'none'}")
     if not callable(factory):
         raise UserError(f"{path}:{name} is a {type(factory).__name__}, not a function")
+    torch.manual_seed(0)       # a factory that draws random weights or inputs draws the same ones in every process
     try:
         made = factory()
     except Exception as e:
@@ -150,28 +137,6 @@ def split_inputs(inputs, where: str) -> tuple[tuple, dict]:
 
 
 # --- running it once ---------------------------------------------------------------------------------------------
-def to_device(x, device: torch.device):
-    """Tensors inside tuples, lists and dicts moved to `device`; everything else as it is."""
-    if isinstance(x, torch.Tensor):
-        return x.to(device)
-    if isinstance(x, (tuple, list)):
-        return type(x)(to_device(v, device) for v in x)
-    if isinstance(x, dict):
-        return {k: to_device(v, device) for k, v in x.items()}
-    return x
-
-
-def tensors(x) -> list[torch.Tensor]:
-    """Every floating-point tensor in an output (tensors, tuples, lists, dicts, dataclass-like outputs), in order."""
-    if isinstance(x, torch.Tensor):
-        return [x] if x.is_floating_point() or x.is_complex() else []
-    if isinstance(x, dict) or hasattr(x, "items") and callable(x.items):
-        return [t for v in x.values() for t in tensors(v)]
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in tensors(v)]
-    return []
-
-
 def on_device(spec: Spec, device: torch.device) -> Spec:
     """The spec with its model and inputs on `device` (the model moved in place, as .to() does)."""
     try:

@@ -18,12 +18,14 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
+from .. import accuracy
 from .lint import Layer, TOP_LEVEL
 from .measure import RecipeResult
 from .verdict import headline
 
-STATUS = {"ok": "ok", "fails": "wrong", "skipped": "skipped", "error": "error", "oom": "oom"}   # -> store status
-STYLE = {"ok": "green", "fails": "bold red", "skipped": "dim", "error": "red", "oom": "red"}
+STATUS = {"ok": "ok", "fails": "wrong", "skipped": "skipped", "error": "error", "oom": "oom",
+          "timeout": "timeout"}   # -> store status
+STYLE = {"ok": "green", "fails": "bold red", "skipped": "dim", "error": "red", "oom": "red", "timeout": "red"}
 MAX_LINT_ROWS = 12
 
 
@@ -70,15 +72,16 @@ class Advice:
     # --- the results store --------------------------------------------------------------------------------------
     def rows(self) -> list[dict]:
         shape = {"model": self.model, "mode": self.mode}
-        rows = [recipe_row(r, shape, self.tolerance) for r in self.recipes]
-        rows.append({"op": "advise.verdict", "shape": shape, "precision": self.recommended or "none",
-                     "status": "ok", "tolerance": self.tolerance, "message": self.verdict.get("note", ""),
-                     "metrics": finite({"label": self.model, "verdict": self.verdict,
-                                        "lint": [l.to_dict() for l in self.flagged],
-                                        "lint_summary": self.lint_summary,
-                                        "snippets": self.snippets, "sensitive": self.sensitive,
-                                        "share": self.share, "notes": self.notes})})
-        return rows
+        return [*(recipe_row(r, shape, self.tolerance) for r in self.recipes), self.verdict_row()]
+
+    def verdict_row(self) -> dict:
+        return {"op": "advise.verdict", "shape": {"model": self.model, "mode": self.mode},
+                "precision": self.recommended or "none", "status": "ok", "tolerance": self.tolerance,
+                "message": self.verdict.get("note", ""),
+                "metrics": finite({"label": self.model, "verdict": self.verdict,
+                                   "lint": [l.to_dict() for l in self.flagged], "lint_summary": self.lint_summary,
+                                   "snippets": self.snippets, "sensitive": self.sensitive,
+                                   "share": self.share, "notes": self.notes})}
 
     def save(self, db=None, command: str = "tcperf.advise()") -> int:
         """Store the whole advice as one run of kind "advise" (written only once it is complete)."""
@@ -128,7 +131,7 @@ def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> dict:
             "error": finite(r.error), "tolerance": tolerance, "message": r.message,
             "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"), "min_ms": t.get("min_ms"),
             "mean_ms": t.get("mean_ms"), "n": t.get("n"), "samples": t.get("samples", []),
-            "warnings": ["unstable: IQR/median = {:.0%}".format(t["spread"])] if t.get("unstable") else [],
+            "warnings": list(r.warnings),
             "metrics": finite({"label": shape["model"], "criterion": r.criterion, "accuracy": r.accuracy,
                                "speedup_fp32": r.speedup, "tc_share": r.tc_share, "gpu_busy": r.gpu_busy,
                                "kernels": r.kernels,
@@ -162,11 +165,23 @@ def recipes_table(a: Advice) -> Table:
     for r in a.recipes:
         if r.status != "skipped":
             t.add_row(*_recipe_cells(r, timed))
+    captions = [_train_caption(a)] if a.mode == "train" else []
     if timed:
-        t.caption = ("ms / step: the mean of 2 s of back-to-back steps; spread: their IQR / median; GPU busy: "
-                     "kernel time / step time")
-        t.caption_justify = "left"
+        captions.append("ms / step: the mean of 2 s of back-to-back steps; spread: their IQR / median; GPU busy: "
+                        "kernel time / step time")
+    t.caption = "\n".join(c for c in captions if c) or None
+    t.caption_justify = "left"
     return t
+
+
+def _train_caption(a: Advice) -> str | None:
+    """The training criterion and fp32's noise floor, from any recipe that was compared."""
+    acc = next((r.accuracy for r in a.recipes if r.accuracy.get("criterion")), None)
+    if not acc:
+        return None
+    return (f"error: mean |loss - fp32 loss| over {acc['steps']} steps / fp32's starting loss {acc['scale']:.3g}; "
+            f"a recipe passes within max({accuracy.NOISE_FACTOR:g} x fp32's noise floor {acc['noise']:.3g}, "
+            f"tolerance x starting loss) (fp32 rerun with weights x (1 + {accuracy.PERTURBATION:g} noise))")
 
 
 def skipped_text(a: Advice) -> Text | None:
@@ -239,6 +254,10 @@ def sensitive_text(a: Advice) -> Text | None:
     lines = Text()
     for dtype, s in a.sensitive.items():
         mods = s["modules"]
+        if s.get("failed"):
+            lines.append(f"{s['base']} misses the tolerance; the search for the modules behind it ended: "
+                         f"{s['failed']}\n")
+            continue
         if not mods:
             lines.append(f"{s['base']} misses the tolerance, but no single module does alone in {dtype}: "
                          f"the error builds up across the model ({s['tests']} modules tested)\n")

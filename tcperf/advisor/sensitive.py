@@ -1,70 +1,75 @@
 """Sensitive layers: when an autocast recipe misses the tolerance, find the modules that cause it, and the fix that
 keeps just those in float32.
 
-The search runs the model in float32 with exactly one subtree under autocast and descends the module tree: a child
-whose subtree alone breaks the tolerance is searched further; a failing module none of whose children fails alone
-is the culprit (its own code, or its children together). One forward per module tested, so a 12-block transformer
-costs a few dozen forwards, not a bisection over every combination.
+The search runs the model in float32 with exactly one subtree in low precision (under autocast for the amp recipes;
+cast to fp16/bf16, weights and inputs, for the weight-cast recipes) and descends the module tree: a child whose
+subtree alone breaks the tolerance is searched further; a failing module none of whose children fails alone is the
+culprit (its own code, or its children together). One forward per module tested, so a 12-block transformer costs
+a few dozen forwards, not a bisection over every combination. Whatever a module returns (a tensor, a tuple, a
+Hugging Face ModelOutput, a dataclass) is handed on with its own type.
 
-    names = find(model, args, kwargs, torch.bfloat16, "cuda", error_of, tolerance)   # ['block.2.norm']
+    names = find(model, run, torch.bfloat16, "cuda", error_of, tolerance)   # ['block.2.norm']
     keep_fp32(model, names, "cuda")       # the fix, also printed in the verdict's code snippets
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 from typing import Callable
 
 import torch
 
+from ..spec import map_tensors
+
+
+def _cast(x, dtype):
+    return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, x)
+
 
 def keep_fp32(model, names, device_type="cuda"):
-    """Run the named submodules in float32 under autocast: autocast is off inside them and their floating-point
-    inputs are cast to float32. Names and state_dict keys stay as they were."""
+    """Run the named submodules in float32: autocast is off inside them and their floating-point inputs are cast to
+    float32. A weight-cast recipe (tcperf.recipes) keeps their weights in float32 and sets `_tcperf_out_dtype`, so
+    that they hand their outputs back in the model's dtype. Names and state_dict keys stay as they were."""
     def fp32_forward(forward):
         def wrapped(self, *args, **kwargs):
-            cast = lambda x: x.float() if torch.is_tensor(x) and x.is_floating_point() else x  # noqa: E731
             with torch.autocast(device_type, enabled=False):
-                return forward(self, *map(cast, args), **{k: cast(v) for k, v in kwargs.items()})
+                out = forward(self, *_cast(args, torch.float32), **_cast(kwargs, torch.float32))
+            back = getattr(self, "_tcperf_out_dtype", None)
+            return out if back is None else _cast(out, back)
         return wrapped
 
     for name in names:
         module = model.get_submodule(name)
         cls = type(module)
         module.__class__ = type(cls.__name__, (cls,), {"forward": fp32_forward(cls.forward)})
+        module._tcperf_fp32 = True
     return model
 
 
 @contextlib.contextmanager
-def autocast_only(model: torch.nn.Module, names: list[str], dtype: torch.dtype, device_type: str):
-    """Inside: the model runs in float32 except the named subtrees, which run under autocast(dtype); their
-    floating-point outputs are cast back to float32, so the rest of the model takes them as it would in fp32."""
-    modules = [model.get_submodule(n) for n in names]
-    saved = [m.__class__ for m in modules]
-    for module, cls in zip(modules, saved):
-        module.__class__ = type(cls.__name__, (cls,), {"forward": _autocast_forward(cls.forward, dtype, device_type)})
+def lowp_only(model: torch.nn.Module, name: str, dtype: torch.dtype, device_type: str, cast_weights: bool = False):
+    """Inside: the model runs in float32 except the named subtree, which runs under autocast(dtype) or, with
+    cast_weights, as a copy cast to dtype (its floating-point inputs too); its floating-point outputs are cast
+    back to float32, so the rest of the model takes them as it would in fp32."""
+    module = model.get_submodule(name)
+    cls = module.__class__
+    lowp = copy.deepcopy(module).to(dtype) if cast_weights else None
+    module.__class__ = type(cls.__name__, (cls,), {"forward": _lowp_forward(cls.forward, dtype, device_type, lowp)})
     try:
         yield model
     finally:
-        for module, cls in zip(modules, saved):
-            module.__class__ = cls
+        module.__class__ = cls
 
 
-def _autocast_forward(forward, dtype, device_type):
+def _lowp_forward(forward, dtype, device_type, lowp):
     def wrapped(self, *args, **kwargs):
-        with torch.autocast(device_type, dtype=dtype):
-            out = forward(self, *args, **kwargs)
-        return _to_float32(out)     # rounded to low precision by the module, handed on as float32
+        if lowp is not None:
+            out = forward(lowp, *_cast(args, dtype), **_cast(kwargs, dtype))
+        else:
+            with torch.autocast(device_type, dtype=dtype):
+                out = forward(self, *args, **kwargs)
+        return _cast(out, torch.float32)     # rounded to low precision by the module, handed on as float32
     return wrapped
-
-
-def _to_float32(x):
-    if torch.is_tensor(x):
-        return x.float() if x.is_floating_point() else x
-    if isinstance(x, (tuple, list)):
-        return type(x)(_to_float32(v) for v in x)
-    if isinstance(x, dict):
-        return {k: _to_float32(v) for k, v in x.items()}
-    return x
 
 
 def _children(model: torch.nn.Module, name: str) -> list[str]:
@@ -73,14 +78,15 @@ def _children(model: torch.nn.Module, name: str) -> list[str]:
 
 
 def find(model: torch.nn.Module, run: Callable[[], object], dtype: torch.dtype, device_type: str,
-         error_of: Callable[[object], float], tolerance: float, max_tests: int = 400) -> dict:
+         error_of: Callable[[object], float], tolerance: float, max_tests: int = 400,
+         cast_weights: bool = False) -> dict:
     """Descend the module tree from the top; `run()` is one float32 forward returning the outputs and `error_of`
     their error against float32. Returns {modules: [culprits], errors: {name: error alone}, tests: forwards run}."""
     errors: dict[str, float] = {}
 
     def alone(name: str) -> float:
         if name not in errors and len(errors) < max_tests:
-            with autocast_only(model, [name], dtype, device_type), torch.no_grad():
+            with lowp_only(model, name, dtype, device_type, cast_weights), torch.no_grad():
                 errors[name] = error_of(run())
         return errors.get(name, 0.0)
 

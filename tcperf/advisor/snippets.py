@@ -12,9 +12,11 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from .sensitive import keep_fp32
+from ..spec import map_tensors
+from .sensitive import _cast, keep_fp32
 
 LIGHTNING_PRECISION = {None: "32-true", "float16": "16-mixed", "bfloat16": "bf16-mixed"}
+LIGHTNING_TRUE = {"float16": "16-true", "bfloat16": "bf16-true"}     # weights cast, no autocast
 ACCELERATE_PRECISION = {None: "no", "float16": "fp16", "bfloat16": "bf16"}
 
 
@@ -28,6 +30,7 @@ class Setup:
     fp8: bool = False                   # Linear layers in float8
     int8: bool = False                  # Linear layers in int8 (inference)
     keep_fp32: tuple = ()               # module names kept in float32 under autocast
+    weights: str | None = None          # inference: the model cast to 'float16' | 'bfloat16'
 
     @property
     def scaler(self) -> bool:
@@ -45,7 +48,14 @@ def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = Tru
     lines = []
     if s.keep_fp32:
         names = ", ".join(f'"{n}"' for n in s.keep_fp32)
-        lines.append(f'model = keep_fp32(model, [{names}], "{device_type}")  # these lose accuracy in {s.autocast}')
+        lines.append(f'model = keep_fp32(model, [{names}], "{device_type}")  # these lose accuracy in '
+                     f'{s.autocast or s.weights}')
+    if s.weights:
+        lines.append(f"model = model.to(torch.{s.weights})  # weights and activations in {s.weights}")
+        if s.keep_fp32:
+            lines += ["for module in model.modules():  # ... but for the modules kept in float32",
+                      "    if getattr(module, '_tcperf_fp32', False):",
+                      f"        module.float()._tcperf_out_dtype = torch.{s.weights}"]
     if s.channels_last:
         lines.append("model = model.to(memory_format=torch.channels_last)")
     if s.fp8:
@@ -66,7 +76,8 @@ def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = Tru
 def _header(s: Setup, *imports: str) -> list[str]:
     head = ["import torch", *imports, ""]
     if s.keep_fp32:
-        head += [inspect.getsource(keep_fp32).rstrip(), "", ""]
+        head = ["import copy", "import dataclasses", *head]
+        head += [inspect.getsource(f).rstrip() + "\n\n" for f in (map_tensors, _cast, keep_fp32)]
     return head
 
 
@@ -79,6 +90,8 @@ def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
     lines = [f"# tcperf advise: {s.name}", *_header(s), *_flags(s), *_model_lines(s, mode, device_type)]
     if s.channels_last:
         lines.append("x = x.to(memory_format=torch.channels_last)")
+    if s.weights:
+        lines.append(f"x = x.to(torch.{s.weights})  # floating-point inputs in the model's dtype")
     ctx = _autocast(s, device_type)
     if mode == "infer":
         lines += ["model.eval()", f"with torch.no_grad(){', ' + ctx if ctx else ''}:", "    outputs = model(x)"]
@@ -101,10 +114,14 @@ def lightning(s: Setup, mode: str = "infer") -> str:
              "# Lightning's Tensor Core warning asks for this: the setting tcperf measured",
              _flags(s)[0],
              *_model_lines(s, mode, "cuda"),
-             f'trainer = L.Trainer(accelerator="gpu", devices=1, precision="{LIGHTNING_PRECISION[s.autocast]}")']
+             f'trainer = L.Trainer(accelerator="gpu", devices=1, precision="{_lightning_precision(s)}")']
     lines.append("trainer.fit(model, train_dataloaders=train_loader)" if mode == "train"
                  else "predictions = trainer.predict(model, dataloaders=loader)")
     return "\n".join(lines) + "\n"
+
+
+def _lightning_precision(s: Setup) -> str:
+    return LIGHTNING_TRUE[s.weights] if s.weights else LIGHTNING_PRECISION[s.autocast]
 
 
 def accelerate(s: Setup, mode: str = "infer") -> str:

@@ -103,9 +103,11 @@ def accuracy_cell(r: dict) -> str:
     if "rel_error" in acc:
         top1 = f" · top1 {acc['top1_agree']:.0%}" if acc.get("top1_agree") is not None else ""
         return f"err {acc['rel_error']:.1e}{top1}"
-    ref = f" (fp32 {acc['loss_fp32']:.4g})" if acc.get("loss_fp32") is not None else " (no fp32 reference)"
-    skipped = f" · skipped {acc['skipped_steps']}" if acc.get("skipped_steps") else ""
-    return f"loss {acc['loss']:.4g}{ref}{skipped}"
+    skipped = f" · GradScaler skipped {acc['skipped_steps']}" if acc.get("skipped_steps") else ""
+    if acc.get("allowed") is None:
+        return f"loss {acc['loss']:.4g} (fp32 {acc['loss_fp32']:.4g}){skipped}"
+    return (f"loss {acc['loss']:.4g} (fp32 {acc['loss_fp32']:.4g}) · gap {acc['gap']:.2g}, allowed "
+            f"{acc['allowed']:.2g} (fp32 noise {acc['noise']:.2g}){skipped}")
 
 
 def ladder_table(rows: list[dict], title: str) -> Table:

@@ -138,7 +138,7 @@ def _accuracy_problems(row: dict) -> list[str]:
     found = []
     if acc.get("nonfinite"):
         found.append(f"non-finite values ({acc['nonfinite']})")
-    if acc.get("skipped_steps"):
+    if acc.get("skipped_steps") and row.get("status") == "wrong":    # otherwise GradScaler's calibration
         found.append(f"{acc['skipped_steps']} optimizer step(s) skipped by the loss scaler")
     return found
 

@@ -1,0 +1,410 @@
+"""One engine that runs recipes on a model: the model ladder (`tcperf models`) and the advisor (`tcperf advise`) both
+measure through it, so a fix to how a recipe is prepared, checked or timed lands once.
+
+For one model spec (tcperf.spec: a built-in ladder model or the user's own) and one recipe (tcperf.recipes):
+1. does the recipe apply? From the model itself: channels_last needs 2-D convolutions; fp8 and int8 need nn.Linear
+   layers they can take carrying at least MIN_LINEAR_SHARE of the forward's matmul/conv FLOPs (the numbers are
+   said when skipping);
+2. prepare the step (a deep copy of the model; fp32 islands where the advisor found sensitive modules);
+3. check its accuracy against fp32 strict on the same weights and inputs (tcperf.accuracy);
+4. time it: the mean of back-to-back steps over a time window (what a loop of them sustains; the median and IQR
+   stay beside it), and optionally profile it (Tensor Core share, GPU busy), count its FLOPs (MFU), read peak
+   memory.
+
+`task` is the worker's entry point (tcperf.runner runs each recipe in its own process with a timeout, so a recipe
+that hangs, crashes its process or runs out of memory is recorded while the others go on). The fp32 reference is
+computed once, in the first worker that needs it, and handed to the others through a file.
+
+    row = measure(spec, "bf16+compile", "infer", "cuda", reference=reference(spec, "infer", "cuda"))
+    rows = run(cases, device, timeout=600, on_result=store_it)      # each case: recipe_case(...)
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from . import accuracy, env, peaks, recipes
+from .spec import Spec, callable_model, load_source, tensor_inputs
+
+TASK = "tcperf.engine:task"
+TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
+          "max_reps": 100_000}
+MIN_LINEAR_SHARE = 0.10     # fp8/int8 are tried when their Linear layers carry at least this share of the FLOPs
+
+
+# --- does the recipe apply to this model? ---------------------------------------------------------------------------
+def has_conv2d(model: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+
+
+def linear_share(spec: Spec, kind: str) -> tuple[float, float, int]:
+    """(share of the forward's matmul/conv FLOPs in nn.Linear layers that `kind` ("fp8" | "int8") takes, the
+    forward's GFLOP, how many such layers), from one recorded forward (tcperf.advisor.lint)."""
+    from .advisor import lint
+    layers = lint.record(spec.model, spec.args, spec.kwargs)
+    total = sum(l.flops * l.count for l in layers)
+    taken = set()
+    for l in layers:
+        module = _module(spec.model, l.module)
+        if type(module) is torch.nn.Linear and recipes.linear_limit(module, kind) is None:
+            taken.add(l.module)
+    eligible = sum(l.flops * l.count for l in layers if l.module in taken)
+    return (eligible / total if total else 0.0), total / 1e9, len(taken)
+
+
+def _module(model: torch.nn.Module, name: str):
+    try:
+        return model.get_submodule(name)
+    except AttributeError:          # the top level's own ops
+        return None
+
+
+def skip_reason(rec: recipes.Recipe, spec: Spec, mode: str, device) -> str | None:
+    """None when the recipe runs on this model, mode and device; else one line about this model saying why not."""
+    why = rec.skip_reason(mode, device)
+    if why or rec.needs is None:
+        return why
+    if rec.needs == "conv2d":
+        return None if has_conv2d(spec.model) else f"{rec.name}: {spec.name} has no 2-D convolution ({rec.about})"
+    kind = "fp8" if rec.fp8 else "int8"
+    share, gflop, count = linear_share(spec, kind)
+    if share >= MIN_LINEAR_SHARE:
+        return None
+    return (f"{rec.name}: the nn.Linear layers {kind} can take ({count}) carry {share:.0%} of {spec.name}'s "
+            f"{gflop:.3g} GFLOP forward (< {MIN_LINEAR_SHARE:.0%}): too little to gain")
+
+
+# --- preparing a step -----------------------------------------------------------------------------------------------
+def _prepare(spec: Spec, rec: recipes.Recipe, mode: str, device, *, keep=(), tap: str | None = None,
+             holder: dict | None = None, perturb: int | None = None) -> recipes.Step:
+    """recipes.prepare on the spec; keep: modules run in fp32; tap: a module whose input `holder` receives at every
+    call; perturb: a seed for fp32's noise runs (weights scaled by 1 + PERTURBATION N(0,1), that seed for dropout)."""
+    model = spec.model
+    if keep or tap or perturb is not None:
+        model = copy.deepcopy(model)
+    if keep:
+        from .advisor.sensitive import keep_fp32
+        keep_fp32(model, list(keep), torch.device(device).type)
+    if tap:
+        model.get_submodule(tap).register_forward_pre_hook(_tap_hook(holder), with_kwargs=True)
+    if perturb is not None:
+        _perturb(model, perturb)
+    torch.manual_seed(perturb or 0)       # the same dropout masks and default-loss draws in every recipe
+    return recipes.prepare(callable_model(spec, model), rec, mode, tensor_inputs(spec), device,
+                           loss_fn=_loss(spec), optimizer=spec.optimizer, targets=spec.targets)
+
+
+def _loss(spec: Spec):
+    """recipes.prepare calls loss_fn(outputs, targets); a user's loss_fn takes the outputs only unless the factory
+    gave targets."""
+    if spec.loss_fn is None or spec.targets is not None:
+        return spec.loss_fn
+    return lambda outputs, _targets: spec.loss_fn(outputs)
+
+
+def _tap_hook(holder: dict):
+    def hook(module, args, kwargs):
+        found = [x for x in (*args, *kwargs.values()) if torch.is_tensor(x) and x.is_floating_point()]
+        if found:
+            holder["x"] = found[0]
+    return hook
+
+
+def _perturb(model: torch.nn.Module, seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.mul_(1 + accuracy.PERTURBATION * torch.randn(p.shape, generator=gen).to(p.device, p.dtype))
+
+
+def last_leaf(spec: Spec) -> str | None:
+    """The last leaf module called in a forward that takes a floating-point tensor: its input is what the model's
+    last layer sees."""
+    calls: list[str] = []
+    handles = [m.register_forward_pre_hook(_recorder(calls, name), with_kwargs=True)
+               for name, m in spec.model.named_modules() if name and not list(m.children())]
+    try:
+        with torch.no_grad():
+            spec.forward()
+    finally:
+        for h in handles:
+            h.remove()
+    return calls[-1] if calls else None
+
+
+def _recorder(calls: list, name: str):
+    def hook(module, args, kwargs):
+        if any(torch.is_tensor(x) and x.is_floating_point() for x in (*args, *kwargs.values())):
+            calls.append(name)
+    return hook
+
+
+# --- the fp32 reference ---------------------------------------------------------------------------------------------
+def reference(spec: Spec, mode: str, device, steps: int = accuracy.DEFAULT_STEPS) -> dict:
+    """fp32 strict on the spec: the outputs to compare (inference), or the losses of `steps` steps and of
+    NOISE_RUNS perturbed runs (training)."""
+    fp32 = recipes.get("fp32")
+    if mode == "train":
+        losses, _ = train_losses(_prepare(spec, fp32, mode, device), steps)
+        noise = [train_losses(_prepare(spec, fp32, mode, device, perturb=i + 1), steps)[0]
+                 for i in range(accuracy.NOISE_RUNS)]
+        _release(device)
+        return {"mode": mode, "steps": steps, "losses": losses, "noise": noise,
+                "noise_floor": accuracy.noise_floor(losses, noise)}
+    out = _prepare(spec, fp32, mode, device)()
+    ref = {"mode": mode, "outputs": accuracy.check_outputs(out)}
+    if spec.metric_fn is not None:
+        ref["metric"] = float(spec.metric_fn(out))
+    del out
+    why = accuracy.degenerate(ref["outputs"])
+    if why:
+        ref.update(degenerate=why, tap=last_leaf(spec))
+        if ref["tap"]:
+            holder: dict = {}
+            _prepare(spec, fp32, mode, device, tap=ref["tap"], holder=holder)()
+            ref["outputs"] = accuracy.check_outputs(holder.get("x"))
+    _release(device)
+    return ref
+
+
+def reference_note(ref: dict) -> str | None:
+    if not ref.get("degenerate"):
+        return None
+    what = f"the input of {ref['tap']} (the last layer) is compared instead" if ref.get("tap") else \
+        "no earlier activation could be found, so accuracy is not really checked"
+    return f"fp32's output is degenerate ({ref['degenerate']}): it cannot tell a good recipe from a bad one; {what}"
+
+
+def train_losses(step, steps: int) -> tuple[list[float], list[bool]]:
+    """The loss of each of `steps` steps, and whether GradScaler skipped each (its scale went down)."""
+    losses, skipped = [], []
+    scaler = step.scaler
+    for _ in range(steps):
+        scale = scaler.get_scale() if scaler else None    # sync point: get_scale reads the scale on the host
+        losses.append(float(step()))                      # sync point, once per step
+        skipped.append(bool(scaler and scaler.get_scale() < scale))
+    return losses, skipped
+
+
+def load_reference(path: str | None, spec: Spec, mode: str, device, steps: int) -> dict:
+    """The reference saved by an earlier worker at `path`, or computed here (and saved there for the next)."""
+    if path and os.path.exists(path):
+        return {**torch.load(path, weights_only=False), "origin": "made by an earlier recipe's worker"}
+    ref = reference(spec, mode, device, steps)
+    if path:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        torch.save(ref, tmp)
+        os.replace(tmp, path)        # atomic: a worker killed mid-write leaves no half reference
+    return {**ref, "origin": "made here"}
+
+
+# --- one recipe -----------------------------------------------------------------------------------------------------
+def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, tolerance: float | None = None,
+            steps: int = accuracy.DEFAULT_STEPS, timing: dict | None = None, time_it: bool = True,
+            check: bool = True, keep=(), profile: bool = False, flops: bool = False,
+            ceilings: dict | None = None) -> dict:
+    """One recipe on one spec -> a row in the store's format (status ok | wrong | skipped; the runner adds error,
+    oom and timeout). Inference compares outputs; training, `steps` losses against fp32's noise. check=False:
+    speed only (no reference, no accuracy check)."""
+    rec, device = recipes.get(recipe), torch.device(device)
+    tol = tolerance if tolerance is not None else rec.tolerance
+    row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
+           "metrics": {"recipe": rec.describe(has_conv2d(spec.model)), "keep_fp32": list(keep), "notes": []}}
+    why = skip_reason(rec, spec, mode, device)
+    if why:
+        return {**row, "status": "skipped", "message": why}
+    if check and ref is None:
+        ref = reference(spec, mode, device, steps)
+    _fresh(device, rec)
+    holder: dict = {}
+    t0 = time.perf_counter()
+    try:
+        step = _prepare(spec, rec, mode, device, keep=keep, tap=(ref or {}).get("tap"), holder=holder)
+    except recipes.NotApplicable as e:
+        return {**row, "status": "skipped", "message": str(e)}
+    acc = _check(step, spec, mode, steps, ref, holder) if check else step()
+    _sync(device)
+    row["metrics"].update(first_call_s=time.perf_counter() - t0, notes=list(step.notes))
+    if check:
+        _judge(row, acc, mode, tol, ref)
+    del acc
+    if time_it:
+        _time(row, step, device, timing or TIMING, spec, rec, profile)
+    del step, holder
+    _release(device)
+    if flops and row.get("mean_ms"):
+        _fill_flops(row, spec, rec, mode, device, ceilings)
+    return row
+
+
+def _check(step, spec: Spec, mode: str, steps: int, ref: dict, holder: dict) -> dict:
+    """Run the accuracy check's calls (the first holds torch.compile's compile time) and compare."""
+    if mode == "train":
+        losses, skipped = train_losses(step, steps)
+        return accuracy.compare_training(losses, skipped, ref)
+    out = step()
+    got = accuracy.check_outputs(holder.get("x") if ref.get("tap") else out)
+    acc = accuracy.compare_outputs(got, ref["outputs"])
+    if "metric" in ref:
+        acc.update(accuracy.metric_change(float(spec.metric_fn(out)), ref["metric"]))
+    if ref.get("tap"):
+        acc["compared"] = f"input of {ref['tap']}"
+    return acc
+
+
+def _judge(row: dict, acc: dict, mode: str, tol: float, ref: dict) -> None:
+    err, what, passes, why = accuracy.judge(acc, mode, tol)
+    row["metrics"].update(accuracy=acc, criterion=what, reference=ref.get("origin", "given"))
+    row["error"] = err
+    note = reference_note(ref)
+    if note:
+        row["warnings"].append(note)
+    if not passes:
+        row.update(status="wrong", message=why)
+
+
+def _time(row: dict, step, device: torch.device, timing: dict, spec: Spec, rec, profile: bool) -> None:
+    from .timing import time_fn
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    m = time_fn(step, device, **{**TIMING, **timing})
+    row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=m.mean_ms,
+               n=m.n)
+    metrics = row["metrics"]
+    metrics.update(spread=m.spread, unstable=m.unstable)
+    if spec.items:
+        metrics.update(throughput=spec.items / (m.mean_ms * 1e-3), items_per_step=spec.items, unit=spec.unit)
+    if rec.compile:          # the first call compiled; one step of it was the step itself
+        metrics["compile_s"] = max(0.0, metrics["first_call_s"] - m.mean_ms * 1e-3)
+    if m.unstable:
+        row["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+    if device.type == "cuda":
+        metrics["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        throttled = env.throttle_reasons(device.index or 0)
+        if throttled:
+            row["warnings"].append(f"clocks throttled: {', '.join(throttled)}")
+        if profile:
+            _profile(row, step, device, m.mean_ms)
+
+
+def _profile(row: dict, step, device, step_ms: float) -> None:
+    from .advisor.share import gpu_busy, profile
+    try:
+        share, kernels, kernel_ms = profile(step, device)
+        row["metrics"].update(tc_share=share, kernels=kernels, gpu_busy=gpu_busy(kernel_ms, step_ms))
+    except Exception as e:       # the profiler failing leaves the timing standing
+        row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
+                                      "tensor_core": False}]
+
+
+# --- FLOPs and MFU --------------------------------------------------------------------------------------------------
+def count_flops(spec: Spec, mode: str, device) -> float:
+    """FLOPs of one step (forward, plus backward for training; the optimizer's elementwise work is not counted):
+    the spec's own formula where it has one, else torch.utils.flop_counter on a fp32 copy of the model."""
+    if spec.flops is not None:
+        return spec.flops(mode)
+    from torch.utils.flop_counter import FlopCounterMode
+    model = copy.deepcopy(spec.model).train(mode == "train")
+    with FlopCounterMode(display=False) as counter:
+        if mode == "train":
+            out = model(*spec.args, **spec.kwargs)
+            loss = _loss(spec)(out, spec.targets) if spec.loss_fn else recipes._default_loss(out, spec.targets)
+            loss.backward()
+        else:
+            with torch.no_grad():
+                model(*spec.args, **spec.kwargs)
+    del model
+    _release(device)
+    return counter.get_total_flops()
+
+
+def peak_tflops(prec: str, device, ceilings: dict | None) -> tuple[float | None, str | None]:
+    """(TFLOPS, 'measured ceiling' | 'datasheet peak') for `prec` on `device`; (None, None) when unknown."""
+    if ceilings and ceilings.get(prec):
+        return float(ceilings[prec]), "measured ceiling"
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None, None
+    value = peaks.datasheet(torch.cuda.get_device_name(device)).get(prec)
+    return (value, "datasheet peak") if value else (None, None)
+
+
+def _fill_flops(row: dict, spec: Spec, rec, mode: str, device, ceilings) -> None:
+    flops = count_flops(spec, mode, device)
+    row["flops"] = flops
+    row["tflops"] = flops / (row["mean_ms"] * 1e-3) / 1e12 if flops else None
+    peak, source = peak_tflops(rec.peak_precision, device, ceilings)
+    metrics = row["metrics"]
+    metrics["model_flops"] = flops
+    metrics["mfu"] = row["tflops"] / peak if peak and row["tflops"] else None
+    metrics["mfu_basis"] = {"precision": rec.peak_precision, "tflops": peak, "source": source} if peak else None
+
+
+# --- housekeeping ---------------------------------------------------------------------------------------------------
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)   # sync point: wall-clock intervals must end with the GPU's work
+
+
+def _fresh(device: torch.device, rec) -> None:
+    """A clean slate: compiled graphs of earlier recipes dropped (they must not serve this one), memory freed."""
+    if rec.compile:
+        torch._dynamo.reset()
+    _release(device)
+
+
+def _release(device) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# --- in a worker ----------------------------------------------------------------------------------------------------
+def recipe_case(source: dict, recipe: str, mode: str, *, op: str, shape: dict, reference: str,
+                label: str | None = None, **options) -> dict:
+    """A runner case for one recipe on the spec `source` names (tcperf.spec.save_source, builtin_source); its row's
+    precision is `label` (a mixed recipe's name) or the recipe's. options: steps, tolerance, timing, time_it, keep,
+    profile, flops, base, suite."""
+    return {"op": op, "suite": options.pop("suite", op.split(".")[0]), "shape": shape, "precision": label or recipe,
+            "recipe": recipe, "task": TASK, "source": source, "mode": mode, "reference": reference, **options}
+
+
+def task(case: dict, device, job: dict) -> dict:
+    """The worker's entry point: the spec rebuilt from its source (or, in this process, given as case["spec"]),
+    the reference read (or made), one recipe."""
+    spec = case["spec"] if "spec" in case else load_source(case["source"], device)
+    steps = case.get("steps", accuracy.DEFAULT_STEPS)
+    rec = recipes.get(case.get("recipe") or case["precision"])
+    if skip_reason(rec, spec, case["mode"], device) is None:
+        ref = load_reference(case["reference"], spec, case["mode"], device, steps)
+    else:
+        ref = None
+    row = measure(spec, rec, case["mode"], device, ref=ref, tolerance=case.get("tolerance"),
+                  steps=steps, timing=case.get("timing") or job.get("engine_timing"),
+                  time_it=case.get("time_it", True), keep=case.get("keep", ()), profile=case.get("profile", False),
+                  flops=case.get("flops", False), ceilings=job.get("ceilings"))
+    row["metrics"].update(label=spec.name, base=case.get("base"))
+    return {"op": case["op"], "suite": case.get("suite", ""), "shape": case["shape"], **row,
+            "precision": case["precision"]}
+
+
+def run(cases: list[dict], device, *, timeout: float, on_result=None, extra: dict | None = None) -> list[dict]:
+    """Each case in a worker of its own recipe, in order (fp32 first makes the reference once)."""
+    from .runner import run_cases
+    return run_cases(cases, torch.device(device), timeout=timeout, on_result=on_result, extra=extra)
+
+
+def builtin_source(model: str, config: str, batch: int, seed: int = 0) -> dict:
+    return {"kind": "builtin", "model": model, "config": config, "batch": batch, "seed": seed}
+
+
+def reference_path(folder, *parts) -> str:
+    return str(Path(folder) / ("ref-" + "-".join(str(p) for p in parts) + ".pt"))
+
+

@@ -1,0 +1,202 @@
+"""The engine the ladder and the advisor share (tcperf.engine, tcperf.accuracy, tcperf.spec): outputs of any shape,
+the training criterion against fp32's own noise, a degenerate reference, fp32 islands in fp16 weights."""
+import dataclasses
+import math
+from collections import namedtuple
+
+import pytest
+import torch
+import torch.nn as nn
+
+import tcperf
+from tcperf import accuracy, engine, recipes
+from tcperf.spec import Spec, map_tensors, tensors
+
+
+# --- outputs of any shape -------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    extra: tuple
+
+
+Pair = namedtuple("Pair", "a b")
+
+
+def test_map_tensors_keeps_every_container_type():
+    t = torch.ones(2)
+    out = map_tensors(lambda x: x * 2, {"x": (t, [t]), "p": Pair(t, 3), "d": Out(t, (t,))})
+    assert isinstance(out["p"], Pair) and out["p"].b == 3 and isinstance(out["d"], Out)
+    assert float(out["d"].extra[0].sum()) == 4 and isinstance(out["x"][1], list)
+    assert len(tensors(out)) == 5
+
+
+def test_a_model_output_stays_indexable_by_position():
+    """BERT indexes its encoder's ModelOutput by position (outputs[1]): a plain dict there was the KeyError: 1."""
+    modeling = pytest.importorskip("transformers.modeling_outputs")
+    o = modeling.BaseModelOutputWithPooling(last_hidden_state=torch.ones(1, 2), pooler_output=torch.zeros(1))
+    cast = map_tensors(lambda x: x.double(), o)
+    assert type(cast) is type(o) and cast[1].dtype == torch.float64 and cast.pooler_output.dtype == torch.float64
+
+
+# --- training: against fp32's own noise ------------------------------------------------------------------------------
+def test_gradscaler_calibration_skips_are_aligned_not_divergence():
+    ref = [5.0, 4.0, 3.0, 2.0, 1.0]
+    losses = [5.0, 5.0, 5.0, 4.0, 3.0]          # two skipped steps: the same weights, the same loss
+    acc = accuracy.compare_training(losses, [True, True, False, False, False], {"losses": ref, "noise": [ref]})
+    assert acc["gap"] == 0 and acc["skipped_steps"] == 2
+    assert accuracy.judge(acc, "train", 0.02)[2]
+    unaligned = accuracy.compare_training(losses, [False] * 5, {"losses": ref, "noise": [ref]})
+    assert not accuracy.judge(unaligned, "train", 0.02)[2]
+
+
+def test_a_chaotic_fp32_widens_the_bound_and_says_so():
+    ref = [0.7, 1.8, 0.9, 0.72, 0.70]
+    noisy = [0.7, 0.9, 1.7, 0.75, 0.69]                     # fp32 itself, weights x (1 + 1e-6 noise)
+    reference = {"losses": ref, "noise": [noisy]}
+    close = accuracy.compare_training([0.7, 1.0, 2.5, 0.8, 0.72], [False] * 5, reference)
+    err, what, passes, why = accuracy.judge(close, "train", 0.02)
+    assert passes and "fp32's own noise" in close["criterion"] and "noise floor" in close["criterion"]
+    far = accuracy.compare_training([0.7, 9.0, 9.0, 9.0, 9.0], [False] * 5, reference)
+    assert not accuracy.judge(far, "train", 0.02)[2]
+    nan = accuracy.compare_training([0.7, math.nan, 1, 1, 1], [False] * 5, reference)
+    assert accuracy.judge(nan, "train", 0.02)[3] == "NaN/inf in the loss"
+
+
+def test_the_training_reference_measures_fp32_against_itself():
+    torch.manual_seed(0)
+    spec = Spec(nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.1), nn.Linear(32, 4)), (torch.randn(8, 16),),
+                targets=torch.randint(0, 4, (8,)))
+    ref = engine.reference(spec, "train", "cpu", steps=6)
+    assert len(ref["losses"]) == 6 and len(ref["noise"]) == accuracy.NOISE_RUNS
+    assert ref["noise_floor"] > 0          # other dropout masks and perturbed weights: fp32's run-to-run noise
+
+
+# --- a reference that says nothing ----------------------------------------------------------------------------------
+class ZeroHead(nn.Module):
+    """Like torchvision's ViT: the classifier starts at zero, so every recipe's logits are exactly 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(16, 32), nn.GELU())
+        self.head = nn.Linear(32, 4)
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, x):
+        return self.head(self.trunk(x))
+
+
+def scramble(model, mode):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 10 * p.std().clamp(min=1e-3))
+    return ["weights scrambled"]
+
+
+SCRAMBLED = recipes.Recipe("scrambled", "fp32", transform=f"{__name__}:scramble")
+
+
+def test_a_degenerate_reference_compares_the_last_layers_input():
+    torch.manual_seed(0)
+    spec = Spec(ZeroHead(), (torch.randn(8, 16),), name="zero_head")
+    ref = engine.reference(spec, "infer", "cpu")
+    assert ref["degenerate"] == "all zero" and ref["tap"] == "head"
+    row = engine.measure(spec, SCRAMBLED, "infer", "cpu", ref=ref, time_it=False)
+    assert row["status"] == "wrong" and row["metrics"]["accuracy"]["compared"] == "input of head"
+    assert "degenerate (all zero)" in row["warnings"][0] and "input of head" in row["warnings"][0]
+    fine = engine.measure(spec, "amp_bf16", "infer", "cpu", ref=ref, time_it=False)
+    assert fine["status"] == "ok" and 0 < fine["error"] < 0.05
+
+
+# --- fp16 weights, with fp32 islands --------------------------------------------------------------------------------
+class Energy(nn.Module):
+    """An L2 norm taken the long way: its squares pass fp16's 65504 though its output is small."""
+
+    def forward(self, x):
+        return (x * 300).pow(2).sum(-1, keepdim=True).sqrt() / 300
+
+
+class Overflows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(16, 16)
+        self.energy = Energy()
+        self.out = nn.Linear(17, 4)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.out(torch.cat([h, self.energy(h)], -1))
+
+
+def test_fp16_weights_fail_and_are_repaired_with_an_fp32_island():
+    torch.manual_seed(0)
+    advice = tcperf.advise(Overflows(), torch.randn(8, 16), device="cpu", recipes=["fp32", "fp16"], isolate=False)
+    by = {r.recipe: r for r in advice.recipes}
+    assert by["fp16"].status == "fails" and "NaN/inf" in by["fp16"].message
+    assert advice.sensitive["float16 weights"]["modules"] == ["energy"]
+    mixed = next(r for r in advice.recipes if r.keep_fp32)
+    assert mixed.status == "ok", mixed.message
+    assert mixed.recipe == "fp16+fp32[energy]" and mixed.base == "fp16"
+
+
+def test_in_process_and_isolated_runs_agree():
+    """The Python API pickles the spec to a worker process; without isolation the same engine runs here."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)), torch.randn(8, 16)
+    here = tcperf.advise(model, x, device="cpu", recipes=["fp32", "amp_bf16"], isolate=False)
+    there = tcperf.advise(model, x, device="cpu", recipes=["fp32", "amp_bf16"])
+    assert [r.error for r in here.recipes] == [r.error for r in there.recipes]
+
+
+# --- on a GPU -------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_cuda_graphs_train_and_bf16_weights_compile(cuda):
+    from tcperf import ladder
+    for model, recipe, mode in (("gpt2", "cuda_graphs", "train"), ("gpt2", "bf16+compile", "infer"),
+                                ("resnet50", "fp16+cuda_graphs", "infer"), ("resnet50", "amp_fp16", "train")):
+        r = ladder.measure_cell(model, mode, recipe, 16, cuda, config="small", timing={"rep_ms": 50})
+        assert r["status"] == "ok", (model, recipe, mode, r["message"])
+        assert r["metrics"]["throughput"] > 0
+
+
+@pytest.mark.gpu
+def test_gpu_compile_tier_sits_on_the_fastest_passing_recipes(cuda):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
+    advice = tcperf.advise(model, torch.randn(256, 1024), device="cuda")
+    names = [r.recipe for r in advice.recipes]
+    assert any(n.endswith("+compile") or n == "compile" for n in names)
+    assert any(n.endswith("+cuda_graphs") or n == "cuda_graphs" for n in names)
+    assert advice.verdict["recommended"] and advice.verdict["speedup"] > 1
+    fp8 = next(r for r in advice.recipes if r.recipe == "fp8")
+    assert fp8.status != "skipped" or "compute capability" in fp8.message       # Linear-heavy: tried
+
+
+def test_a_model_from_a_users_file_reaches_the_worker():
+    """A model whose class lives in the user's file (imported by tcperf under its own module name) is pickled by
+    reference: the worker imports that file first."""
+    from pathlib import Path
+
+    from tcperf.advisor import load
+    spec = load.load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "awkward_mlp.py:small"))
+    advice = tcperf.advise(spec.model, spec.args, device="cpu", recipes=["fp32", "amp_bf16"])
+    assert [r.status for r in advice.recipes] == ["ok", "ok"], [r.message for r in advice.recipes]
+
+
+def test_compile_goes_on_top_of_the_fastest_passing_recipes():
+    from tcperf.advisor import api, measure
+
+    def timed(name, ms, status="ok", keep=()):
+        r = measure.RecipeResult(name, status, keep_fp32=list(keep), base=name if keep else None)
+        r.timing = {"mean_ms": ms}
+        return r
+    results = [timed("fp32", 5), timed("tf32", 3), timed("amp_fp16", 1, "fails"), timed("bf16", 2),
+               timed("fp16+fp32[x]", 1.5, keep=("x",)), timed("fp16", 1, "fails")]
+    results[4].base = "fp16"
+    items = api.compile_tier(results)
+    assert [(i.recipe, i.label, i.keep) for i in items] == [
+        ("fp16+compile", "fp16+fp32[x]+compile", ("x",)), ("fp16+cuda_graphs", "fp16+fp32[x]+cuda_graphs", ("x",)),
+        ("bf16+compile", None, ())]
+    assert [i.recipe for i in api.compile_tier([timed("fp32", 5), timed("tf32", 3)])] == \
+        ["tf32+compile", "tf32+cuda_graphs", "fp32+compile"]

@@ -1,0 +1,118 @@
+"""`tcperf advise` on real third-party models, run as a user runs it: the CLI in a subprocess, on the CPU.
+
+What these tests prove:
+- models the advisor did not write load and measure end to end: Hugging Face BERT (keyword inputs, a ModelOutput,
+  the loss inside the model), torchvision's ViT, timm's ConvNeXt; exit status 0, no traceback, JSON on stdout
+  with a "run", a "recipes" list and a "verdict", fp32 strict "ok" and no recipe ending in "error";
+- outputs in a tuple, a plain dataclass or a dict are compared, in inference and (the dataclass) in training;
+- a constant reference output (torchvision zero-initialises the ViT head, so a fresh ViT outputs zeros) is called
+  degenerate rather than vouched for;
+- a model that kills its process (os._exit) or hangs under autocast costs only its own recipe: amp_bf16 ends as
+  "error" / "timeout", fp32 is still measured, reported "ok" and stored in the results store.
+
+The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded).
+"""
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FACTORIES = ROOT / "tests" / "thirdparty"
+TIMEOUT_S = 540          # one whole `tcperf advise` run; pytest's own limit is 600 s
+# Marked slow: over ~20 s on 2 CPU cores (each recipe runs in its own worker process, which imports torch).
+
+
+def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: float = TIMEOUT_S):
+    """Run `tcperf advise tests/thirdparty/<target> --device cpu --json`; check what every run must satisfy and
+    return (the parsed JSON, {recipe: status}, the store's path, stdout)."""
+    db = tmp_path / "t.db"
+    cmd = [sys.executable, "-m", "tcperf", "advise", str(FACTORIES / target), "--mode", mode, "--device", "cpu",
+           "--db", str(db), "--json", *options]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    where = f"{' '.join(cmd[2:])}\n--- stderr (tail) ---\n{proc.stderr[-4000:]}\n--- stdout (head) ---\n{proc.stdout[:2000]}"
+    assert proc.returncode == 0, f"exit status {proc.returncode}: {where}"
+    assert "Traceback" not in proc.stderr, where
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as e:
+        pytest.fail(f"stdout is not JSON ({e}): {where}")
+    assert {"run", "recipes", "verdict"} <= set(data), f"keys {sorted(data)}"
+    assert isinstance(data["recipes"], list) and data["recipes"], data["recipes"]
+    for r in data["recipes"]:
+        assert {"recipe", "status"} <= set(r), r
+    statuses = {r["recipe"]: r["status"] for r in data["recipes"]}
+    assert statuses.get("fp32") == "ok", f"fp32 strict: {statuses}\n{where}"
+    return data, statuses, db, proc.stdout
+
+
+def no_errors(statuses: dict) -> None:
+    errors = sorted(name for name, status in statuses.items() if status == "error")
+    assert not errors, f"recipes ending in error: {errors} (all: {statuses})"
+
+
+def stored(db: Path) -> list[tuple[str, str]]:
+    """(precision, status) of every row of the store's `results` table."""
+    assert db.is_file(), f"no store at {db}"
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT precision, status FROM results").fetchall()
+
+
+# --- Hugging Face BERT -------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_hf_bert_train(tmp_path):
+    pytest.importorskip("transformers")
+    _, statuses, _, _ = advise("hf_bert.py:factory", tmp_path, mode="train")
+    no_errors(statuses)
+
+
+@pytest.mark.slow
+def test_hf_bert_infer(tmp_path):
+    pytest.importorskip("transformers")
+    _, statuses, _, _ = advise("hf_bert.py:factory_infer", tmp_path)
+    no_errors(statuses)
+
+
+# --- torchvision ViT: a zero-initialised head, so a constant reference --------------------------------------------
+@pytest.mark.slow
+def test_tv_vit_infer_says_reference_is_degenerate(tmp_path):
+    pytest.importorskip("torchvision")
+    _, statuses, _, stdout = advise("tv_vit.py:factory", tmp_path)
+    no_errors(statuses)
+    assert "degenerate" in stdout.lower(), "the all-zero reference output is not called degenerate anywhere"
+
+
+# --- timm ConvNeXt -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_timm_convnext_infer(tmp_path):
+    pytest.importorskip("timm")
+    _, statuses, _, _ = advise("timm_convnext.py:factory", tmp_path)
+    no_errors(statuses)
+
+
+# --- outputs in containers ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("factory, mode", [("factory_tuple", "infer"), ("factory_dataclass", "infer"),
+                                           ("factory_dict", "infer"), ("factory_dataclass", "train")])
+def test_container_outputs(tmp_path, factory, mode):
+    _, statuses, _, _ = advise(f"outputs.py:{factory}", tmp_path, mode=mode)
+    no_errors(statuses)
+
+
+# --- models that kill or hang their process under autocast ------------------------------------------------------
+KILLER_OPTIONS = ("--timeout", "30", "--recipes", "fp32,amp_bf16")
+
+
+def test_crash_under_autocast_costs_only_its_recipe(tmp_path):
+    _, statuses, db, _ = advise("killers.py:factory_crash", tmp_path, *KILLER_OPTIONS)
+    assert statuses.get("amp_bf16") == "error", statuses
+    assert ("fp32", "ok") in stored(db)
+
+
+@pytest.mark.slow
+def test_hang_under_autocast_times_out(tmp_path):
+    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, *KILLER_OPTIONS)
+    assert statuses.get("amp_bf16") == "timeout", statuses
+    assert ("fp32", "ok") in stored(db)
