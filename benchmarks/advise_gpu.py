@@ -6,7 +6,7 @@ Target: on every case the pick is at least 0.90 as fast as the best by hand (rat
 pick >= 0.90), the pick passes by hand, and no healthy recipe is called failing.
 
 By hand, each case re-times every recipe the advisor ran (status ok or fails) that does not compile, the compiled
-ones among the advisor's three fastest passing recipes, the pick itself, and any compiled recipe it called failing
+ones among the advisor's two fastest passing recipes, the pick itself, and any compiled recipe it called failing
 but timed faster than the pick. A mixed recipe (fp32 kept in some modules) is rebuilt with
 tcperf.advisor.sensitive.keep_fp32 and prepared with the recipe it modifies.
 Accuracy by hand: inference, the relative error ||out - ref|| / ||ref|| over all floating-point outputs against
@@ -32,8 +32,8 @@ Cases (random weights at seed 0, nothing downloaded):
     resnet50_train                         tcperf.models resnet50 (torchvision), full config, batch 64
     gpt2_train                             tcperf.models gpt2 (small: 12 layers, 768 wide), batch 8 x 1024 tokens
 The whole list takes well over 10 minutes: the advisor runs each recipe in a worker process and compiles up to
-6 recipes a case (compile and cuda_graphs on its two fastest eager recipes, fp8, int8; 30-70 s each for the larger
-models), and the hand loop compiles up to 3 more. Under a 10-minute limit, run it in pieces with the same --out
+5 recipes a case (compile on its two fastest eager recipes, cuda_graphs on the fastest, fp8, int8; 30-70 s each for
+the larger models), and the hand loop compiles up to 2 more. Under a 10-minute limit, run it in pieces with the same --out
 (advise_gpu.json keeps the rows of earlier pieces; a case run again replaces its row):
     --cases linear_head_infer,linear_head_train
     --cases vit_b16_infer
@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 TARGET = 0.90             # best hand ms / hand ms of the pick
-TOP = 3                   # compiled recipes re-timed by hand: those among the advisor's TOP fastest passing
+TOP = 2                   # compiled recipes re-timed by hand: those among the advisor's TOP fastest passing
 TRAIN_CHECK_STEPS = 3
 HEALTHY = ("fp32", "tf32", "amp_bf16", "amp_fp16", "bf16")
 TIMED = ("ok", "fails")   # advisor statuses with a step that ran

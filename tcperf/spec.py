@@ -199,6 +199,11 @@ def load_source(source: dict, device) -> Spec:
         spec.name = source.get("name", spec.name)
     else:
         raise ValueError(f"unknown spec source {kind!r}")
+    return on_device(spec, device)
+
+
+def on_device(spec: Spec, device) -> Spec:
+    """The spec with its model (moved in place, as .to() does) and inputs on `device`."""
     spec.model = spec.model.to(device)
     spec.args, spec.kwargs, spec.targets = (to_device(x, device) for x in (spec.args, spec.kwargs, spec.targets))
     return spec

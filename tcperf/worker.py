@@ -116,6 +116,7 @@ def main() -> None:
     import torch
 
     from . import ops, precision, timing  # noqa: F401  (imported now, while the previous group measures)
+    _preload(job["cases"])
     if sys.stdin.readline().strip() != "go":
         return                                # the parent went away or closed us before our turn
     device = torch.device(job["device"])
@@ -126,6 +127,18 @@ def main() -> None:
         _emit(channel, {"event": "start", "i": i})
         _emit(channel, {"event": "result", "i": i, "result": run_case(case, device, job)})
     _emit(channel, {"event": "done"})
+
+
+def _preload(cases: list[dict]) -> None:
+    """Let each case's task module get ready while the previous group measures (tcperf.engine loads the model
+    into host memory): a task module may define preload(case). What fails here fails again in the case itself,
+    where it is recorded."""
+    for case in cases:
+        try:
+            module = importlib.import_module(case.get("task", "tcperf.worker:measure_case").split(":")[0])
+            getattr(module, "preload", lambda case: None)(case)
+        except Exception:        # noqa: BLE001 - reported by the case
+            pass
 
 
 def _emit(channel, event: dict) -> None:

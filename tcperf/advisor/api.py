@@ -26,7 +26,6 @@ from .. import env as envmod
 from .. import precision as precmod
 from ..errors import UserError
 from ..recipes import EXTRAS, get as get_recipe, on_top
-from ..spec import load_source
 from . import lint, load, measure, sensitive, share, verdict
 from .result import Advice
 
@@ -235,9 +234,12 @@ def _mixed(base: measure.RecipeResult, modules: list[str]) -> measure.Item:
     return measure.Item(base.recipe, tuple(modules), label, base.recipe)
 
 
+preload = engine.preload      # the worker loads the spec while it waits for its turn
+
+
 def sensitive_task(case: dict, device, job: dict) -> dict:
     """The worker's side of the search: the spec rebuilt, the culprits found."""
-    spec = case["spec"] if "spec" in case else load_source(case["source"], device)
+    spec = engine.spec_of(case, device)
     s = search(spec, case["mode"], device, case["dtype"], case["cast"], case["tolerance"])
     return {"op": case["op"], "suite": case["suite"], "shape": case["shape"], "precision": case["precision"],
             "status": "ok", "metrics": {"sensitive": s}}

@@ -17,6 +17,7 @@ is one `UserError` line: the command exits 2 before anything is measured or stor
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -143,8 +144,8 @@ def on_device(spec: Spec, device: torch.device) -> Spec:
         model = spec.model.to(device)
     except Exception as e:
         raise UserError(f"cannot move the model to {device}: {one_line(e)}") from None
-    return Spec(model, to_device(spec.args, device), to_device(spec.kwargs, device), spec.loss_fn,
-                spec.metric_fn, spec.name, to_device(spec.targets, device))
+    return dataclasses.replace(spec, model=model, args=to_device(spec.args, device),
+                               kwargs=to_device(spec.kwargs, device), targets=to_device(spec.targets, device))
 
 
 def check(spec: Spec, mode: str) -> Any:
