@@ -206,13 +206,15 @@ def load_reference(path: str | None, spec: Spec, mode: str, device, steps: int) 
 
 
 # --- one recipe -----------------------------------------------------------------------------------------------------
-def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, tolerance: float | None = None,
+def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, reference_file: str | None = None,
+            tolerance: float | None = None,
             steps: int = accuracy.DEFAULT_STEPS, timing: dict | None = None, time_it: bool = True,
             check: bool = True, keep=(), profile: bool = False, flops: bool = False,
             ceilings: dict | None = None) -> dict:
     """One recipe on one spec -> a row in the store's format (status ok | wrong | skipped; the runner adds error,
-    oom and timeout). Inference compares outputs; training, `steps` losses against fp32's noise. check=False:
-    speed only (no reference, no accuracy check)."""
+    oom and timeout). Inference compares outputs; training, `steps` losses against fp32's noise. The reference is
+    `ref`, else read from `reference_file` (made and saved there when missing). check=False: speed only (no
+    reference, no accuracy check)."""
     rec, device = recipes.get(recipe), torch.device(device)
     tol = tolerance if tolerance is not None else rec.tolerance
     row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
@@ -221,7 +223,7 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, t
     if why:
         return {**row, "status": "skipped", "message": why}
     if check and ref is None:
-        ref = reference(spec, mode, device, steps)
+        ref = load_reference(reference_file, spec, mode, device, steps)
     _fresh(device, rec)
     holder: dict = {}
     t0 = time.perf_counter()
@@ -407,11 +409,7 @@ def task(case: dict, device, job: dict) -> dict:
     spec = spec_of(case, device)
     steps = case.get("steps", accuracy.DEFAULT_STEPS)
     rec = recipes.get(case.get("recipe") or case["precision"])
-    if skip_reason(rec, spec, case["mode"], device) is None:
-        ref = load_reference(case["reference"], spec, case["mode"], device, steps)
-    else:
-        ref = None
-    row = measure(spec, rec, case["mode"], device, ref=ref, tolerance=case.get("tolerance"),
+    row = measure(spec, rec, case["mode"], device, reference_file=case["reference"], tolerance=case.get("tolerance"),
                   steps=steps, timing=case.get("timing") or job.get("engine_timing"),
                   time_it=case.get("time_it", True), keep=case.get("keep", ()), profile=case.get("profile", False),
                   flops=case.get("flops", False), ceilings=job.get("ceilings"))

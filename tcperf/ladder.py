@@ -84,11 +84,9 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
     if oom_above is not None and batch > oom_above:
         raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {oom_above}")
     cell = spec.builtin(model, config, batch, seed, device)
-    ref = reference
-    if check and (ref is None or isinstance(ref, str)) and engine.skip_reason(rec, cell, mode, device) is None:
-        ref = engine.load_reference(ref, cell, mode, device, steps)
-    row = engine.measure(cell, rec, mode, device, ref=ref if isinstance(ref, dict) else None, steps=steps,
-                         timing=_timing(timing), check=check, flops=check, ceilings=ceilings)
+    given = {"ref": reference} if isinstance(reference, dict) else {"reference_file": reference}
+    row = engine.measure(cell, rec, mode, device, **given, steps=steps, timing=_timing(timing), check=check,
+                         flops=check, ceilings=ceilings)
     row["metrics"] = {**result["metrics"], **row["metrics"]}
     return {**result, **row}
 

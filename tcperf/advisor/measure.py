@@ -221,12 +221,6 @@ class Bench:
         for case in cases:
             on_row(run_case({**case, "spec": self.spec}, self.device, {}))   # errors recorded as a worker would
 
-    def reference(self) -> dict | None:
-        import os
-        if not os.path.exists(self.reference_file):
-            return None
-        return torch.load(self.reference_file, weights_only=False)
-
 
 def skipped(name: str, why: str) -> RecipeResult:
     return RecipeResult(name, "skipped", message=why)
