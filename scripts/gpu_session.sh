@@ -32,7 +32,7 @@ for s in "$@"; do
         env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
         tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
         run)      stage run ${RUN_LIMIT:-240} bash -c "time python3 -m tcperf run" ;;
-        fidelity) stage fidelity 120 python3 benchmarks/fidelity.py --out "$OUT/files" ;;
+        fidelity) stage fidelity ${FIDELITY_LIMIT:-300} python3 benchmarks/fidelity.py --out "$OUT/files" ;;
         suites)   stage suites ${SUITES_LIMIT:-420} python3 benchmarks/suites_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
         models)   stage models ${MODELS_LIMIT:-560} python3 benchmarks/models_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${MODELS_ARGS:-} ;;
         overhead) stage overhead ${OVERHEAD_LIMIT:-300} python3 benchmarks/overhead.py --out "$OUT/files" ${QUICK:+--quick} ${OVERHEAD_ARGS:-} ;;

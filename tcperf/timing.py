@@ -108,6 +108,31 @@ def time_fn(fn, device: torch.device | str, *, warmup_ms: float = 25, rep_ms: fl
     return _time_cpu(fn, warmup_ms, rep_ms, min_reps, max_reps)
 
 
+def repeat_until_stable(measure, *, max_repeats: int = 10, patience: int = 2, min_gain: float = 0.005) -> list[float]:
+    """Call `measure()` (-> ms, lower is better) until its best has not improved by more than `min_gain` for
+    `patience` calls in a row, at most `max_repeats` times; every value, in order. A GPU's clocks settle over
+    seconds (power and thermal limits), so one measurement can read several percent below what it sustains."""
+    values, stale = [], 0
+    while len(values) < max_repeats and stale < patience:
+        value = measure()
+        stale = 0 if not values or value < min(values) * (1 - min_gain) else stale + 1
+        values.append(value)
+    return values
+
+
+def time_until_stable(fn, device, *, max_repeats: int = 10, patience: int = 2, min_gain: float = 0.005,
+                      **timing) -> tuple[Measurement, list[float]]:
+    """`time_fn` repeated by `repeat_until_stable`: the measurement with the best median, and every median."""
+    runs = []
+
+    def measure() -> float:
+        runs.append(time_fn(fn, device, **timing))
+        return runs[-1].median_ms
+
+    medians = repeat_until_stable(measure, max_repeats=max_repeats, patience=patience, min_gain=min_gain)
+    return min(runs, key=lambda m: m.median_ms), medians
+
+
 def _time_cpu(fn, warmup_ms, rep_ms, min_reps, max_reps) -> Measurement:
     t0 = time.perf_counter()
     fn()

@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import sys
+import time
 import traceback
 
 
@@ -25,7 +26,6 @@ def measure_case(case: dict, device, job: dict) -> dict:
 
     from . import env, ops, precision
     from .ops.base import check
-    from .timing import time_fn
 
     op, prec, shape = ops.get(case["op"]), precision.get(case["precision"]), case["shape"]
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
@@ -44,7 +44,7 @@ def measure_case(case: dict, device, job: dict) -> dict:
         if not err <= prec.tolerance:     # written this way round so that NaN fails too
             return {**result, "status": "wrong",
                     "message": f"relative error {err:.3g} > tolerance {prec.tolerance:.0e}: not timed"}
-        m = time_fn(prep.run, device, **job.get("timing", {}))
+        m = _timed(prep.run, device, job, result)
         result.update(status="ok", samples=m.samples_ms, **m.summary())
         _rates(result, m.median_ms)
         if m.unstable:
@@ -59,6 +59,17 @@ def measure_case(case: dict, device, job: dict) -> dict:
     if job.get("pad"):
         _add_padded(result, op, shape, prec, device, job)
     return result
+
+
+def _timed(fn, device, job: dict, result: dict):
+    """time_fn, or (job["until_stable"]: the ceilings) the best of repeats until it stops improving, the repeats
+    recorded in the result's metrics."""
+    from .timing import time_fn, time_until_stable
+    if not job.get("until_stable"):
+        return time_fn(fn, device, **job.get("timing", {}))
+    m, medians = time_until_stable(fn, device, **job["until_stable"], **job.get("timing", {}))
+    result["metrics"].update(repeats=len(medians), repeat_medians_ms=medians)
+    return m
 
 
 def _rates(result: dict, median_ms: float) -> None:
@@ -117,16 +128,34 @@ def main() -> None:
 
     from . import ops, precision, timing  # noqa: F401  (imported now, while the previous group measures)
     _preload(job["cases"])
+    device = _ready_device(torch.device(job["device"]), job.get("profile", False))
     if sys.stdin.readline().strip() != "go":
         return                                # the parent went away or closed us before our turn
-    device = torch.device(job["device"])
-    if device.type == "cuda":
-        device = torch.device("cuda", device.index or 0)   # set_device needs an index
-        torch.cuda.set_device(device)
     for i, case in enumerate(job["cases"]):
         _emit(channel, {"event": "start", "i": i})
-        _emit(channel, {"event": "result", "i": i, "result": run_case(case, device, job)})
+        t0 = time.perf_counter()
+        result = run_case(case, device, job)
+        result.setdefault("metrics", {})["wall_s"] = time.perf_counter() - t0   # where a run's time goes
+        _emit(channel, {"event": "result", "i": i, "result": result})
     _emit(channel, {"event": "done"})
+
+
+def _ready_device(device, profile: bool):
+    """Before our turn, while the previous group measures: create the CUDA context and the cuBLAS handle, and start
+    the profiler once, so that the first case does not pay for them (on an H200 the first case of each `tcperf run`
+    group took 4-5 s, the others under a second). None of these launches a kernel, so the group measuring now is
+    not disturbed."""
+    import torch
+    if device.type != "cuda":
+        return device
+    device = torch.device("cuda", device.index or 0)   # set_device needs an index
+    torch.cuda.set_device(device)
+    torch.cuda.init()
+    torch.cuda.current_blas_handle()
+    if profile:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+            pass
+    return device
 
 
 def _preload(cases: list[dict]) -> None:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tcperf.cli import main
+from tcperf.commands.show import time_spent
 from tcperf.store import Store
 
 
@@ -68,6 +69,17 @@ def test_run_on_cpu_measures_the_quick_suite(cpu_run):
     assert not bad
     assert all(r["error"] <= r["tolerance"] and r["median_ms"] > 0 for r in results)
     assert "quick" in out or "gemm" in out
+
+
+def test_run_says_where_its_time_went(cpu_run):
+    code, out, err, db = cpu_run
+    s = Store(db)
+    run = s.run()
+    spent = time_spent(run, s.results(run["id"]))
+    assert list(spent) == ["start-up", "fp32", "bf16", "fp64", "end", "total"]
+    assert all(v >= 0 for v in spent.values()) and spent["start-up"] > 0
+    assert sum(v for k, v in spent.items() if k != "total") == pytest.approx(spent["total"])
+    assert f"time: {spent['total']:.1f} s = start-up" in out
 
 
 def test_show_runs_and_export(cpu_run, capsys):

@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from tcperf.timing import Measurement, time_fn
+from tcperf import timing
+from tcperf.timing import Measurement, time_fn, time_until_stable
 
 
 def test_statistics_match_numpy():
@@ -31,6 +32,18 @@ def test_repeat_count_follows_the_time_budget():
     short = time_fn(lambda: a @ a, "cpu", rep_ms=2, max_reps=10_000)
     long = time_fn(lambda: a @ a, "cpu", rep_ms=40, max_reps=10_000)
     assert long.n > short.n
+
+
+@pytest.mark.parametrize("medians, repeats, best", [
+    ([3.0, 2.0, 1.995, 2.5, 1.0], 4, 1.995),      # 1.995 is within 0.5% of 2.0: two repeats without a gain stop it
+    ([3.0, 2.0, 2.5, 1.5, 1.6, 1.495, 1.0], 6, 1.495),
+    ([9.0, 8.0, 7.0, 6.0, 5.0], 5, 5.0),          # still improving at max_repeats
+])
+def test_time_until_stable_repeats_until_the_best_stops_improving(monkeypatch, medians, repeats, best):
+    given = iter(medians)
+    monkeypatch.setattr(timing, "time_fn", lambda fn, device, **kw: Measurement([next(given)]))
+    m, seen = time_until_stable(None, "cpu", max_repeats=5 if medians[0] == 9.0 else 10)
+    assert seen == medians[:repeats] and m.median_ms == best
 
 
 @pytest.mark.gpu

@@ -5,10 +5,13 @@ of the datasheet peak.
     tcperf ceilings                         # 4096^3 and 8192^3 GEMMs at every precision, and a 1 GiB copy
     tcperf ceilings --precision bf16,fp16 --size 16384
 
-Why more than one GEMM: a GPU at its power cap lowers its clock, and a long 8192^3 run sits there, so one
-measurement of it can read below what a smaller case reaches (on an H200, bf16 8192^3 measured 679 TFLOPS in
-the first `tcperf ceilings` and 786 in a quick suite). The ceiling is the best of the sizes, each a median over its samples. int8 runs with
-B column-major, cuBLASLt's fast layout (row-major B takes an sm80 kernel at a seventh of the speed).
+A ceiling is the best the device sustains, so one measurement is not enough: clocks settle over seconds under
+power and thermal limits (on an H200 one measurement of bf16 4096^3 read 738 TFLOPS where do_bench read 781 in the
+same call). Each size and precision is measured again (a median over 300 ms of calls each time) until the best
+median has not improved by 0.5% for two repeats in a row, at most 10; the repeats are stored in the row's metrics
+(`repeats`, `repeat_medians_ms`). The ceiling is the best over the sizes. benchmarks/fidelity.py holds it against
+triton.testing.do_bench. int8 runs with B column-major, cuBLASLt's fast layout (row-major B takes an sm80 kernel
+at a seventh of the speed).
 
 Stored as a run of kind `ceilings` whose rows have op "ceiling" and precision = the GEMM's precision, or
 "bandwidth" for the copy; Store.ceilings reads back the best row per precision of the latest run that measured
@@ -28,6 +31,7 @@ from .common import add_measuring, console, measure_into_store, print_json
 SIZES = {"cuda": (4096, 8192), "cpu": (512,)}  # GEMM m = n = k: aligned for every precision, many waves
 COPY_ELEMENTS = {"cuda": 2**28, "cpu": 2**24}  # fp32 elements: 1 GiB on a GPU (far beyond L2), 64 MiB on the CPU
 CPU_PRECISIONS = ("fp32", "bf16", "fp64")
+UNTIL_STABLE = {"max_repeats": 10, "patience": 2, "min_gain": 0.005}   # tcperf.timing.time_until_stable
 
 
 def add_parser(sub) -> None:
@@ -49,7 +53,8 @@ def main(args) -> int:
     if min(sizes) < 1 or copy_n < 1:
         raise UserError(f"--size and --copy-elements must be >= 1 (got {args.size}, {copy_n})")
     run_id, _, store = measure_into_store("ceilings", cases(precisions, sizes, copy_n), args,
-                                          profile=device.type == "cuda", label="ceilings")
+                                          profile=device.type == "cuda", label="ceilings",
+                                          extra={"until_stable": UNTIL_STABLE})
     run, results = store.run(run_id), store.results(run_id)
     if args.json:
         print_json({"run": run, "results": results, "ceilings": store.ceilings(run["device"])})
@@ -102,8 +107,8 @@ def ceilings_table(run: dict, results: list[dict]) -> Table:
             best[r["precision"]] = r
     t = Table(title=f"ceilings · run {run['id']} · {run['device']} (bold: the ceiling kept, best per precision)")
     for col, justify in (("precision", "left"), ("measured", "left"), ("status", "left"),
-                         ("ms (median ± IQR)", "right"), ("TFLOPS · TOPS · GB/s", "right"), ("datasheet", "right"),
-                         ("% of datasheet", "right"), ("note", "left")):
+                         ("ms (median ± IQR)", "right"), ("repeats", "right"), ("TFLOPS · TOPS · GB/s", "right"),
+                         ("datasheet", "right"), ("% of datasheet", "right"), ("note", "left")):
         t.add_column(col, justify=justify)
     for r in results:
         bandwidth = r["precision"] == "bandwidth"
@@ -112,7 +117,8 @@ def ceilings_table(run: dict, results: list[dict]) -> Table:
         peak = sheet.get("bandwidth_gbs" if bandwidth else r["precision"])
         share = peaks.percent_of(value, peak)
         ms = f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else ""
-        t.add_row(r["precision"], (r.get("metrics") or {}).get("label", ""), r["status"], ms,
+        metrics = r.get("metrics") or {}
+        t.add_row(r["precision"], metrics.get("label", ""), r["status"], ms, str(metrics.get("repeats", "")),
                   f"{value:.4g} {unit}" if value else "", f"{peak:.4g}" if peak else "",
                   f"{share:.0f}%" if share else "", r.get("message") or "; ".join(r.get("warnings") or []),
                   style="bold" if best.get(r["precision"]) is r else None)

@@ -41,3 +41,25 @@ def print_run(store: Store, run_id: int, out) -> None:
     bad = [r for r in results if r["status"] in ("wrong", "error", "oom", "timeout")]
     if bad:
         out.print(f"[red]{len(bad)} case(s) failed or were wrong[/]: see the note column")
+    spent = time_spent(run, results)
+    if spent:
+        parts = " + ".join(f"{name} {s:.1f} s" for name, s in spent.items() if name != "total")
+        out.print(f"time: {spent['total']:.1f} s = {parts}")
+
+
+def time_spent(run: dict, results: list[dict]) -> dict[str, float]:
+    """Where a finished run's wall time went, from what the store holds: start-up (from the run's start to its first
+    case, less that case's own time), each precision (the time between its results arriving), and the end. {} for a
+    run without the per-case times (`metrics.wall_s`, written by the worker) or not finished."""
+    timed = sorted((r for r in results if "wall_s" in (r.get("metrics") or {})), key=lambda r: r["created"])
+    if not timed or len(timed) != len(results) or not run.get("finished"):
+        return {}
+    first = timed[0]
+    spent = {"start-up": first["created"] - first["metrics"]["wall_s"] - run["started"]}
+    before = first["created"] - first["metrics"]["wall_s"]
+    for r in timed:
+        spent[r["precision"]] = spent.get(r["precision"], 0.0) + r["created"] - before
+        before = r["created"]
+    spent["end"] = run["finished"] - before
+    spent["total"] = run["finished"] - run["started"]
+    return spent
