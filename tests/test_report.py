@@ -1,5 +1,6 @@
-"""The HTML report from stored runs: every section for the data present and none for data absent, self-contained
-(no network references, images inline and decodable), warnings at the top, and the `tcperf report` command."""
+"""The HTML report from stored runs: findings first (each linking to its section), the roofline, warnings counted
+and folded, every section for the data present and none for data absent, the environment shared once,
+self-contained (no network references, images inline and decodable), and the `tcperf report` command."""
 import base64
 import io
 import re
@@ -13,7 +14,8 @@ from tcperf import cli, report
 from tcperf.report import charts, crossovers
 from tcperf.store import Store
 
-ALL_SECTIONS = ["warnings", "environment", "suites", "alignment", "models", "advisor", "lab"]
+ALL_SECTIONS = ["summary", "roofline", "warnings", "models", "alignment", "advisor", "suites", "lab", "environment"]
+CHARTS = 7     # roofline, ladder, batch sweep, alignment, suite speed-ups, suite rates, lab
 
 
 @pytest.fixture
@@ -21,18 +23,25 @@ def store(db_path):
     return Store.open(db_path)
 
 
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> report.Report:
+    """The report of a run holding every kind of row, its device's ceilings measured (built once: charts cost)."""
+    store = Store.open(tmp_path_factory.mktemp("full") / "results.db")
+    store_run(store, "ceilings", ceiling_rows())
+    return report.build(store, [full_run(store)])
+
+
 def images(html: str) -> list[Image.Image]:
     found = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
     return [Image.open(io.BytesIO(base64.b64decode(b))) for b in found]
 
 
-def test_every_section_for_a_full_run(store):
-    store_run(store, "ceilings", ceiling_rows())
-    built = report.build(store, [full_run(store)])
+def test_every_section_for_a_full_run(full):
+    built = full
     assert built.sections == ALL_SECTIONS
     for sid in ALL_SECTIONS:
         assert f'<section id="{sid}"' in built.html
-    assert len(images(built.html)) == len(built.charts) == 5   # suite, alignment, ladder, batch sweep, lab
+    assert len(images(built.html)) == len(built.charts) == CHARTS
     assert all(im.size[0] > 100 and im.size[1] > 100 for im in images(built.html))
     advisor = built.html[built.html.index('id="advisor"'):built.html.index('id="lab"')]
     assert "Use amp_bf16: 2.37x faster than fp32 strict" in advisor
@@ -42,7 +51,7 @@ def test_every_section_for_a_full_run(store):
 def test_no_section_without_its_data(store):
     clean = [gemm(4096, "bf16", 0.2), gemm(8192, "bf16", 1.5)]        # aligned, stable, nothing failed
     built = report.build(store, [store_run(store, "bench", clean)])
-    assert built.sections == ["environment", "suites"]
+    assert built.sections == ["summary", "roofline", "suites", "environment"]
     for sid in ("warnings", "alignment", "models", "advisor", "lab", "ceilings"):
         assert f'id="{sid}"' not in built.html
 
@@ -55,23 +64,50 @@ def test_each_kind_alone_gives_its_section(store, rows, section):
     assert section in built.sections and "suites" not in built.sections
 
 
-def test_self_contained_and_printable(store):
-    html = report.build(store, [full_run(store)]).html
+def test_self_contained_and_printable(full):
+    html = full.html
     assert not re.search(r'(src|href)="(https?:)?//', html)          # nothing fetched from the network
     assert "<link" not in html and "@import" not in html
     assert "@media print" in html and "<script>" in html
 
 
-def test_warnings_come_first_and_name_the_problems(store):
+def test_warnings_after_the_findings_counted_by_kind_and_folded(store):
     rows = kernel_rows()
-    rows[0]["warnings"] = ["clocks throttled: hw_thermal"]
+    for r in rows[:3]:
+        r["warnings"] = ["clocks throttled: hw_thermal"]
     run_id = store_run(store, "run", rows + model_rows(), status="interrupted")
     html = report.build(store, [run_id]).html
-    warnings = html[html.index('id="warnings"'):html.index('id="environment"')]
-    assert html.index('id="warnings"') < html.index('id="environment"')
-    for text in ("unstable: IQR/median = 23%", "clocks throttled", "wrong results", "relative error 0.4",
-                 "oom", "interrupted"):
+    assert html.index('id="summary"') < html.index('id="roofline"') < html.index('id="warnings"')
+    warnings = html[html.index('id="warnings"'):html.index('id="models"')]
+    assert "<b>throttled</b> (3): NVML reported the clocks held below their maximum (max SM clock 1980 MHz) " \
+           "by hw_thermal" in warnings and "Touched: gemm 3 cases in run" in warnings
+    assert "<b>unstable</b> (1)" in warnings and "(here 23% to 23%)" in warnings
+    assert warnings.count("<details>") == warnings.count("<b>") == 5   # runs, wrong, failed, throttled, unstable
+    for text in ("relative error 0.4", "oom", "interrupted"):
         assert text in warnings
+    assert '<a href="#warnings">1 runs, 1 wrong results, 1 failed cases, 3 throttled, 1 unstable</a>' in html
+
+
+def test_findings_first_each_linking_to_its_section(full):
+    html = full.html
+    summary = html[html.index('id="summary"'):html.index('id="roofline"')]
+    for text in ("NVIDIA H200 (132 SMs, 700 W): measured ceilings: fp64 62 of 67 TFLOPS (93%)",
+                 "copy 4250 of 4800 GB/s (89%)", "resnet50 train: amp_bf16_cl, 4.43x (",
+                 "bf16 gemm 8191x8191x8191 NN: pad m 8191-&gt;8192, n 8191-&gt;8192, k 8191-&gt;8192 is 5.10x faster",
+                 "resnet50 train, fp16: relative error 0.3 &gt; 0.05", "resnet50 train: Use amp_bf16: 2.37x faster"):
+        assert text in summary
+    links = re.findall(r'href="#([^"]+)"', summary)
+    assert len(links) >= 6 and all(f'id="{target}"' in html for target in links)
+
+
+def test_title_environment_shared_once_and_long_tables_folded(store):
+    a = store_run(store, "run", kernel_rows())
+    b = store_run(store, "bench", [gemm((n, n, 64), "bf16", 0.01, seed=n) for n in range(64, 64 + 8 * 25, 8)])
+    html = report.build(store, [a, b]).html
+    assert re.search(r"<h1>tcperf report: NVIDIA H200, 2 runs, \d{4}-\d\d-\d\d</h1>", html)
+    env = html[html.index('id="environment"'):]
+    assert env.count("AMD EPYC 9654") == 1 and "<th>kind</th>" in env and "<th>driver</th>" not in env
+    assert html.count('<details class="fold"><summary>25 rows') == 1 and 'class="filter"' in html
 
 
 def test_ceilings_reach_the_suite_table(store):
@@ -88,7 +124,7 @@ def test_several_runs_side_by_side(store):
     b = store_run(store, "run", kernel_rows(), gpu_env("NVIDIA H200"))
     html = report.build(store, [a, b]).html
     assert f"run {a} · NVIDIA H100 80GB HBM3" in html and f"run {b} · NVIDIA H200" in html
-    assert html.count("<h3 id=\"suite-") == 2
+    assert html.count("<h3 id=\"suite-") == 2 and html.count("<h3 id=\"roofline-") == 2
 
 
 @pytest.mark.parametrize("chart, rows", [
@@ -97,6 +133,8 @@ def test_several_runs_side_by_side(store):
     (lambda rows: charts.ladder_chart(rows, "t"), model_rows()),
     (lambda rows: charts.batch_chart(rows, "t"), model_rows()),
     (lambda rows: charts.lab_chart(rows, "t"), lab_rows()),
+    (lambda rows: charts.roofline_chart(rows, {"bf16": 744, "bandwidth": 4250}, {"fp32": 67}, "t"), kernel_rows()),
+    (lambda rows: charts.speedup_chart(rows, "t"), kernel_rows()),
 ])
 def test_charts_are_pngs_and_none_without_data(chart, rows):
     png = chart(rows)
@@ -117,7 +155,7 @@ def test_lab_crossover_from_the_lab_or_measured():
 
 def test_report_command_writes_html_and_pngs(tmp_path, db_path, store):
     first = store_run(store, "run", kernel_rows())
-    latest = full_run(store)
+    latest = store_run(store, "run", kernel_rows(scale=1.1) + lab_rows())
     out, pngs = tmp_path / "r" / "report.html", tmp_path / "png"
     assert cli.main(["report", "--out", str(out), "--png", str(pngs), "--db", db_path]) == 0
     html = out.read_text()

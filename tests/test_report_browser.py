@@ -1,6 +1,7 @@
 """The report in a real browser: headless Chromium (Debian package `chromium`) opens the file with the network
-off; every chart must decode to an image of non-zero natural size, the sortable table must sort, and a
-screenshot of the page is saved in tests/artifacts/ (or $TCPERF_TEST_ARTIFACTS).
+off; the findings come before the warnings, the roofline is drawn, every chart decodes to an image of non-zero
+natural size, no request leaves the page, the sortable tables sort, and a screenshot of the page is saved in
+tests/artifacts/ (or $TCPERF_TEST_ARTIFACTS).
 
 Skipped when Chromium is absent, unless TCPERF_REQUIRE_BROWSER=1 (set in CI, which installs it with
 `apt-get install -y chromium`): then a missing browser fails the test.
@@ -27,7 +28,7 @@ if not CHROMIUM and os.environ.get("TCPERF_REQUIRE_BROWSER") != "1":
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--virtual-time-budget=10000"]
-SHOT_SIZE = (1280, 6400)     # tall enough for the whole test report
+SHOT_SIZE = (1280, 8000)     # tall enough for the whole test report
 
 # Appended to a copy of the report: once the page has loaded, click a header of two sortable tables and write
 # what the browser sees (images, the sorted columns) into the DOM.
@@ -45,7 +46,11 @@ window.addEventListener("load", function () {
     return [i.complete, i.naturalWidth, i.naturalHeight, i.getBoundingClientRect().width]; });
   var out = document.createElement("pre");
   out.id = "probe";
-  out.textContent = JSON.stringify({images: images, height: document.body.scrollHeight,
+  var order = Array.prototype.map.call(document.querySelectorAll("section"), function (s) { return s.id; });
+  var requests = performance.getEntriesByType("resource").map(function (e) { return e.name; })
+    .filter(function (name) { return name.indexOf("data:") !== 0; });
+  out.textContent = JSON.stringify({images: images, height: document.body.scrollHeight, order: order,
+    requests: requests, roofline: document.querySelectorAll("#roofline img").length,
     sorted: [sortBy("suites", "ms (median"), sortBy("models", "throughput")]});
   document.body.appendChild(out);
 });
@@ -81,7 +86,9 @@ def test_report_renders_in_chromium(report_file, tmp_path):
     found = re.search(r'<pre id="probe">(.*?)</pre>', done.stdout, re.S)
     assert found, f"no probe output; chromium said: {done.stderr[-2000:]}"
     seen = json.loads(html.unescape(found.group(1)))
-    assert len(seen["images"]) == 5
+    assert seen["order"].index("summary") == 0 and seen["order"].index("warnings") > 0
+    assert seen["roofline"] == 1 and seen["requests"] == []
+    assert len(seen["images"]) == 7
     for complete, width, height, shown in seen["images"]:
         assert complete and width > 100 and height > 100 and shown > 100
     for column in seen["sorted"]:

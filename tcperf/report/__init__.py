@@ -3,13 +3,15 @@
 A stored result row is one of five kinds, told apart by its `op` (docs/design.md):
 kernel (gemm, conv, ...), `ceiling`, `model` (the ladder), `lab.<kernel>` and `advise.<what>`.
 This module sorts rows into those kinds, names each row's headline figure and finds the ceilings measured
-for a device. It imports no plotting library: charts live in report/charts.py, the page in report/html.py.
+for a device. It imports no plotting library: charts live in report/charts.py, the opening findings in
+report/findings.py, warnings and the environment in report/notes.py, the page in report/html.py.
 
     tcperf report 12 13 --out report.html --png charts/     # the command (tcperf/commands/report.py)
     build(Store.open(), [12, 13]).html                      # the same from Python
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 FAILED = ("wrong", "error", "oom", "timeout")
@@ -31,6 +33,11 @@ def group_name(row: dict) -> str:
     return row.get("suite") or {"kernel": "(no suite)", "ceiling": "ceilings"}.get(kind(row), kind(row))
 
 
+def anchor(*parts) -> str:
+    """The id of a place in the page: anchor("model", 11, "resnet50 train") -> 'model-11-resnet50-train'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(map(str, parts))).strip("-")
+
+
 def label(row: dict) -> str:
     """A human name for the case: the op's label, or the shape written out."""
     m = row.get("metrics") or {}
@@ -39,6 +46,11 @@ def label(row: dict) -> str:
         return f"{shape.get('model', '?')} {shape.get('mode', '')} batch {shape.get('batch', '?')}".strip()
     text = m.get("label") or " ".join(f"{k}={v}" for k, v in shape.items())
     return f"{row['op']} {text}".strip()
+
+
+def model_name(row: dict) -> str:
+    """'resnet50 train': the model and mode of a model or advisor row."""
+    return f"{row['shape'].get('model', '?')} {row['shape'].get('mode', '')}".strip()
 
 
 def application(row: dict) -> str:

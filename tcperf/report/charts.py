@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import math
+import statistics
 from collections import defaultdict
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..precision import KERNEL_PRECISIONS
+from ..table import speedups
 from . import crossovers, lab_size
 
 DPI = 110
@@ -96,6 +98,113 @@ def _marks(ax, precs: list[str], value_of, name: str, style: dict) -> None:
         if value_of(p):
             ax.hlines(value_of(p), i - 0.45, i + 0.45, label=None if labelled else name, **style)
             labelled = True
+
+
+# --- the roofline -----------------------------------------------------------------------------------------------
+def roofline_chart(rows: list[dict], ceilings: dict, sheet: dict, title: str) -> bytes | None:
+    """Achieved TFLOPS against arithmetic intensity (the FLOPs and bytes moved each case stored), log-log, one colour
+    a precision, a cross where the shape misses the Tensor Core alignment rule. The roofs: the bandwidth slope
+    and each precision's compute ceiling, measured (solid) or, where none was measured, the datasheet's (dashed)."""
+    points = [r for r in _ok(rows) if r.get("tflops") and r.get("flops") and r.get("bytes")]
+    if not points:
+        return None
+    fig, (ax,) = _figure(10, 5.8)
+    span = _intensity_span(points)
+    bandwidth = _measured_or_sheet(ceilings, sheet, None)
+    for colour, precision in zip(COLOURS, _precision_order({r["precision"] for r in points})):
+        roof = _measured_or_sheet(ceilings, sheet, precision)
+        name = f"{precision} (roof {short(roof[0])})" if roof[0] else precision
+        _roofline_points(ax, [r for r in points if r["precision"] == precision], colour, name)
+        _roof(ax, span, roof, bandwidth[0], colour)
+    _bandwidth_label(ax, span, bandwidth)
+    ax.scatter([], [], marker="x", color="0.3", label="misses alignment")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("achieved TFLOPS (TOPS for int8)")
+    ax.legend(fontsize=8, loc="lower right", ncols=2)
+    ax.set_title(title)
+    return _png(fig)
+
+
+COLOURS = ("tab:brown", "tab:gray", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:red", "tab:olive",
+           "tab:cyan", "tab:pink")
+
+
+def intensity(row: dict) -> float:
+    return row["flops"] / row["bytes"]
+
+
+def misses_alignment(row: dict) -> bool:
+    return ((row.get("metrics") or {}).get("verdict") or {}).get("aligned") is False
+
+
+def _intensity_span(points: list[dict]) -> tuple[float, float]:
+    values = [intensity(r) for r in points]
+    return min(values) / 2, max(values) * 2
+
+
+def _measured_or_sheet(ceilings: dict, sheet: dict, precision: str | None) -> tuple[float | None, bool]:
+    """(roof, measured?) for a precision's compute roof (TFLOPS), or for the bandwidth (GB/s) when None."""
+    measured = ceilings.get(precision or "bandwidth")
+    return (measured, True) if measured else (sheet.get(precision or "bandwidth_gbs"), False)
+
+
+def _roofline_points(ax, rows: list[dict], colour: str, precision: str) -> None:
+    for crossed in (False, True):
+        group = [(intensity(r), r["tflops"]) for r in rows if misses_alignment(r) == crossed]
+        if group:
+            ax.scatter(*zip(*group), s=30 if crossed else 14, marker="x" if crossed else "o", color=colour,
+                       alpha=0.9 if crossed else 0.55, linewidths=1.5 if crossed else 0,
+                       label=None if crossed else precision)
+
+
+def _roof(ax, span: tuple[float, float], compute: tuple, gbs: float | None, colour: str) -> None:
+    """min(compute roof, bandwidth x intensity) across the plotted span."""
+    roof, measured = compute
+    if not roof:
+        return
+    lo, hi = span
+    knee = roof * 1e3 / gbs if gbs else lo          # GB/s x FLOP/B = GFLOP/s; 1e3 GFLOP/s = 1 TFLOPS
+    xs = [x for x in (lo, knee, hi) if lo <= x <= hi]
+    ys = [min(roof, gbs * x / 1e3) if gbs else roof for x in xs]
+    ax.plot(xs, ys, color=colour, linewidth=1.6, linestyle="solid" if measured else "dashed")
+
+
+def _bandwidth_label(ax, span: tuple[float, float], bandwidth: tuple) -> None:
+    gbs, measured = bandwidth
+    if gbs:
+        x = span[0] * 1.5
+        ax.annotate(f"{'measured' if measured else 'datasheet'} {gbs:.0f} GB/s", (x, gbs * x / 1e3), xytext=(0, 8),
+                    textcoords="offset points", fontsize=8, rotation=28)
+
+
+# --- speed-up over fp32 across a suite ------------------------------------------------------------------------------
+def speedup_chart(rows: list[dict], title: str) -> bytes | None:
+    """Per precision, the distribution of speed-up over fp32 strict for the suite's cases that ran at both (a box
+    of the quartiles over the points, log scale), its median and count written above."""
+    ok = _ok(rows)
+    by_precision = defaultdict(list)
+    for i, value in speedups(ok).items():
+        if ok[i]["precision"] != "fp32":
+            by_precision[ok[i]["precision"]].append(value)
+    if not by_precision:
+        return None
+    precs = _precision_order(by_precision)
+    fig, (ax,) = _figure(2.8 + 1.2 * len(precs), 4.2)
+    for x, p in enumerate(precs, 1):
+        values = sorted(by_precision[p])
+        jitter = [x + 0.25 * ((i * 0.618) % 1 - 0.5) for i in range(len(values))]   # spread, not random
+        ax.scatter(jitter, values, s=8, alpha=0.5, color="tab:blue")
+        ax.annotate(f"median {statistics.median(values):.2f}x\nn={len(values)}", (x, max(values)), xytext=(0, 5),
+                    textcoords="offset points", ha="center", fontsize=7)
+    ax.boxplot([by_precision[p] for p in precs], tick_labels=precs, showfliers=False, widths=0.5)
+    ax.axhline(1.0, color="0.4", linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_ylabel("speed-up over fp32 (same case)")
+    ax.margins(y=0.15)
+    ax.set_title(title)
+    return _png(fig)
 
 
 # --- the alignment cliff -------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The report page: one self-contained HTML file (charts inline as base64 PNG, CSS and a few lines of JS inline,
 nothing fetched from the network), readable in any browser and printable.
 
-Sections, each only when its data is present: warnings (at the top), the environment of each run, a table and a
-chart per suite, measured ceilings, the alignment cliff, the model ladder, the advisor's verdict and the lab.
+It reads top to bottom: the findings (written from the data, each linking to its section), the roofline of each
+device, the warnings counted by kind and folded, then per run the model ladder, the alignment cliff, the advisor,
+each suite (speed-up over fp32, rates, the table), the measured ceilings and the lab, and last the environment
+(what all runs share once, what differs per run). Each section only when its data is present; tables longer than a
+screenful are folded, and every table sorts by a click on its header.
 
     render(report.load(store, [12]))     # -> Report(html, charts, sections)
 """
@@ -11,15 +14,16 @@ from __future__ import annotations
 import base64
 import datetime
 import html
-import re
 from collections import Counter, defaultdict
 
 from .. import peaks
 from ..table import fmt_ms, percent_ceiling, percent_peak, rate, speedups
-from . import FAILED, Report, RunData, advice_summary, crossovers, group_name, kind, lab_size, label
+from . import Report, RunData, advice_summary, anchor, crossovers, group_name, lab_size, label, model_name
 from . import charts as ch
+from .findings import findings
+from .notes import environment, warning_kinds
 
-MAX_LISTED = 25   # warnings listed per category before "and N more"
+FOLD_ROWS = 20    # a table longer than this is folded behind a <details>, with a filter box
 
 
 class Page:
@@ -38,7 +42,7 @@ class Page:
         """Register a chart (for --png) and return its <figure> with the image inline."""
         if not png:
             return ""
-        name = _slug(name) + ".png"
+        name = anchor(name) + ".png"
         self.charts[name] = png
         data = base64.b64encode(png).decode("ascii")
         return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(caption or name)}">'
@@ -47,20 +51,18 @@ class Page:
 
 def render(runs: list[RunData]) -> Report:
     page = Page()
+    page.section("summary", "Findings", summary_html(runs))
+    page.section("roofline", "Roofline", roofline_html(runs, page))
     page.section("warnings", "Warnings", warnings_html(runs), css="warnings")
-    page.section("environment", "Environment", environment_html(runs))
     for sid, title, builder in SECTIONS:
         page.section(sid, title, "".join(builder(rd, page) for rd in runs))
+    page.section("environment", "Environment", environment_html(runs))
     return Report(_document(runs, page), page.charts, [s[0] for s in page.sections])
 
 
 # --- small HTML helpers ---------------------------------------------------------------------------------------------
 def _e(text) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
 
 
 def _num(value, fmt: str = "{:.4g}", suffix: str = "") -> tuple[str, float] | str:
@@ -77,7 +79,11 @@ def table(headers: list[str], rows: list[list], cls: str = "sortable") -> str:
     ('html', markup) for trusted markup."""
     head = "".join(f"<th>{_e(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    markup = f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    if len(rows) <= FOLD_ROWS:
+        return markup
+    return (f'<details class="fold"><summary>{len(rows)} rows: show the table</summary>'
+            f'<input class="filter" type="search" placeholder="filter rows (any text)">{markup}</details>')
 
 
 def _cell(c) -> str:
@@ -92,105 +98,59 @@ def _status(row: dict):
     return ("html", f'<span class="st-{_e(row["status"])}">{_e(row["status"])}</span>')
 
 
-def _when(ts) -> str:
-    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
-
-
-# --- warnings -------------------------------------------------------------------------------------------------------
-def warning_items(runs: list[RunData]) -> dict[str, list[str]]:
-    """Category -> lines: failed runs, wrong results, failed cases, unstable and throttled measurements."""
-    out = defaultdict(list)
-    for rd in runs:
-        run = rd.run
-        if run["status"] != "done":
-            out["runs"].append(f"run {run['id']} is {run['status']}: its results may be incomplete")
-        out["runs"] += [f"run {run['id']}: {w}" for w in run.get("warnings") or []]
-        for r in rd.results:
-            where = f"run {run['id']} · {label(r)} · {r['precision']}"
-            if _failure(r):
-                out[_failure(r)].append(f"{where}: {r['status']}: {r.get('message') or ''}".strip(": "))
-            for w in r.get("warnings") or []:
-                out[_warning_kind(w)].append(f"{where}: {w}")
-            out["accuracy"] += [f"{where}: {a}" for a in _accuracy_problems(r)]
-    return {k: out[k] for k in WARNING_ORDER if out.get(k)}
-
-
-WARNING_ORDER = ("runs", "wrong results", "failed cases", "throttled", "unstable", "accuracy", "other warnings")
-
-
-def _failure(row: dict) -> str | None:
-    """'wrong results' | 'failed cases' | None. A recipe the advisor rejected is its finding (shown in the
-    advisor's section), not a failure of the measurement."""
-    if kind(row) == "advise" or row["status"] not in FAILED:
-        return None
-    return "wrong results" if row["status"] == "wrong" else "failed cases"
-
-
-def _warning_kind(text: str) -> str:
-    low = text.lower()
-    return "unstable" if "unstable" in low else "throttled" if "throttl" in low else "other warnings"
-
-
-def _accuracy_problems(row: dict) -> list[str]:
-    acc = (row.get("metrics") or {}).get("accuracy")
-    if not isinstance(acc, dict):
-        return []
-    found = []
-    if acc.get("nonfinite"):
-        found.append(f"non-finite values ({acc['nonfinite']})")
-    if acc.get("skipped_steps") and row.get("status") == "wrong":    # otherwise GradScaler's calibration
-        found.append(f"{acc['skipped_steps']} optimizer step(s) skipped by the loss scaler")
-    return found
-
-
-def warnings_html(runs: list[RunData]) -> str:
-    parts = []
-    for category, lines in warning_items(runs).items():
-        shown = "".join(f"<li>{_e(x)}</li>" for x in lines[:MAX_LISTED])
-        more = f"<li>… and {len(lines) - MAX_LISTED} more</li>" if len(lines) > MAX_LISTED else ""
-        parts.append(f"<h3>{_e(category)} ({len(lines)})</h3><ul>{shown}{more}</ul>")
+# --- the findings ---------------------------------------------------------------------------------------------
+def summary_html(runs: list[RunData]) -> str:
+    parts = [f"<h3>{_e(heading)}</h3><ul>" + "".join(f'<li><a href="#{f.anchor}">{_e(f.text)}</a></li>'
+                                                     for f in lines) + "</ul>"
+             for heading, lines in findings(runs).items()]
+    kinds = warning_kinds(runs)
+    if kinds:
+        counts = ", ".join(f"{len(k.items)} {k.name}" for k in kinds)
+        parts.append(f'<p class="caveat">Read with: <a href="#warnings">{_e(counts)}</a>.</p>')
     return "".join(parts)
 
 
-# --- environment ----------------------------------------------------------------------------------------------------
-ENV_FIELDS = (
-    ("kind", lambda r, e: r["kind"]), ("status", lambda r, e: r["status"]),
-    ("started", lambda r, e: _when(r["started"])), ("command", lambda r, e: r["command"]),
-    ("device", lambda r, e: r["device"]), ("SMs", lambda r, e: e.get("gpu", {}).get("sm_count")),
-    ("compute capability", lambda r, e: e.get("gpu", {}).get("compute_capability")),
-    ("GPU memory (GiB)", lambda r, e: e.get("gpu", {}).get("memory_gib")),
-    ("driver", lambda r, e: e.get("gpu", {}).get("driver")),
-    ("max SM / memory clock (MHz)", lambda r, e: _pair(e.get("gpu", {}), "sm_clock_max_mhz", "mem_clock_max_mhz")),
-    ("power limit (W)", lambda r, e: e.get("gpu", {}).get("power_limit_w")),
-    ("CPU", lambda r, e: f"{e.get('cpu', {}).get('model', '')} ({e.get('cpu', {}).get('cores', '?')} cores)"),
-    ("platform", lambda r, e: e.get("platform")),
-    ("tcperf", lambda r, e: r.get("tcperf_version")),
-    *[(lib, (lambda name: lambda r, e: e.get("libraries", {}).get(name))(lib))
-      for lib in ("python", "torch", "cuda", "cudnn", "cublas", "triton", "torchvision", "torchao")],
-    ("results", lambda r, e: None),
-)
+# --- the roofline ----------------------------------------------------------------------------------------------
+ROOFLINE_CAPTION = ("Each point a kernel case: its FLOPs over the bytes it moves against the rate it reached. "
+                    "The slope is the bandwidth, the flat lines each precision's compute ceiling (solid: measured by "
+                    "`tcperf ceilings`, dashed: the datasheet where none was measured). Points under the slope are "
+                    "memory-bound, points on a flat line are at the ceiling; a cross marks a shape that misses the "
+                    "Tensor Core alignment rule, the commonest reason tcperf names for falling short.")
 
 
-def _pair(d: dict, a: str, b: str):
-    return f"{d[a]:g} / {d[b]:g}" if d.get(a) and d.get(b) else None
+def roofline_html(runs: list[RunData], page: Page) -> str:
+    """One chart a device, from the kernel cases of all its runs."""
+    by_device = defaultdict(list)
+    for rd in runs:
+        by_device[rd.run["device"]].append(rd)
+    parts = []
+    for device, group in by_device.items():
+        rows = [r for rd in group for r in rd.of_kind("kernel")]
+        png = ch.roofline_chart(rows, group[0].ceilings, _sheet(group[0]), f"roofline · {device}")
+        if png:
+            parts.append(f'<h3 id="{anchor("roofline", device)}">{_e(device)}</h3>'
+                         + page.chart(f"roofline-{device}", png, ROOFLINE_CAPTION))
+    return "".join(parts)
+
+
+# --- warnings and the environment ------------------------------------------------------------------------------
+def warnings_html(runs: list[RunData]) -> str:
+    """One line a kind: its count and what it means for the numbers; the list folded beneath."""
+    parts = [f'<details><summary><b>{_e(k.name)}</b> ({len(k.items)}): {_e(k.meaning)}.</summary><ul>'
+             + "".join(f"<li>{_e(i.text)}</li>" for i in k.items) + "</ul></details>"
+             for k in warning_kinds(runs)]
+    return "".join(parts)
 
 
 def environment_html(runs: list[RunData]) -> str:
-    headers = ["", *[f"run {rd.run['id']}" for rd in runs]]
-    rows = []
-    for name, get in ENV_FIELDS:
-        if name == "results":
-            values = [_result_counts(rd.results) for rd in runs]
-        else:
-            values = [get(rd.run, rd.run.get("env") or {}) for rd in runs]
-        if any(v not in (None, "") for v in values):
-            rows.append([name, *["" if v is None else str(v) for v in values]])
-    return table(headers, rows, cls="env")
-
-
-def _result_counts(results: list[dict]) -> str:
-    counts = Counter(r["status"] for r in results)
-    return ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    """What every run shares, once; then a row a run with only the fields that differ."""
+    common, differing = environment(runs)
+    shared = "".join(f"<dt>{_e(name)}</dt><dd>{_e(value)}</dd>" for name, value in common)
+    parts = [f'<dl class="kv">{shared}</dl>' if shared else ""]
+    if differing:
+        rows = [[_num(rd.run["id"], "{}"), *[values[i] for _, values in differing]] for i, rd in enumerate(runs)]
+        parts.append(table(["run", *[name for name, _ in differing]], rows))
+    return "".join(parts)
 
 
 # --- kernel suites and ceilings ---------------------------------------------------------------------------------
@@ -232,10 +192,15 @@ def suites_html(rd: RunData, page: Page) -> str:
         note = "" if rd.ceilings else " No measured ceilings for this device: run `tcperf ceilings`."
         png = ch.suite_chart(rows, rd.ceilings, _sheet(rd), f"{suite} · {rd.name}")
         caption = f"Best rate per op and precision; black: measured ceiling, dashed: datasheet peak.{note}"
-        anchor = _slug(f"suite-{rd.run['id']}-{suite}")
-        parts.append(f'<h3 id="{anchor}">{_e(suite)} · {_e(rd.name)}</h3>'
+        spread = ch.speedup_chart(rows, f"speed-up over fp32 · {suite} · {rd.name}")
+        parts.append(f'<h3 id="{anchor("suite", rd.run["id"], suite)}">{_e(suite)} · {_e(rd.name)}</h3>'
+                     + page.chart(f"run{rd.run['id']}-speedup-{suite}", spread, SPEEDUP_CAPTION)
                      + page.chart(f"run{rd.run['id']}-suite-{suite}", png, caption) + kernel_table(rows, rd))
     return "".join(parts)
+
+
+SPEEDUP_CAPTION = ("Speed-up over fp32 strict of each case that also ran at fp32, per precision: the box holds the "
+                   "middle half, the line is the median; dotted: no speed-up.")
 
 
 def ceilings_html(rd: RunData, page: Page) -> str:
@@ -243,7 +208,8 @@ def ceilings_html(rd: RunData, page: Page) -> str:
     if not rows:
         return ""
     png = ch.suite_chart(rows, {}, _sheet(rd), f"measured ceilings · {rd.name}")
-    return (f"<h3>{_e(rd.name)}</h3>" + page.chart(f"run{rd.run['id']}-ceilings", png,
+    return (f'<h3 id="{anchor("ceilings", rd.run["id"])}">{_e(rd.name)}</h3>'
+            + page.chart(f"run{rd.run['id']}-ceilings", png,
                                                     "Measured ceilings; dashed: datasheet peak.")
             + kernel_table(rows, rd))
 
@@ -259,7 +225,8 @@ def alignment_html(rd: RunData, page: Page) -> str:
             _num(r["metrics"]["padded"]["gain"], "{:.2f}", "x"), r["metrics"].get("verdict", {}).get("fix") or ""]
            for r in padded]
     caption = "Red crosses: shapes that miss the 16-byte alignment rule. Right: the same work padded to aligned."
-    return (f"<h3>{_e(rd.name)}</h3>" + page.chart(f"run{rd.run['id']}-alignment", png, caption)
+    return (f'<h3 id="{anchor("alignment", rd.run["id"])}">{_e(rd.name)}</h3>'
+            + page.chart(f"run{rd.run['id']}-alignment", png, caption)
             + (table(["case", "precision", "misaligned", "ms as is", "ms padded", "gain", "fix"], out) if out else ""))
 
 
@@ -281,7 +248,7 @@ def models_html(rd: RunData, page: Page) -> str:
         ladder = ch.ladder_chart([r for r in rows if r["shape"].get("batch") == batch], f"{name} · batch {batch}")
         sweep = ch.batch_chart(rows, name) if len({r["shape"].get("batch") for r in rows}) > 1 else None
         slug = f"run{rd.run['id']}-{model}-{mode}"
-        parts.append(f"<h3>{_e(name)}</h3>"
+        parts.append(f'<h3 id="{anchor("model", rd.run["id"], model, mode)}">{_e(name)}</h3>'
                      + page.chart(slug + "-ladder", ladder, "Throughput per rung; labels: speedup over fp32.")
                      + page.chart(slug + "-batch", sweep, "Throughput against batch size per recipe.")
                      + model_table(ch.rung_order(rows)))
@@ -313,13 +280,13 @@ def advisor_html(rd: RunData, page: Page) -> str:
     """The recipes the advisor timed (a table), then each verdict: its one-line answer, the details, the code."""
     rows = rd.of_kind("advise")
     recipes = [r for r in rows if not (r.get("metrics") or {}).get("verdict")]
-    parts = [f"<h3>{_e(rd.name)}</h3>"] if rows else []
+    parts = [f'<h3 id="{anchor("advisor", rd.run["id"])}">{_e(rd.name)}</h3>'] if rows else []
     if recipes:
         parts.append(advice_table(recipes))
     for r in rows:
         verdict = (r.get("metrics") or {}).get("verdict")
         if verdict:
-            parts.append(verdict_html(r, verdict))
+            parts.append(verdict_html(r, verdict, anchor("advisor", rd.run["id"], model_name(r))))
     return "".join(parts)
 
 
@@ -333,7 +300,7 @@ def advice_table(rows: list[dict]) -> str:
                   "GPU busy", "note"], out)
 
 
-def verdict_html(row: dict, verdict) -> str:
+def verdict_html(row: dict, verdict, place: str) -> str:
     m = row.get("metrics") or {}
     answer = advice_summary(row)
     details = {k: v for k, v in verdict.items() if k != "snippets"} if isinstance(verdict, dict) else verdict
@@ -343,7 +310,7 @@ def verdict_html(row: dict, verdict) -> str:
                        ("precision-sensitive modules", m.get("sensitive"))):
         if value not in (None, "", [], {}):
             parts.append(f"<h4>{_e(key)}</h4>{value_html(value)}")
-    return f'<div class="verdict"><h3>{_e(label(row))}</h3>{"".join(parts)}</div>'
+    return f'<div class="verdict" id="{place}"><h3>{_e(label(row))}</h3>{"".join(parts)}</div>'
 
 
 def value_html(value) -> str:
@@ -382,9 +349,9 @@ def lab_html(rd: RunData, page: Page) -> str:
     return "".join(parts)
 
 
-SECTIONS = (("suites", "Kernel suites", suites_html), ("ceilings", "Measured ceilings", ceilings_html),
-            ("alignment", "Alignment", alignment_html), ("models", "Model ladder", models_html),
-            ("advisor", "Advisor", advisor_html), ("lab", "Lab: CPU against GPU", lab_html))
+SECTIONS = (("models", "Model ladder", models_html), ("alignment", "Alignment", alignment_html),
+            ("advisor", "Advisor", advisor_html), ("suites", "Kernel suites", suites_html),
+            ("ceilings", "Measured ceilings", ceilings_html), ("lab", "Lab: CPU against GPU", lab_html))
 
 
 # --- the page ---------------------------------------------------------------------------------------------------
@@ -398,15 +365,18 @@ th,td{border:1px solid #ccc;padding:3px 7px;vertical-align:top;text-align:left}
 th{background:#f2f2f2} table.sortable th{cursor:pointer} table.sortable th:after{content:" \\2195";color:#aaa}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 figure{margin:.6em 0} img{max-width:100%;height:auto} figcaption{font-size:12px;color:#555}
-.warnings{border:2px solid #c62828;background:#fff5f5;padding:.2em 1em .6em;border-radius:4px}
-.warnings h2{color:#c62828;border:none}
+#summary ul{margin:.2em 0 .6em;padding-left:1.2em} #summary li{margin:.15em 0} #summary a{color:#1a4d8f}
+#summary h3{margin:.8em 0 .2em;font-size:1.05em} .caveat{color:#8a5a00}
+.warnings{border-left:4px solid #d89000;background:#fffaf0;padding:.1em 1em .5em}
+.warnings h2{border:none} .warnings details{margin:.3em 0} .warnings summary{cursor:pointer}
+details.fold>summary{cursor:pointer;color:#1a4d8f;margin:.3em 0} input.filter{margin:.3em 0;width:22em}
 .st-ok,.ok{color:#2e7d32} .st-skipped{color:#777} .bad{color:#b26a00}
 .st-wrong,.st-error,.st-oom,.st-timeout{color:#c62828;font-weight:bold}
 pre{background:#f6f6f6;padding:.5em;overflow-x:auto;margin:.2em 0}
 dl.kv{display:grid;grid-template-columns:max-content auto;gap:2px 14px;margin:.3em 0} dl.kv dt{font-weight:bold}
 dl.kv dd{margin:0}
 .answer{font-size:1.1em;font-weight:bold;border-left:4px solid #2e7d32;padding-left:.6em}
-@media print{body{max-width:none;margin:0;font-size:11px} nav{display:none}
+@media print{body{max-width:none;margin:0;font-size:11px} nav,input.filter{display:none}
   table.sortable th:after{content:""} figure,tr{break-inside:avoid} h2,h3{break-after:avoid}}
 """
 
@@ -429,11 +399,28 @@ document.querySelectorAll("table.sortable th").forEach(function (th) {
     rows.forEach(function (r) { body.appendChild(r); });
   });
 });
+// Type in a folded table's filter box to show only the rows that contain the text.
+document.querySelectorAll("input.filter").forEach(function (box) {
+  box.addEventListener("input", function () {
+    var text = box.value.toLowerCase();
+    Array.prototype.forEach.call(box.nextElementSibling.tBodies[0].rows, function (r) {
+      r.hidden = r.textContent.toLowerCase().indexOf(text) < 0;
+    });
+  });
+});
 """
 
 
+def page_title(runs: list[RunData]) -> str:
+    """'tcperf report: NVIDIA H200, 30 runs, 2026-11-22' (one run: 'run 12')."""
+    devices = ", ".join(dict.fromkeys(rd.run["device"] for rd in runs))
+    days = sorted({datetime.date.fromtimestamp(rd.run["started"]).isoformat() for rd in runs})
+    count = f"run {runs[0].run['id']}" if len(runs) == 1 else f"{len(runs)} runs"
+    return f"tcperf report: {devices}, {count}, {days[0]}" + (f" to {days[-1]}" if len(days) > 1 else "")
+
+
 def _document(runs: list[RunData], page: Page) -> str:
-    title = "tcperf report: " + ", ".join(rd.name for rd in runs)
+    title = page_title(runs)
     nav = " ".join(f'<a href="#{sid}">{_e(t)}</a>' for sid, t, _ in page.sections)
     made = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     body = "".join(s[2] for s in page.sections)
