@@ -27,6 +27,8 @@ COMMANDS = {
     "export": "tcperf.commands.export",
     "report": "tcperf.commands.report",
     "compare": "tcperf.commands.compare",
+    "push": "tcperf.commands.push",
+    "db": "tcperf.commands.db",
 }
 
 

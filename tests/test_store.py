@@ -1,22 +1,47 @@
-"""The results store: round trips, durability under SIGKILL and Ctrl-C, and concurrent writers."""
+"""The results store, on both back ends (a SQLite file and a real PostgreSQL server, see pgserver.py): round
+trips, durability under SIGKILL and Ctrl-C, 8 concurrent writers, schema versions and migrations."""
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, select, text
 
+import pgserver
 from tcperf.errors import UserError
-from tcperf.store import SCHEMA_VERSION, Store, case_key
+from tcperf.store import HEAD, SCHEMA_VERSION, Store, case_key, mask, migrate
+from tcperf.store.schema import metadata
 
 ENV = {"cpu": {"model": "test cpu"}}
+V1_STORE = Path(__file__).parent / "data" / "store-v1.db"     # made by tcperf 0.1's sqlite3 store
 
 
-def test_round_trip(db_path):
-    s = Store(db_path)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request, db_path):
+    """A new, empty store's place: a SQLite path, or a PostgreSQL URL (a fresh database on the test server)."""
+    return db_path if request.param == "sqlite" else pgserver.database_or_skip()
+
+
+def _sql(where: str, statement: str):
+    """Run SQL on the store directly, behind tcperf's back."""
+    url = where if "://" in where else f"sqlite:///{where}"
+    eng = create_engine(url)
+    with eng.begin() as conn:
+        rows = conn.execute(text(statement)).all() if statement.lstrip().upper().startswith("SELECT") else None
+        if rows is None:
+            conn.execute(text(statement))
+    eng.dispose()
+    return rows
+
+
+def test_round_trip(where):
+    s = Store(where)
     run = s.start_run("bench", "tcperf bench x", ENV)
     s.add_result(run, {"op": "gemm", "shape": {"m": 2, "n": 3, "k": 4}, "precision": "bf16", "status": "ok",
                        "median_ms": 1.5, "samples": [1.4, 1.5, 1.6], "metrics": {"label": "2x3x4"}})
@@ -27,22 +52,82 @@ def test_round_trip(db_path):
     got = s.run()
     assert got["id"] == run and got["status"] == "done" and got["warnings"] == ["unstable"]
     assert got["env"] == ENV and got["device"] == "test cpu"
+    [listed] = s.runs()
+    assert listed["n_results"] == 1 and listed["uid"] == got["uid"]
 
 
-def test_missing_run_is_a_user_error(db_path):
-    s = Store(db_path)
+def test_ceilings_take_the_latest_run_per_precision(where):
+    s = Store(where)
+    for tflops in (500.0, 600.0):
+        run = s.start_run("ceilings", "tcperf ceilings", {"gpu": {"name": "G"}})
+        s.add_result(run, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": tflops})
+        s.add_result(run, {"op": "ceiling", "precision": "bandwidth", "status": "ok", "gbps": tflops * 4})
+        s.finish_run(run)
+    assert s.ceilings("G") == {"bf16": 600.0, "bandwidth": 2400.0} and s.ceilings("other") == {}
+
+
+def test_missing_run_is_a_user_error(where):
+    s = Store(where)
     with pytest.raises(UserError, match="no runs yet"):
         s.run()
     with pytest.raises(UserError, match="no run 7"):
         s.run(7)
 
 
-def test_newer_schema_is_refused(db_path):
-    Store(db_path)
-    with sqlite3.connect(db_path) as db:
-        db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+def test_password_is_masked_in_stored_command_and_env(where):
+    s = Store(where)
+    url = "postgresql+psycopg://ann:hunter2@db.lab:5432/tcperf"
+    run = s.start_run("bench", f"tcperf bench --db {url}", {**ENV, "db": url})
+    got = s.run(run)
+    assert "hunter2" not in got["command"] + str(got["env"]) and "ann:***@db.lab" in got["command"]
+    assert mask("x sqlite:///a.db postgresql://ann@h/db") == "x sqlite:///a.db postgresql://ann@h/db"
+    assert mask("postgresql://ann:pa/ss@h/db") == "postgresql://ann:***@h/db"
+
+
+def test_newer_schema_is_refused_and_nothing_written(where):
+    Store(where)
+    _sql(where, f"UPDATE meta SET value='{SCHEMA_VERSION + 1}' WHERE key='schema_version'")
     with pytest.raises(UserError, match="newer than this tcperf"):
-        Store(db_path)
+        Store(where)
+    _sql(where, f"UPDATE meta SET value='{SCHEMA_VERSION}' WHERE key='schema_version'")
+    _sql(where, "UPDATE alembic_version SET version_num='0099'")
+    with pytest.raises(UserError, match="schema 99, newer than this tcperf"):
+        Store(where)
+    assert _sql(where, "SELECT version_num FROM alembic_version") == [("0099",)]
+
+
+def test_migrations_make_exactly_the_schema(where):
+    """Alembic from an empty database to the head gives the tables schema.py makes (what a new store gets)."""
+    from alembic import command
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+    url = where if "://" in where else f"sqlite:///{where}"
+    eng = create_engine(url)
+    with eng.begin() as conn:
+        command.upgrade(migrate.config(conn), "head")
+    with eng.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert conn.scalar(text("SELECT value FROM meta")) == str(SCHEMA_VERSION)
+    eng.dispose()
+    assert ScriptDirectory.from_config(migrate.config()).get_current_head() == HEAD
+    assert Store(where).upgraded == (HEAD, HEAD)
+
+
+def test_a_tcperf_01_store_opens_upgraded(tmp_path):
+    db = tmp_path / "old.db"
+    shutil.copy(V1_STORE, db)
+    with sqlite3.connect(db) as old:
+        before = old.execute("SELECT * FROM results ORDER BY id").fetchall()
+        ids = [r[0] for r in old.execute("SELECT id FROM runs ORDER BY id")]
+    s = Store(db)
+    assert s.upgraded == ("0001", HEAD)
+    assert [r["id"] for r in s.runs()][::-1] == ids and all(len(r["uid"]) == 32 for r in s.runs())
+    with sqlite3.connect(db) as new:
+        assert new.execute("SELECT * FROM results ORDER BY id").fetchall() == before
+        assert new.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    run = s.start_run("bench", "tcperf bench", ENV)
+    assert run == max(ids) + 1 and Store(db).upgraded == (HEAD, HEAD)
 
 
 def test_a_file_that_is_not_a_database_is_a_user_error(tmp_path):
@@ -63,13 +148,12 @@ WRITER = textwrap.dedent("""
 """)
 
 
-def test_two_concurrent_writers_both_succeed(db_path):
-    Store(db_path)
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, db_path, "150"]) for _ in range(2)]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    s = Store(db_path)
-    runs = s.runs()
-    assert len(runs) == 2 and all(r["n_results"] == 150 and r["status"] == "done" for r in runs)
+def test_eight_concurrent_writers_all_succeed(where):
+    """Eight processes open the same new store at once (its tables are made once) and write 40 results each."""
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, where, "40"]) for _ in range(8)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 8
+    runs = Store(where).runs()
+    assert len(runs) == 8 and all(r["n_results"] == 40 and r["status"] == "done" for r in runs)
 
 
 MEASURER = textwrap.dedent("""
@@ -89,36 +173,36 @@ MEASURER = textwrap.dedent("""
 """)
 
 
-def _start_measuring(db_path) -> subprocess.Popen:
+def _start_measuring(where) -> subprocess.Popen:
     tests = os.path.dirname(__file__)
-    return subprocess.Popen([sys.executable, "-c", MEASURER, db_path, tests], start_new_session=True,
+    return subprocess.Popen([sys.executable, "-c", MEASURER, where, tests], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _wait_for_results(db_path, n, timeout=90):
+def _wait_for_results(store: Store, n, timeout=90):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            with sqlite3.connect(db_path, timeout=5) as db:
-                if db.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= n:
-                    return
-        except sqlite3.OperationalError:
-            pass
+        runs = store.runs(1)
+        if runs and runs[0]["n_results"] >= n:
+            return
         time.sleep(0.2)
     raise AssertionError(f"fewer than {n} results after {timeout} s")
 
 
 @pytest.mark.parametrize("sig,status", [(signal.SIGKILL, "running"), (signal.SIGINT, "interrupted")])
-def test_killed_run_keeps_every_finished_case(db_path, sig, status):
-    Store(db_path)
-    proc = _start_measuring(db_path)
-    _wait_for_results(db_path, 5)
+def test_killed_run_keeps_every_finished_case(where, sig, status):
+    if sig == signal.SIGINT and "://" in where:
+        pytest.skip("Ctrl-C is handled the same whatever the back end: tested on SQLite")
+    store = Store(where)
+    proc = _start_measuring(where)
+    _wait_for_results(store, 5)
     os.killpg(proc.pid, sig)            # the parent and its worker, as a terminal's Ctrl-C or a kill -9 would
     proc.wait(timeout=60)
-    s = Store(db_path)                  # still opens, schema intact
-    with sqlite3.connect(db_path) as db:
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    s = Store(where)                    # still opens, schema intact
+    if "://" not in where:
+        with sqlite3.connect(where) as db:
+            assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     run = s.run()
     results = s.results(run["id"])
     assert len(results) >= 5 and all(r["status"] == "ok" and r["median_ms"] > 0 for r in results)
-    assert run["status"] == status
+    assert run["status"] == status and (run["finished"] is None) == (status == "running")   # killed: incomplete

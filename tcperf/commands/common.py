@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import env as envmod
 from ..runner import TimingConfig, run_cases
-from ..store import Store
+from ..store import Store, mask
 
 # Piped or logged output gets a wide table rather than rich's 80-column default (COLUMNS still wins).
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
@@ -25,7 +25,9 @@ def add_device(p) -> None:
 
 
 def add_db(p) -> None:
-    p.add_argument("--db", default=None, help="results store (default: $TCPERF_DB or ~/.local/share/tcperf/results.db)")
+    p.add_argument("--db", default=None, metavar="PATH_OR_URL",
+                   help="results store: a SQLite file or a SQLAlchemy URL such as postgresql+psycopg://USER@HOST/DB "
+                        "(default: $TCPERF_DB or ~/.local/share/tcperf/results.db)")
 
 
 def add_json(p) -> None:
@@ -48,7 +50,8 @@ def timing_from(args) -> TimingConfig:
 
 
 def command_line() -> str:
-    return "tcperf " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    """The command as typed, any URL's password masked."""
+    return mask("tcperf " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
 def quiet_gpu_warning(device) -> list[str]:

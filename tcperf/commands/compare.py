@@ -6,6 +6,7 @@ gate: exit 1 when a case is significantly slower in B by more than the threshold
 wrong in B; 0 otherwise; 2 on bad input. See tcperf/compare.py for the test.
 
     tcperf compare 12 15 --fail-if-slower 5%
+    tcperf compare 40 15 --baseline-db postgresql+psycopg://ci@db.lab/tcperf   # run 40 from the team's store
     NVIDIA H200 vs NVIDIA H100 80GB HBM3: 1.04x on quick (gemm 1.02x, copy 1.38x)
 """
 from __future__ import annotations
@@ -28,6 +29,8 @@ def add_parser(sub) -> None:
     p.add_argument("--fail-if-slower", default=None, metavar="PCT",
                    help="exit 1 when a case is significantly slower than this in RUN_B, e.g. 5%%")
     add_db(p)
+    p.add_argument("--baseline-db", default=None, metavar="PATH_OR_URL",
+                   help="read RUN_A from this store (e.g. a team's PostgreSQL) and RUN_B from --db")
     add_json(p)
     p.set_defaults(func=main)
 
@@ -35,8 +38,9 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     threshold = _threshold(args.fail_if_slower)
     store = Store.open(args.db)
-    run_a, run_b = store.run(args.run_a), store.run(args.run_b)
-    result = cmp.compare(store.results(run_a["id"]), store.results(run_b["id"]))
+    baseline = Store.open(args.baseline_db) if args.baseline_db else store
+    run_a, run_b = baseline.run(args.run_a), store.run(args.run_b)
+    result = cmp.compare(baseline.results(run_a["id"]), store.results(run_b["id"]))
     failing = result.regressions(threshold) if threshold is not None else []
     broken = result.broken if threshold is not None else []
     if args.json:
