@@ -28,6 +28,9 @@ def main(args) -> int:
 
 def print_run(store: Store, run_id: int, out) -> None:
     run = store.run(run_id)
+    if run["kind"] == "train-to-target":
+        from .train_to_target import print_run as print_time_to_target
+        return print_time_to_target(store, run_id, out)
     results = store.results(run_id)
     when = datetime.datetime.fromtimestamp(run["started"]).strftime("%Y-%m-%d %H:%M")
     lib = run["env"].get("libraries", {})

@@ -22,7 +22,7 @@ def kind(row: dict) -> str:
     op = row["op"]
     if op in ("ceiling", "model"):
         return op
-    for prefix in ("lab", "advise"):
+    for prefix in ("lab", "advise", "totarget"):
         if op.startswith(prefix + "."):
             return prefix
     return "kernel"

@@ -20,6 +20,7 @@ from .. import peaks
 from ..table import fmt_ms, percent_ceiling, percent_peak, rate, speedups
 from . import Report, RunData, advice_summary, anchor, crossovers, group_name, lab_size, label, model_name
 from . import charts as ch
+from . import convergence
 from .findings import findings
 from .notes import environment, warning_kinds
 
@@ -351,7 +352,8 @@ def lab_html(rd: RunData, page: Page) -> str:
 
 SECTIONS = (("models", "Model ladder", models_html), ("alignment", "Alignment", alignment_html),
             ("advisor", "Advisor", advisor_html), ("suites", "Kernel suites", suites_html),
-            ("ceilings", "Measured ceilings", ceilings_html), ("lab", "Lab: CPU against GPU", lab_html))
+            ("ceilings", "Measured ceilings", ceilings_html), ("lab", "Lab: CPU against GPU", lab_html),
+            ("totarget", "Time to accuracy", convergence.section))
 
 
 # --- the page ---------------------------------------------------------------------------------------------------

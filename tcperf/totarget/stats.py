@@ -1,0 +1,116 @@
+"""Time to target over N seeded runs, as the anchors report it: DAWNBench takes the first evaluation at the target;
+airbench reports the mean and spread over many runs and checks that the mean reaches the target. Per recipe: the
+median time to target and its spread (IQR, min-max) over the runs that reached it, the share that reached it,
+steps and epochs to target, the final metric, throughput, warm-up and compile time, and cost. Whether two recipes
+can be told apart is tcperf.compare's Mann-Whitney test on their times (it needs compare.MIN_SAMPLES runs a side).
+
+    rows = [store rows of one recipe's runs]
+    s = summarize(rows, clock.get("dawnbench"), usd_per_hour=2.5)     # {"median_s": 61.2, "reached": 1.0, ...}
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import compare
+from . import reached
+from .clock import CLOCKS, Clock
+
+RUN_STATUSES = ("ok", "not_reached", "diverged")     # a run's own; the runner adds error, oom, timeout
+
+
+def first_reach(trace: list[dict], target: float, higher: bool) -> dict | None:
+    """The first trace point (evaluation) at the target, DAWNBench's rule; None when none is."""
+    return next((p for p in trace if reached(p["metric"], target, higher)), None)
+
+
+def time_to_target(metrics: dict, target: float, higher: bool, clock: Clock) -> float | None:
+    """Seconds on `clock` to the first evaluation at `target` (any target: the trace holds every evaluation)."""
+    point = first_reach(metrics.get("trace") or [], target, higher)
+    return None if point is None else clock.elapsed(point, metrics.get("prep_s", 0.0))
+
+
+def run_row(case: dict, task, out: dict, prep_s: float) -> dict:
+    """A seeded run's store row: median_ms is its time to target on the run's clock (none when not reached)."""
+    trace = out.get("trace") or []
+    metrics = {k: out.get(k) for k in ("trace", "steps", "warmup_steps", "warmup_s", "init_s", "notes")}
+    metrics.update(prep_s=prep_s, metric=task.metric, higher_is_better=task.higher_is_better, unit=task.unit,
+                   final_metric=trace[-1]["metric"] if trace else None, clock=case["clock"],
+                   info={k: v for k, v in task.info.items() if k != "files"})
+    metrics.update(_speed(trace, out, task))
+    point = first_reach(trace, case["target"], task.higher_is_better)
+    if point:
+        metrics.update(steps_to_target=point["step"], epochs_to_target=point["epoch"],
+                       time_to_target={c.name: c.elapsed(point, prep_s) for c in CLOCKS.values()})
+    seconds = (metrics.get("time_to_target") or {}).get(case["clock"])
+    return {"op": case["op"], "suite": case["suite"], "shape": case["shape"], "precision": case["precision"],
+            "status": out["status"], "message": out.get("message", ""), "metrics": metrics,
+            "median_ms": seconds * 1e3 if seconds is not None else None,
+            "samples": [seconds * 1e3] if seconds is not None else [], "n": 1 if seconds is not None else 0}
+
+
+def _speed(trace: list[dict], out: dict, task) -> dict:
+    """Throughput of the steady steps, and compile time: the warm-up less what its steps take when steady."""
+    if not trace or not trace[-1]["train_s"]:
+        return {}
+    steady = trace[-1]["step"] - out["warmup_steps"]
+    step_s = trace[-1]["train_s"] / steady
+    return {"throughput": task.items_per_step / step_s, "step_ms": step_s * 1e3,
+            "compile_s": max(0.0, out["warmup_s"] - out["warmup_steps"] * step_s)}
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def summarize(rows: list[dict], clock: Clock, target: float, higher: bool, usd_per_hour: float | None) -> dict:
+    """One recipe's runs -> the figures the table, the store's summary row and the report show."""
+    ran = [r for r in rows if r["status"] != "skipped"]
+    times = [t for t in (time_to_target(r["metrics"] or {}, target, higher, clock) for r in ran) if t is not None]
+    got = [r["metrics"] for r in ran if time_to_target(r["metrics"] or {}, target, higher, clock) is not None]
+    out = {"runs": len(ran), "reached": len(times), "share": len(times) / len(ran) if ran else 0.0,
+           "times_s": times, "statuses": {s: sum(r["status"] == s for r in ran) for s in {r["status"] for r in ran}},
+           "final_metric": _median(((r.get("metrics") or {}).get("final_metric") for r in ran)),
+           "throughput": _median(((r.get("metrics") or {}).get("throughput") for r in ran)),
+           "compile_s": _median(((r.get("metrics") or {}).get("compile_s") for r in ran)),
+           "warmup_s": _median(((r.get("metrics") or {}).get("warmup_s") for r in ran))}
+    if times:
+        q1, q3 = np.percentile(times, [25, 75])
+        out.update(median_s=float(np.median(times)), iqr_s=float(q3 - q1), min_s=min(times), max_s=max(times),
+                   steps=_median(first_reach(m["trace"], target, higher)["step"] for m in got),
+                   epochs=_median(first_reach(m["trace"], target, higher)["epoch"] for m in got))
+        if usd_per_hour:
+            out["usd"] = out["median_s"] / 3600 * usd_per_hour
+    return out
+
+
+def summary_status(s: dict, rows: list[dict]) -> str:
+    """ok when any run reached the target; else not_reached, or the failure every run shared."""
+    if s["reached"]:
+        return "ok"
+    if not s["runs"]:
+        return "skipped"
+    return max(s["statuses"], key=lambda k: (k == "not_reached", s["statuses"][k]))
+
+
+def summary_row(recipe: str, rows: list[dict], shape: dict, clock: Clock, target: float, higher: bool,
+                usd_per_hour: float | None) -> dict:
+    """The recipe's row in the store: samples are the reached runs' times (ms), so `tcperf compare` tests them."""
+    s = summarize(rows, clock, target, higher, usd_per_hour)
+    message = "" if s["reached"] == s["runs"] else \
+        f"{s['reached']} of {s['runs']} runs reached the target; " + \
+        "; ".join(sorted({r["message"] for r in rows if r.get("message")}))[:300]
+    return {"op": "totarget.recipe", "suite": shape["workload"], "shape": shape, "precision": recipe,
+            "status": summary_status(s, rows), "message": message.strip("; "),
+            "median_ms": s["median_s"] * 1e3 if s.get("median_s") is not None else None,
+            "iqr_ms": s["iqr_s"] * 1e3 if s.get("iqr_s") is not None else None,
+            "min_ms": s["min_s"] * 1e3 if s.get("min_s") is not None else None,
+            "samples": [t * 1e3 for t in s["times_s"]], "n": s["reached"], "metrics": {**s, "clock": clock.name}}
+
+
+def tell_apart(a: list[float], b: list[float]) -> str:
+    """Can two recipes' times to target be told apart? tcperf.compare's test, in words."""
+    significant, p, why = compare.significance(a, b)
+    if p is None:
+        return f"N too small to tell apart: {why}"
+    return why
