@@ -21,6 +21,7 @@ COMMANDS = {
     "lint": "tcperf.commands.lint",
     "models": "tcperf.commands.models",
     "advise": "tcperf.commands.advise",
+    "comm": "tcperf.commands.comm",
     "train-to-target": "tcperf.commands.train_to_target",
     "lab": "tcperf.commands.lab",
     "show": "tcperf.commands.show",

@@ -82,9 +82,10 @@ def skip_reason(rec: recipes.Recipe, spec: Spec, mode: str, device) -> str | Non
 
 # --- preparing a step -----------------------------------------------------------------------------------------------
 def _prepare(spec: Spec, rec: recipes.Recipe, mode: str, device, *, keep=(), tap: str | None = None,
-             holder: dict | None = None, perturb: int | None = None) -> recipes.Step:
+             holder: dict | None = None, perturb: int | None = None, wrap=None) -> recipes.Step:
     """recipes.prepare on the spec; keep: modules run in fp32; tap: a module whose input `holder` receives at every
-    call; perturb: a seed for fp32's noise runs (weights scaled by 1 + PERTURBATION N(0,1), that seed for dropout)."""
+    call; perturb: a seed for fp32's noise runs (weights scaled by 1 + PERTURBATION N(0,1), that seed for dropout);
+    wrap: DDP or fully_shard around the recipe's copy (tcperf.distributed.parallel)."""
     model = spec.model
     if keep or tap or perturb is not None:
         model = copy.deepcopy(model)
@@ -97,7 +98,7 @@ def _prepare(spec: Spec, rec: recipes.Recipe, mode: str, device, *, keep=(), tap
         _perturb(model, perturb)
     torch.manual_seed(perturb or 0)       # the same dropout masks and default-loss draws in every recipe
     return recipes.prepare(callable_model(spec, model), rec, mode, tensor_inputs(spec), device,
-                           loss_fn=_loss(spec), optimizer=spec.optimizer, targets=spec.targets)
+                           loss_fn=_loss(spec), optimizer=spec.optimizer, targets=spec.targets, wrap=wrap)
 
 
 def _loss(spec: Spec):
@@ -210,11 +211,13 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
             tolerance: float | None = None,
             steps: int = accuracy.DEFAULT_STEPS, timing: dict | None = None, time_it: bool = True,
             check: bool = True, keep=(), profile: bool = False, flops: bool = False,
-            ceilings: dict | None = None) -> dict:
+            ceilings: dict | None = None, wrap=None, probe=None) -> dict:
     """One recipe on one spec -> a row in the store's format (status ok | wrong | skipped; the runner adds error,
     oom and timeout). Inference compares outputs; training, `steps` losses against fp32's noise. The reference is
     `ref`, else read from `reference_file` (made and saved there when missing). check=False: speed only (no
-    reference, no accuracy check)."""
+    reference, no accuracy check). On many GPUs (tcperf.distributed.parallel): `wrap` puts DDP or FSDP2 around the
+    recipe's model, and `probe(row, step, device)` runs after the timing while the step is alive (the profile of
+    exposed communication)."""
     rec, device = recipes.get(recipe), torch.device(device)
     tol = tolerance if tolerance is not None else rec.tolerance
     row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
@@ -228,7 +231,7 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
     holder: dict = {}
     t0 = time.perf_counter()
     try:
-        step = _prepare(spec, rec, mode, device, keep=keep, tap=(ref or {}).get("tap"), holder=holder)
+        step = _prepare(spec, rec, mode, device, keep=keep, tap=(ref or {}).get("tap"), holder=holder, wrap=wrap)
     except recipes.NotApplicable as e:
         return {**row, "status": "skipped", "message": str(e)}
     acc = _check(step, spec, mode, steps, ref, holder) if check else step()
@@ -239,6 +242,8 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
     del acc
     if time_it:
         _time(row, step, device, timing or TIMING, spec, rec, profile)
+        if probe is not None:
+            probe(row, step, device)
     del step, holder
     _release(device)
     if flops and row.get("mean_ms"):

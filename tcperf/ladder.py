@@ -184,8 +184,8 @@ def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict
 
 # --- the climb (parent side) ------------------------------------------------------------------------------------
 def _key(r: dict) -> tuple:
-    s = r.get("shape") or {}
-    return s.get("model"), s.get("mode"), str(s.get("batch"))
+    s = r.get("shape") or {}      # rows on N ranks (tcperf.distributed.parallel) climb apart from one GPU's
+    return s.get("model"), s.get("mode"), str(s.get("batch")), s.get("nproc"), s.get("parallel")
 
 
 def add_speedups(result: dict, earlier: list[dict]) -> None:

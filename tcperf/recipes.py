@@ -306,7 +306,7 @@ class Step:
 
 
 def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, device, loss_fn=None,
-            optimizer=None, *, targets=None) -> Step:
+            optimizer=None, *, targets=None, wrap: Callable[[nn.Module], nn.Module] | None = None) -> Step:
     """The step to time for `model` under `recipe`: for "infer" a no-grad forward returning the outputs; for
     "train" forward + loss_fn(outputs, targets) + backward + optimizer step, returning the loss (no host sync
     except GradScaler's own). The model is deep-copied, so recipes never contaminate each other.
@@ -314,7 +314,9 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     example_inputs: a tensor or a tuple of positional inputs (moved to `device`; NHWC under channels_last).
     loss_fn: default cross-entropy when targets are class indices, else the mean square of the outputs.
     optimizer: None (AdamW, lr 1e-3, fused on CUDA), a callable params -> optimizer, or an optimizer whose class
-    and defaults are reused for the copy's parameters. Raises NotApplicable when the recipe finds nothing to do."""
+    and defaults are reused for the copy's parameters. wrap: applied to the copy before torch.compile and the
+    optimizer see it (tcperf.distributed.parallel: DistributedDataParallel, FSDP2's fully_shard). Raises
+    NotApplicable when the recipe finds nothing to do."""
     recipe, device = get(recipe), torch.device(device)
     if mode not in MODES:
         raise choices("mode", mode, MODES)
@@ -330,6 +332,8 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
         m = m.to(memory_format=torch.channels_last)
         inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
     notes = _transform(m, recipe, mode)
+    if wrap is not None:
+        m = wrap(m)
     runner = m
     if recipe.compile:
         runner = torch.compile(m, mode="reduce-overhead" if recipe.cuda_graphs else None, dynamic=False)

@@ -8,6 +8,7 @@ peak memory, MFU, compile time, accuracy.
     tcperf models gpt2 --mode infer --recipes fp32,amp_bf16,compile --batch 8,16
     tcperf models lstm --batch auto                    # the largest batch that fits, throughput against batch
     tcperf models all --recipes fp32,amp_bf16 --device cpu   # the small configurations on a CPU
+    tcperf models resnet50,gpt2 --recipes compile --nproc 2  # and on 2 GPUs: DDP (FSDP2 too for GPT-2), scaling
 
 On an H200 (hand-written loops, anchors.md): ResNet-50 training at batch 256 goes from 1,064 img/s (fp32) to
 6,751 img/s (amp_bf16 + channels_last + torch.compile).
@@ -37,6 +38,11 @@ def add_parser(sub) -> None:
     p.add_argument("--batch", default=None, help="batch sizes, e.g. 32,64, or 'auto' (default: each model's own)")
     p.add_argument("--steps", type=int, default=ladder.DEFAULT_STEPS,
                    help=f"training steps the accuracy check compares after (default {ladder.DEFAULT_STEPS})")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="also train each cell on N ranks (one a GPU; gloo processes on a CPU): total throughput, "
+                        "scaling efficiency against one GPU, exposed communication (default: one GPU only)")
+    p.add_argument("--parallel", default="ddp,fsdp2",
+                   help="with --nproc: ddp and/or fsdp2 (FSDP2 on the transformer models only; default ddp,fsdp2)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="the small configurations (the default on a CPU)")
     size.add_argument("--full", action="store_true", help="the full-size models (the default on a GPU)")
@@ -67,19 +73,39 @@ def main(args) -> int:
     if args.steps < 1:
         raise UserError(f"bad --steps {args.steps}; give a positive number of training steps")
     device = envmod.parse_device(args.device)
+    nproc = _nproc(args, batches, device)
     config = "small" if args.small or (device.type == "cpu" and not args.full) else "full"
     if config == "small" and not args.small:
         err_console.print("No CUDA GPU: measuring the small model configurations on the CPU (--full to override).")
     cases = ladder.cells(names, args.mode, recipe_names, batches, config=config, steps=args.steps)
+    runner = ladder.climb
+    if nproc:
+        from ..distributed import parallel
+        cases, runner = parallel.cells(cases, nproc, parallel.parse(args.parallel), args.timeout), parallel.climb
     ceilings = _ceilings(args.db, device)
     run_id, results, store = measure_into_store(
         "models", cases, args, label="model ladder", extra={"ceilings": ceilings} if ceilings else None,
-        runner=ladder.climb)
+        runner=runner)
     if args.json:
         print_json({"run": store.run(run_id), "results": store.results(run_id)})
     else:
         print_ladder(store.results(run_id), console)
     return 0
+
+
+def _nproc(args, batches, device) -> int | None:
+    """--nproc checked (None without it): the cells on N ranks go beside each one-GPU cell."""
+    if args.nproc is None:
+        return None
+    from ..distributed import launch, parallel
+    if launch.under_torchrun():
+        raise UserError("tcperf models --nproc starts its own ranks on this host; run it without torchrun")
+    if args.mode != "train":
+        raise UserError("--nproc measures data-parallel training; give --mode train")
+    if batches == ["auto"]:
+        raise UserError("--nproc needs fixed batch sizes, not --batch auto")
+    parallel.parse(args.parallel)
+    return launch.check_nproc(args.nproc, device)
 
 
 def _ceilings(db, device) -> dict:
@@ -137,11 +163,13 @@ def print_ladder(results: list[dict], out) -> None:
     groups: dict[tuple, list[dict]] = {}
     for r in results:
         s = r.get("shape") or {}
-        groups.setdefault((s.get("model"), s.get("mode"), str(s.get("batch"))), []).append(r)
-    for (model, mode, batch), rows in groups.items():
+        groups.setdefault((s.get("model"), s.get("mode"), str(s.get("batch")), s.get("nproc"), s.get("parallel")),
+                          []).append(r)
+    for (model, mode, batch, nproc, par), rows in groups.items():
         basis = next(((r["metrics"].get("mfu_basis") or {}).get("source") for r in rows
                       if (r.get("metrics") or {}).get("mfu_basis")), None)
-        title = f"{model} · {mode} · batch {batch}" + (f" · MFU against the {basis}" if basis else "")
+        title = f"{model} · {mode} · batch {batch}" + (f" a GPU · {nproc} ranks · {par}" if nproc else "") + \
+            (f" · MFU against the {basis}" if basis else "")
         out.print(ladder_table(rows, title))
         runs = [f"{r['precision']} = {r['metrics']['recipe']}" for r in rows
                 if r["status"] != "skipped" and (r.get("metrics") or {}).get("recipe") not in (None, r["precision"])]
@@ -154,3 +182,21 @@ def print_ladder(results: list[dict], out) -> None:
                                    else f"{p['batch']}: {p['status']}" for p in curve)
                 out.print(f"  {r['precision']}: largest batch {r['metrics'].get('batch')}; "
                           f"{r['metrics'].get('unit', '')} by batch: {points}")
+        if nproc:
+            out.print(scaling_lines(rows))
+
+
+def scaling_lines(rows: list[dict]) -> str:
+    """Under an N-rank table: each recipe's scaling against one GPU and its exposed communication."""
+    lines = []
+    for r in rows:
+        m = r.get("metrics") or {}
+        eff, share = m.get("scaling_efficiency"), m.get("exposed_comm_share")
+        if eff is None and share is None:
+            continue
+        parts = [f"{m['speedup_1gpu']:.2f}x one GPU, scaling efficiency {eff:.2f}" if eff is not None else
+                 "no one-GPU row to compare with"]
+        if share is not None:
+            parts.append(f"exposed communication {share:.1%} of a step ({m.get('exposed_basis')})")
+        lines.append(f"  {r['precision']}: " + "; ".join(parts))
+    return "\n".join(lines)

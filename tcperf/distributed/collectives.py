@@ -1,0 +1,245 @@
+"""The five collectives `tcperf comm` measures through torch.distributed (NCCL on GPUs, gloo on the CPU), with
+nccl-tests' size and bandwidth conventions (nccl-tests/doc/PERFORMANCE.md):
+
+    size S    all_reduce, broadcast: the buffer; all_gather: the gathered output; reduce_scatter, all_to_all: the
+              input of one rank (so S / n bytes leave or arrive per peer)
+    algbw     S / t
+    busbw     algbw x 2(n-1)/n (all_reduce), x (n-1)/n (all_gather, reduce_scatter, all_to_all), x 1 (broadcast):
+              the figure to hold against the link's speed, the same for every collective and rank count
+
+A case runs on every rank. Inputs are random integers 1..4 times (rank + 1), so every sum is exact in fp32 and
+bf16 (up to 10 ranks); outputs are poisoned with NaN, the collective runs once and every rank compares its output
+with the value the others' inputs imply; only when the worst rank matches is it timed. Timing is tcperf.timing's
+back-to-back samples (CUDA events on a GPU), with the same number of calls on every rank (agreed from a probe);
+the time is the mean of the slowest rank, as a loop of the collective sustains it.
+
+On 2 x H200 (NVLink NV18, torch 2.11), a plain all_reduce loop gives fp32 bus bandwidth 39 GB/s at 1 MiB, 223 at
+16 MiB, 300 at 256 MiB and 328 at 1 GiB (issue 14); tcperf must land within 3% (benchmarks/comm_gpu.py).
+
+    rows = launch.run_cases(cases(["all_reduce"], ["fp32"], sizes(1024, 2**30), 2), device, nproc=2)
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from importlib import resources
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from ..errors import UserError, choices
+from . import launch
+
+TASK = "tcperf.distributed.collectives:task"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+TOLERANCE = {"fp32": 1e-6, "bf16": 1e-2, "fp16": 1e-3}   # relative to the largest expected value; sums are exact
+MIN_REPS, MAX_REPS = 5, 2000
+PROBE_REPS = 3
+SEED = 1234
+
+
+@dataclass(frozen=True)
+class Prepared:
+    run: Callable[[], object]      # one call of the collective
+    out: torch.Tensor              # what the call writes (poisoned before the check)
+    expected: torch.Tensor         # what it must hold after one call
+
+
+@dataclass(frozen=True)
+class Collective:
+    name: str
+    prepare: Callable[[torch.Tensor, int, int], Prepared]   # (base of S bytes, n ranks, this rank)
+    bus_factor: Callable[[int], float]                      # busbw / algbw for n ranks
+    chunked: bool = True                                    # S is split in n equal parts
+
+    def bandwidth(self, size_bytes: float, seconds: float, n: int) -> tuple[float, float]:
+        """(algbw, busbw) in GB/s (1e9 bytes a second)."""
+        alg = size_bytes / seconds / 1e9
+        return alg, alg * self.bus_factor(n)
+
+
+def _weights(base: torch.Tensor, n: int) -> torch.Tensor:
+    """1, ..., 1, 2, ..., 2, ..., n: chunk j of a rank-stacked buffer came from rank j (times j + 1)."""
+    c = base.numel() // n
+    return torch.arange(1, n + 1, device=base.device, dtype=base.dtype).repeat_interleave(c)
+
+
+def _poisoned(like: torch.Tensor, numel: int | None = None) -> torch.Tensor:
+    return torch.full((like.numel() if numel is None else numel,), float("nan"), dtype=like.dtype, device=like.device)
+
+
+def _all_reduce(base, n, r) -> Prepared:
+    x = base * (r + 1)                                           # in place: out is x
+    return Prepared(lambda: dist.all_reduce(x), x, base * (n * (n + 1) // 2))
+
+
+def _all_gather(base, n, r) -> Prepared:
+    c = base.numel() // n
+    mine, out = base[r * c:(r + 1) * c] * (r + 1), _poisoned(base)  # (c,) in, (n c,) out
+    return Prepared(lambda: dist.all_gather_into_tensor(out, mine), out, base * _weights(base, n))
+
+
+def _reduce_scatter(base, n, r) -> Prepared:
+    c = base.numel() // n
+    x, out = base * (r + 1), _poisoned(base, c)                  # (n c,) in, (c,) out
+    return Prepared(lambda: dist.reduce_scatter_tensor(out, x), out, base[r * c:(r + 1) * c] * (n * (n + 1) // 2))
+
+
+def _broadcast(base, n, r) -> Prepared:
+    x = base.clone() if r == 0 else _poisoned(base)             # rank 0 is the root
+    return Prepared(lambda: dist.broadcast(x, src=0), x, base)
+
+
+def _all_to_all(base, n, r) -> Prepared:
+    c = base.numel() // n
+    x, out = base * (r + 1), _poisoned(base)                     # chunk j of out is chunk r of rank j's x
+    mine = base[r * c:(r + 1) * c].repeat(n)
+    return Prepared(lambda: dist.all_to_all_single(out, x), out, mine * _weights(base, n))
+
+
+COLLECTIVES: dict[str, Collective] = {c.name: c for c in (
+    Collective("all_reduce", _all_reduce, lambda n: 2 * (n - 1) / n, chunked=False),
+    Collective("all_gather", _all_gather, lambda n: (n - 1) / n),
+    Collective("reduce_scatter", _reduce_scatter, lambda n: (n - 1) / n),
+    Collective("broadcast", _broadcast, lambda n: 1.0, chunked=False),
+    Collective("all_to_all", _all_to_all, lambda n: (n - 1) / n),
+)}
+
+
+def get(name: str) -> Collective:
+    if name not in COLLECTIVES:
+        raise choices("collective", name, COLLECTIVES)
+    return COLLECTIVES[name]
+
+
+# --- cases ------------------------------------------------------------------------------------------------------------
+def parse_size(text: str) -> int:
+    """'1K' | '16M' | '1G' | '4096' -> bytes (powers of 1024); UserError otherwise."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in ("K", "M", "G") else ""
+    try:
+        value = float(t[:-1] if unit else t) * units[unit]
+    except ValueError:
+        raise UserError(f"bad size {text!r}; give bytes such as 1024, 1K, 16M, 1G") from None
+    if value < 1:
+        raise UserError(f"bad size {text!r}; give at least 1 byte")
+    return int(value)
+
+
+def sizes(begin: int, end: int, factor: float = 2.0) -> list[int]:
+    """nccl-tests' -b/-e/-f: begin, begin x factor, ... up to end (end included when the steps land on it)."""
+    if factor <= 1 or begin > end:
+        raise UserError(f"bad sizes: begin {begin} <= end {end} and factor {factor} > 1 are needed")
+    out, s = [], float(begin)
+    while s <= end * (1 + 1e-9):
+        out.append(int(s))
+        s *= factor
+    return out
+
+
+def label(size: int) -> str:
+    """1024 -> '1 KiB'; 67108868 -> '64.0 MiB'."""
+    size = int(size)
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            whole = size % scale == 0
+            return f"{size // scale} {unit}" if whole else f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+def case(name: str, dtype: str, size: int, nproc: int, suite: str = "sweep", tags: dict | None = None) -> dict:
+    return {"op": f"comm.{name}", "suite": suite, "shape": {"bytes": size, "nproc": nproc}, "precision": dtype,
+            "task": TASK, "tags": tags or {}}
+
+
+def cases(names, dtypes, size_list, nproc: int) -> list[dict]:
+    """Collective by collective, dtype by dtype, small to large (the order nccl-tests prints)."""
+    return [case(n, d, s, nproc) for n in names for d in dtypes for s in size_list]
+
+
+def deepbench(names, dtypes, nproc: int) -> list[dict]:
+    """DeepBench's all-reduce table (tcperf/suites/deepbench/allreduce.csv): its float counts, in each dtype."""
+    text = resources.files("tcperf.suites").joinpath("deepbench/allreduce.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    return [case(n, d, int(row["floats"]) * DTYPES[d].itemsize, nproc, "deepbench",
+                 {"application": row["application"] or "unnamed", "floats": int(row["floats"])})
+            for n in names for d in dtypes for row in rows]
+
+
+def parse_names(text: str, table: dict, kind: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(table)
+    for n in names or [""]:
+        if n not in table:
+            raise choices(kind, n, [*table, "all"])
+    return names
+
+
+# --- on every rank ----------------------------------------------------------------------------------------------------
+def task(case: dict, device, job: dict) -> dict:
+    """One collective, one dtype, one size on this rank: check, then time; the row rank 0 keeps."""
+    coll, dtype = get(case["op"].split(".", 1)[1]), case["precision"]
+    n, r = dist.get_world_size(), dist.get_rank()
+    prep, size = _prepare(coll, dtype, case["shape"]["bytes"], n, r, device)
+    row = _row(case, coll, size, n, job)
+    launch.beat(f"{row['metrics']['label']}: check")
+    err = _worst(_error(prep, dtype), device)
+    row["error"] = err
+    if not err <= TOLERANCE[dtype]:          # this way round, NaN fails too
+        return {**row, "status": "wrong", "message": f"relative error {err:.3g} > {TOLERANCE[dtype]:g}: not timed"}
+    launch.beat(f"{row['metrics']['label']}: time")
+    _time_into(row, prep.run, coll, size, n, device, job)
+    return row
+
+
+def _prepare(coll: Collective, dtype: str, size: int, n: int, r: int, device) -> tuple[Prepared, int]:
+    """The case's buffers on this rank and the size really moved (a chunked size rounded down to n chunks)."""
+    count = max(1, size // DTYPES[dtype].itemsize)
+    if coll.chunked:
+        count = max(n, count // n * n)
+    gen = torch.Generator(device=device).manual_seed(SEED)         # the same base on every rank
+    base = torch.randint(1, 5, (count,), generator=gen, device=device).to(DTYPES[dtype])
+    return coll.prepare(base, n, r), count * DTYPES[dtype].itemsize
+
+
+def _row(case: dict, coll: Collective, size: int, n: int, job: dict) -> dict:
+    return {"op": case["op"], "suite": case.get("suite", ""), "shape": case["shape"], "precision": case["precision"],
+            "status": "ok", "tolerance": TOLERANCE[case["precision"]], "bytes": size, "warnings": [], "message": "",
+            "metrics": {"label": f"{coll.name} {label(size)}", "tags": case.get("tags", {}), "world": n,
+                        "backend": dist.get_backend(), "link": job.get("link"), "size_bytes": size}}
+
+
+def _error(prep: Prepared, dtype: str) -> float:
+    """Run once and compare: the largest difference over the largest expected value (NaN when poison is left)."""
+    prep.run()
+    got, want = prep.out.float(), prep.expected.float()
+    err = ((got - want).abs().max() / want.abs().max()).item()   # sync point: the check's answer on the host
+    return err if err == err else math.inf
+
+
+def _worst(value: float, device, op=dist.ReduceOp.MAX) -> float:
+    t = torch.tensor([value], dtype=torch.float32, device=device)
+    dist.all_reduce(t, op=op)
+    return t.item()
+
+
+def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job: dict) -> None:
+    """Time `run` on every rank with the same number of calls; the slowest rank's mean sets the bandwidth."""
+    from ..timing import time_fn
+    fixed = {"warmup_ms": 0.0, "rep_ms": 0.0, "flush_l2": False, "back_to_back": True}
+    probe = time_fn(run, device, **fixed, min_reps=PROBE_REPS, max_reps=PROBE_REPS)
+    rep_ms = (job.get("timing") or {}).get("rep_ms", 100.0)
+    reps = int(min(MAX_REPS, max(MIN_REPS, rep_ms / max(_worst(probe.mean_ms, device), 1e-4))))
+    m = time_fn(run, device, **fixed, min_reps=reps, max_reps=reps)
+    slowest = _worst(m.mean_ms, device)
+    alg, bus = coll.bandwidth(size, slowest * 1e-3, n)
+    row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=slowest,
+               n=m.n, gbps=bus)
+    row["metrics"].update(algbw_gbps=alg, busbw_gbps=bus, time_us=slowest * 1e3, rank0_mean_ms=m.mean_ms,
+                          spread=m.spread, unstable=m.unstable)
+    if m.unstable:
+        row["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")

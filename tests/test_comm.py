@@ -1,0 +1,141 @@
+"""`tcperf comm`: nccl-tests' bandwidth arithmetic, the correctness checks on real gloo ranks (2 and 4), a broken
+collective caught before timing, the store rows, the link parsed from nvidia-smi, and the GPU run."""
+import json
+
+import pytest
+import torch
+
+from tcperf import cli
+from tcperf.distributed import collectives, launch, link
+from tcperf.distributed.collectives import COLLECTIVES, Collective, Prepared
+from tcperf.errors import UserError
+from tcperf.store import Store
+
+
+# --- arithmetic ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, n, factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75), ("all_gather", 4, 0.75),
+    ("reduce_scatter", 8, 0.875), ("broadcast", 8, 1.0), ("all_to_all", 2, 0.5)])
+def test_bus_bandwidth_follows_nccl_tests(name, n, factor):
+    alg, bus = COLLECTIVES[name].bandwidth(2**30, 0.01, n)      # 1 GiB in 10 ms
+    assert alg == pytest.approx(2**30 / 0.01 / 1e9)              # 107.37 GB/s
+    assert bus == pytest.approx(alg * factor)
+
+
+def test_sizes_and_labels():
+    assert collectives.sizes(1024, 2**30, 2)[::10] == [1024, 2**20, 2**30]
+    assert len(collectives.sizes(1024, 2**30, 2)) == 21
+    assert collectives.sizes(2**20, 2**30, 16) == [2**20, 2**24, 2**28]
+    assert [collectives.parse_size(t) for t in ("1K", "16M", "1G", "4096", "1GiB")] == [1024, 2**24, 2**30, 4096,
+                                                                                          2**30]
+    assert collectives.label(1024) == "1 KiB" and collectives.label(67108868) == "64.0 MiB"
+    for bad in ("1X", "", "0"):
+        with pytest.raises(UserError):
+            collectives.parse_size(bad)
+    with pytest.raises(UserError):
+        collectives.sizes(2048, 1024)
+
+
+def test_deepbench_suite_is_the_allreduce_table():
+    cases = collectives.deepbench(["all_reduce"], ["fp32", "bf16"], 2)
+    floats = [c["tags"]["floats"] for c in cases[:7]]
+    assert floats[0] == 100000 and floats[4] == 16777217 and len(cases) == 14
+    assert cases[0]["shape"]["bytes"] == 400000 and cases[7]["shape"]["bytes"] == 200000   # bf16: 2 bytes a float
+
+
+@pytest.mark.parametrize("text, want", [
+    ("        GPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-47\nGPU1\tNV18\t X \t0-47\n", "NVLink"),
+    ("        GPU0\tGPU1\tGPU2\nGPU0\t X \tPXB\tSYS\nGPU1\tPXB\t X \tSYS\nGPU2\tSYS\tSYS\t X\n", "PCIe"),
+    ("        GPU0\tGPU1\tGPU2\nGPU0\t X \tNV4\tSYS\nGPU1\tNV4\t X \tSYS\nGPU2\tSYS\tSYS\t X\n", "mixed (NVLink, PCIe)"),
+])
+def test_link_from_nvidia_smi_topo(text, want):
+    cells = link.parse_topo(text, 3 if "GPU2" in text else 2)
+    assert link.summary(cells.values()) == want
+
+
+# --- correctness on real ranks ------------------------------------------------------------------------------------
+def broken_task(case, device, job):
+    """Registered in the rank: 'stale' leaves its output untouched, 'max' reduces with MAX instead of SUM."""
+    import torch.distributed as dist
+
+    def stale(base, n, r):
+        return Prepared(lambda: None, torch.full_like(base, float("nan")), base)
+
+    def maxed(base, n, r):
+        x = base * (r + 1)
+        return Prepared(lambda: dist.all_reduce(x, op=dist.ReduceOp.MAX), x, base * (n * (n + 1) // 2))
+    COLLECTIVES["stale"] = Collective("stale", stale, lambda n: 1.0, chunked=False)
+    COLLECTIVES["max"] = Collective("max", maxed, lambda n: 1.0, chunked=False)
+    return collectives.task(case, device, job)
+
+
+def test_every_collective_checks_out_on_4_ranks_and_a_broken_one_is_not_timed():
+    cases = collectives.cases(list(COLLECTIVES), ["fp32", "bf16"], [12345], 4)
+    cases += [{**collectives.case(name, "fp32", 4096, 4), "task": "test_comm:broken_task"} for name in ("stale", "max")]
+    rows = launch.run_cases(cases, torch.device("cpu"), nproc=4, timeout=60,
+                            timing=launch.TimingConfig(rep_ms=1.0))
+    good, broken = rows[:-2], rows[-2:]
+    assert all(r["status"] == "ok" and r["error"] == 0 for r in good), [(r["op"], r["message"]) for r in good]
+    assert [r["status"] for r in broken] == ["wrong", "wrong"]
+    assert broken[0]["error"] == float("inf") and broken[1]["error"] == pytest.approx(1 - 4 / 10)
+    assert all(r.get("median_ms") is None for r in broken)      # correctness gates timing
+    sized = {(r["op"], r["precision"], r["shape"]["bytes"]): r["bytes"] for r in good}
+    assert sized[("comm.all_gather", "fp32", 12345)] == 3084 * 4    # 3086 floats rounded down to 4 chunks
+    assert sized[("comm.all_reduce", "bf16", 12345)] == 6172 * 2
+
+
+def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
+    argv = ["comm", "--device", "cpu", "--nproc", "2", "--ops", "all_reduce,all_to_all", "--dtypes", "fp32",
+            "-b", "1K", "-e", "64K", "-f", "64", "--rep-ms", "5", "--db", db_path, "--json"]
+    assert cli.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    store = Store.open(db_path)
+    run = store.run()
+    assert run["kind"] == "comm" and run["status"] == "done" and out["run"]["id"] == run["id"]
+    rows = store.results(run["id"])
+    assert [(r["op"], r["shape"]["bytes"]) for r in rows] == [
+        ("comm.all_reduce", 1024), ("comm.all_reduce", 65536), ("comm.all_to_all", 1024), ("comm.all_to_all", 65536)]
+    for r in rows:
+        m = r["metrics"]
+        assert r["status"] == "ok" and m["world"] == 2 and m["backend"] == "gloo"
+        assert m["algbw_gbps"] == pytest.approx(r["bytes"] / (r["mean_ms"] * 1e-3) / 1e9)
+        factor = 1.0 if r["op"] == "comm.all_reduce" else 0.5
+        assert r["gbps"] == pytest.approx(m["busbw_gbps"]) == pytest.approx(factor * m["algbw_gbps"])
+        assert r["n"] >= collectives.MIN_REPS and len(r["samples"]) == r["n"]
+    assert out["link"]["link"].startswith("one host")
+
+
+def test_bad_comm_options_are_one_line(capsys):
+    for argv in (["comm", "--device", "cpu", "--ops", "all_sum"], ["comm", "--device", "cpu", "--dtypes", "fp7"],
+                 ["comm", "--device", "cpu", "-e", "1Q"], ["comm", "--device", "cpu", "-f", "1"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- GPUs ---------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_comm_on_the_gpus(db_path):
+    nproc = min(2, torch.cuda.device_count())
+    argv = ["comm", "--nproc", str(nproc), "-b", "1M", "-e", "64M", "-f", "64", "--rep-ms", "20", "--db", db_path]
+    assert cli.main(argv) == 0
+    rows = Store.open(db_path).results(Store.open(db_path).run()["id"])
+    assert len(rows) == 5 * 2 * 2
+    assert all(r["status"] == "ok" and r["metrics"]["backend"] == "nccl" for r in rows), \
+        [(r["op"], r["message"]) for r in rows if r["status"] != "ok"]
+    if nproc == 2:
+        assert rows[0]["metrics"]["link"]["link"] in ("NVLink", "PCIe")
+
+
+@pytest.mark.gpu
+def test_models_nproc_2_on_gpus(db_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    argv = ["models", "gpt2", "--small", "--recipes", "amp_bf16", "--nproc", "2", "--batch", "8", "--steps", "4",
+            "--db", db_path]
+    assert cli.main(argv) == 0
+    rows = Store.open(db_path).results(Store.open(db_path).run()["id"])
+    assert [r["shape"].get("parallel") for r in rows] == [None, "ddp", "fsdp2"]
+    for r in rows[1:]:
+        assert r["status"] == "ok", r["message"]
+        assert r["metrics"]["scaling_efficiency"] > 0 and r["metrics"]["exposed_comm_share"] is not None

@@ -1,0 +1,157 @@
+"""The launcher (real gloo ranks started by the tests: a rank that raises, a rank that hangs, nothing left running),
+torchrun's in-process path, and `tcperf models --nproc 2` on a CPU."""
+import os
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from tcperf import cli
+from tcperf.distributed import launch, parallel
+from tcperf.errors import UserError
+from tcperf.store import Store
+
+HERE = "test_distributed"
+
+
+# --- tasks the ranks run (imported by name in each spawned rank) ---------------------------------------------------
+def ok_task(case, device, job):
+    """Every rank's pid gathered on rank 0; a collective, so a rank missing would show."""
+    pids = [None] * dist.get_world_size()
+    dist.all_gather_object(pids, os.getpid())
+    return {"op": "t", "precision": "p", "status": "ok", "metrics": {"pids": pids, "world": dist.get_world_size()}}
+
+
+def crash_task(case, device, job):
+    if dist.get_rank() == 1:
+        raise ValueError("boom on purpose")
+    dist.barrier()
+    return {"status": "ok"}
+
+
+def hang_task(case, device, job):
+    launch.beat("set-up")
+    if dist.get_rank() == 1:
+        time.sleep(600)
+    launch.beat("barrier")
+    dist.barrier()
+    return {"status": "ok"}
+
+
+def _case(task: str, i: int) -> dict:
+    return {"op": "t", "suite": "s", "shape": {"i": i}, "precision": "p", "task": f"{HERE}:{task}"}
+
+
+def _gone(pids) -> bool:
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def test_a_rank_that_raises_or_hangs_is_named_and_the_run_goes_on():
+    t0 = time.monotonic()
+    cases = [_case("ok_task", 0), _case("crash_task", 1), _case("hang_task", 2), _case("ok_task", 3)]
+    rows = launch.run_cases(cases, torch.device("cpu"), nproc=2, timeout=4)
+    assert [r["status"] for r in rows] == ["ok", "error", "timeout", "ok"]
+    crashed, hung = rows[1]["message"], rows[2]["message"]
+    assert crashed.startswith("rank 1:") and "boom on purpose" in crashed
+    assert "rank 1 at 'set-up'" in hung and "rank(s) 0 waited" in hung and "every rank stopped" in hung
+    assert [r["shape"] for r in rows] == [{"i": i} for i in range(4)]    # each failed row says which case it was
+    assert rows[0]["metrics"]["world"] == 2
+    first, last = rows[0]["metrics"]["pids"], rows[3]["metrics"]["pids"]
+    assert set(first).isdisjoint(last)                           # fresh ranks after each failure
+    assert _gone(first + last)                                   # nothing left running
+    assert time.monotonic() - t0 < 90
+
+
+def test_the_rank_behind_is_the_one_named():
+    progress = launch._Progress(3, timeout=0.0)
+    progress.heard(0, "case", 0)
+    progress.heard(1, "case", 0)
+    progress.heard(2, "case", 0)
+    progress.heard(0, "beat", "all_reduce 1 KiB: time")
+    progress.heard(2, "beat", "all_reduce 1 KiB: time")
+    stuck = progress.stuck()
+    assert stuck["status"] == "timeout"
+    assert "rank 1 at 'case 0 start'" in stuck["message"] and "rank(s) 0, 2 waited" in stuck["message"]
+
+
+def test_under_torchrun_the_cases_run_in_this_process(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(launch.free_port()))
+    assert launch.under_torchrun() and launch.check_nproc(None, torch.device("cpu")) == 1
+    try:
+        rows = launch.run_cases([_case("ok_task", 0)], torch.device("cpu"), nproc=1, timeout=30)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert rows[0]["metrics"]["pids"] == [os.getpid()]
+
+
+def test_bad_nproc_is_one_line(monkeypatch, capsys):
+    with pytest.raises(UserError, match="bad --nproc 0"):
+        launch.check_nproc(0, torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(UserError, match="only 2 CUDA GPU"):
+        launch.check_nproc(3, torch.device("cuda"))
+    for argv in (["comm", "--device", "cpu", "--nproc", "0"], ["models", "gpt2", "--device", "cpu", "--nproc", "0"],
+                 ["models", "gpt2", "--device", "cpu", "--nproc", "2", "--mode", "infer"],
+                 ["models", "gpt2", "--device", "cpu", "--nproc", "2", "--parallel", "zero"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- scaling and exposed communication --------------------------------------------------------------------------
+def test_exposed_communication_is_what_no_other_work_hides():
+    comm = [(0, 10), (5, 15), (30, 40)]        # union: 0-15, 30-40 = 25
+    other = [(2, 4), (12, 20), (35, 36)]       # hides 2 + 3 + 1 = 6
+    assert parallel.total(parallel.union(comm)) == 25
+    assert parallel.exposed(comm, other) == 19
+    assert parallel.exposed(comm, []) == 25 and parallel.exposed([], other) == 0
+    assert parallel.exposed([(0, 10)], [(0, 10)]) == 0
+
+
+def test_scaling_efficiency_is_against_the_same_recipe_on_one_gpu():
+    one = {"shape": {"model": "gpt2", "mode": "train", "batch": 4}, "precision": "amp_bf16",
+           "metrics": {"throughput": 100.0}}
+    other = {**one, "precision": "fp32", "metrics": {"throughput": 10.0}}
+    row = {"shape": {**one["shape"], "nproc": 2, "parallel": "ddp"}, "precision": "amp_bf16",
+           "metrics": {"throughput": 190.0}}
+    parallel.add_scaling(row, [one, other])
+    assert row["metrics"]["scaling_efficiency"] == pytest.approx(0.95)
+    assert row["metrics"]["speedup_1gpu"] == pytest.approx(1.9)
+
+
+def test_fsdp2_cells_only_for_transformers():
+    one = [{"shape": {"model": m, "mode": "train", "batch": 2}, "precision": "fp32"} for m in ("gpt2", "resnet50")]
+    out = parallel.cells(one, 2, ["ddp", "fsdp2"], timeout=100)
+    assert [(c["shape"]["model"], c["shape"].get("parallel")) for c in out] == [
+        ("gpt2", None), ("gpt2", "ddp"), ("gpt2", "fsdp2"), ("resnet50", None), ("resnet50", "ddp")]
+    assert out[1]["task"] == parallel.RUN_TASK and out[1]["rank_timeout"] == pytest.approx(90)
+
+
+# --- the ladder on 2 gloo ranks ---------------------------------------------------------------------------------------
+def test_models_nproc_2_on_a_cpu(db_path, capsys):
+    code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "fp32", "--nproc", "2", "--parallel", "ddp",
+                     "--batch", "1", "--steps", "2", "--rep-ms", "20", "--db", db_path])
+    assert code == 0
+    rows = Store.open(db_path).results(Store.open(db_path).run()["id"])
+    one, ddp = rows
+    assert one["shape"] == {"model": "gpt2", "mode": "train", "batch": 1}
+    assert ddp["shape"] == {**one["shape"], "nproc": 2, "parallel": "ddp"}, ddp["message"]
+    assert ddp["status"] == "ok", ddp["message"]
+    m = ddp["metrics"]
+    assert m["throughput"] == pytest.approx(2 * m["items_per_step"] / (ddp["mean_ms"] * 1e-3))
+    assert m["scaling_efficiency"] == pytest.approx(m["throughput"] / (2 * one["metrics"]["throughput"]))
+    assert 0 <= m["exposed_comm_share"] <= 1
+    assert m["accuracy"]["gap"] < 1e-4          # the same batch on both ranks: the one-GPU losses
+    assert "2 ranks · ddp" in capsys.readouterr().out
