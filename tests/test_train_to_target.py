@@ -228,6 +228,21 @@ def test_a_users_factory_trains_on_their_data(tmp_path):
         totarget.build({"workload": f"{tmp_path / 'bad.py'}:factory", "data": str(data)}, "cpu")
 
 
+def test_a_timm_model_alone_trains_on_image_arrays(tmp_path):
+    """A factory may return the model alone, as a timm or torchvision user would write it: the data brings the
+    inputs."""
+    pytest.importorskip("timm")
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 64)
+    np.savez(tmp_path / "img.npz", x=(rng.normal(size=(64, 3, 16, 16)) + 2.0 * y[:, None, None, None]).astype(np.float32),
+             y=y)
+    (tmp_path / "net.py").write_text("import timm\n\ndef factory():\n"
+                                     "    return timm.create_model('resnet10t', num_classes=2)\n")
+    task = totarget.build({"workload": f"{tmp_path / 'net.py'}:factory", "data": str(tmp_path / "img.npz")}, "cpu")
+    out = loop.train_to_target(task, "fp32", "cpu", seed=0, target=0.99, budget=loop.Budget(max_steps=4))
+    assert out["trace"] and out["status"] in ("ok", "not_reached") and 0.0 <= out["trace"][-1]["metric"] <= 1.0
+
+
 def test_nan_loss_is_recorded_as_diverged(tmp_path):
     task = totarget.build({"workload": "npz", "data": str(write_npz(tmp_path / "d.npz"))}, "cpu")
     base = task.loss_fn

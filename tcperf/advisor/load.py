@@ -67,8 +67,9 @@ def import_file(path: Path):
     return module
 
 
-def load_spec(target: str) -> Spec:
-    """Import the file, call the factory, and normalise what it returned into a Spec."""
+def load_spec(target: str, fallback_inputs=None) -> Spec:
+    """Import the file, call the factory, and normalise what it returned into a Spec. fallback_inputs: the inputs
+    when neither the factory nor the file gives any (train-to-target passes (): its data brings them)."""
     path, name = split_target(target)
     module = import_file(path)
     factory = getattr(module, name, None)
@@ -83,7 +84,7 @@ def load_spec(target: str) -> Spec:
         made = factory()
     except Exception as e:
         raise UserError(f"{path}:{name}() raised {one_line(e)}") from None
-    spec = from_value(made, f"{path}:{name}()", fallback_inputs=getattr(module, "example_inputs", None))
+    spec = from_value(made, f"{path}:{name}()", fallback_inputs=getattr(module, "example_inputs", fallback_inputs))
     spec.name = path.stem
     return spec
 

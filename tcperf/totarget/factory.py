@@ -1,6 +1,7 @@
 """Your model (`file.py:factory`, loaded by tcperf.advisor.load exactly as `tcperf advise` loads it) trained on
-your classification data (--data: an ImageFolder directory or an .npz file) to a target accuracy. The model takes
-a batch of inputs and returns (B, classes) logits; the loss is label-smoothed cross-entropy.
+your classification data (--data: an ImageFolder directory or an .npz file) to a target accuracy. The factory may
+return the model alone (the data brings the inputs). The model takes a batch of inputs and returns (B, classes)
+logits; the loss is label-smoothed cross-entropy.
 
 Each seeded run starts from the factory's model with every layer that has `reset_parameters()` re-drawn at the
 run's seed, so runs differ in initialisation as well as data order.
@@ -19,7 +20,7 @@ from . import folder, need_data, npz
 
 
 def build(options: dict, device):
-    spec = load_spec(options["workload"])
+    spec = load_spec(options["workload"], fallback_inputs=())     # the data brings the inputs
     path = need_data(options, "DIR or FILE.npz (the classification data the model trains on)")
     loader = folder if path.is_dir() else npz
     task = loader.build(options, device, model=_maker(spec.model))
