@@ -2,7 +2,6 @@
 # One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests ceilings run fidelity suites models overhead lab
 #                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, their tests) ttt
-#                                            deepbench ladders (the README's H200 table)
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
 # $OUT/session.tar.gz at the end (the device tool brings back few files).
 set -u
@@ -46,9 +45,6 @@ for s in "$@"; do
                   stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320
                   stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;
-        deepbench) stage deepbench ${DEEPBENCH_LIMIT:-120} python3 -m tcperf bench --suite deepbench-gemm-train --precision fp32,tf32,bf16,fp16 --rep-ms 10 ;;
-        ladders)  stage resnet50 ${RESNET_LIMIT:-200} python3 -m tcperf models resnet50 --mode train --recipes fp32,tf32,amp_bf16,channels_last,compile
-                  stage gpt2 ${GPT2_LIMIT:-170} python3 -m tcperf models gpt2 --mode train --recipes fp32,tf32,amp_bf16,compile,fp8 ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
         *)        echo "unknown stage $s" ;;
     esac

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections import deque
 from dataclasses import asdict, dataclass
 
 import torch
@@ -42,32 +41,26 @@ def run_cases(cases: list[dict], device: torch.device, *, timeout: float = 120.0
               on_result=None, extra: dict | None = None) -> list[dict]:
     """Measure every case; returns the results in the order they finished.
 
-    While one group measures, the next groups' workers are already starting (importing torch, creating their CUDA
-    context; they measure only when told to), so a suite of many precisions does not pay the start-up once per
-    group. On a GPU two wait ahead: a worker's start-up (6-7 s on an H200 host) is longer than a quick group's
-    measurement (1-3 s in `tcperf run`), and with one ahead every other group waited 4-5 s for its worker. On a
-    CPU one waits ahead, since starting workers takes the cores the measured group runs on."""
+    While one group measures, the next group's worker is already importing torch (it starts measuring only
+    when told to), so a suite of many precisions does not pay the start-up once per group."""
     job = {"device": str(device), "timing": asdict(timing or TimingConfig()), "profile": profile, "pad": pad,
            "sys_path": [p for p in sys.path if p], **(extra or {})}
     groups: dict[str, list[dict]] = {}
     for case in cases:                       # first-appearance order of groups, suite order inside each
         groups.setdefault(group_key(case), []).append(case)
     queue_ = list(groups.values())
-    lookahead = 2 if device.type == "cuda" else 1
     results = []
-    waiting = deque(_Worker({**job, "cases": group}) for group in queue_[:lookahead])
+    ahead = _Worker({**job, "cases": queue_[0]}) if queue_ else None
     try:
         for i, group in enumerate(queue_):
-            first = waiting.popleft()
-            if i + lookahead < len(queue_):
-                waiting.append(_Worker({**job, "cases": queue_[i + lookahead]}))
+            first, ahead = ahead, (_Worker({**job, "cases": queue_[i + 1]}) if i + 1 < len(queue_) else None)
             for r in _run_group(group, job, timeout, first):
                 results.append(r)
                 if on_result:
                     on_result(r)
     finally:
-        for worker in waiting:
-            worker.close()
+        if ahead is not None:
+            ahead.close()
     return results
 
 
