@@ -189,7 +189,13 @@ def _wait_for_results(store: Store, n, timeout=90):
     raise AssertionError(f"fewer than {n} results after {timeout} s")
 
 
-@pytest.mark.parametrize("sig,status", [(signal.SIGKILL, "running"), (signal.SIGINT, "interrupted")])
+def test_a_run_whose_writer_lives_reads_running(where):
+    s = Store(where)
+    run_id = s.start_run("bench", "tcperf bench", {})
+    assert s.run(run_id)["status"] == "running" and s.run(run_id)["writer"]["pid"] == os.getpid()
+
+
+@pytest.mark.parametrize("sig,status", [(signal.SIGKILL, "incomplete"), (signal.SIGINT, "interrupted")])
 def test_killed_run_keeps_every_finished_case(where, sig, status):
     if sig == signal.SIGINT and "://" in where:
         pytest.skip("Ctrl-C is handled the same whatever the back end: tested on SQLite")
@@ -205,4 +211,5 @@ def test_killed_run_keeps_every_finished_case(where, sig, status):
     run = s.run()
     results = s.results(run["id"])
     assert len(results) >= 5 and all(r["status"] == "ok" and r["median_ms"] > 0 for r in results)
-    assert run["status"] == status and (run["finished"] is None) == (status == "running")   # killed: incomplete
+    assert run["status"] == status and (run["finished"] is None) == (status == "incomplete")   # its writer is gone
+    assert s.runs(1)[0]["status"] == status

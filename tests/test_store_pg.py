@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 import pgserver
 from tcperf.cli import main
 from tcperf.commands.common import command_line
-from tcperf.store import HEAD, Store, migrate
+from tcperf.store import HEAD, SCHEMA_VERSION, Store, migrate
 
 V1_STORE = Path(__file__).parent / "data" / "store-v1.db"     # made by tcperf 0.1: runs 1 3 5 7 11 12
 V1_IDS = [1, 3, 5, 7, 11, 12]
@@ -113,10 +113,10 @@ def test_an_older_shared_store_waits_for_db_upgrade(capsys, pg):
     rc, _, err = tcperf(capsys, "runs", "--db", pg)
     assert rc == 2 and "older than this tcperf's" in err and "tcperf db upgrade" in err
     rc, out, _ = tcperf(capsys, "db", "upgrade", "--db", pg)
-    assert rc == 0 and "schema 1 -> 2" in out and pgserver.PASSWORD not in out
+    assert rc == 0 and f"schema 1 -> {SCHEMA_VERSION}" in out and pgserver.PASSWORD not in out
     assert Store(pg).upgraded == (HEAD, HEAD) and len(Store(pg).run()["uid"]) == 32
     rc, out, _ = tcperf(capsys, "db", "status", "--db", pg)
-    assert rc == 0 and "(postgresql): schema 2, 1 run(s)" in out
+    assert rc == 0 and f"(postgresql): schema {SCHEMA_VERSION}, 1 run(s)" in out
 
 
 def _closed_port() -> int:
@@ -151,7 +151,8 @@ def test_a_newer_shared_store_is_refused_and_left_alone(capsys, pg, local):
     with eng.begin() as conn:
         conn.execute(text("UPDATE alembic_version SET version_num = '0007'"))
     rc, _, err = tcperf(capsys, "push", "--db", local, "--to", pg)
-    assert rc == 2 and "schema 7, newer than this tcperf's 2; upgrade tcperf" in err and err.count("\n") == 1
+    assert rc == 2 and f"schema 7, newer than this tcperf's {SCHEMA_VERSION}; upgrade tcperf" in err
+    assert err.count("\n") == 1
     with eng.connect() as conn:
         assert conn.scalar(text("SELECT count(*) FROM runs")) == 0
         assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "0007"

@@ -1,7 +1,8 @@
 """The results store: a SQLite file (the default) or a shared PostgreSQL database, one transaction per write.
 
 Every measured case is written the moment it finishes, so a run killed with SIGKILL or Ctrl-C keeps every case it
-completed (its run stays 'running', finished NULL: incomplete); many processes, on one host or many, may write to
+completed (finished stays NULL; the run reads 'incomplete' once its writer, recorded as host and pid, is gone);
+many processes, on one host or many, may write to
 one store at once. The schema is schema.py (SQLAlchemy Core); migrations/ upgrades older stores (Alembic).
 
 Where: --db PATH_OR_URL, else $TCPERF_DB, else $XDG_DATA_HOME/tcperf/results.db (~/.local/share/tcperf/results.db).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 import uuid
 from contextlib import contextmanager
@@ -36,7 +38,7 @@ __all__ = ["Store", "SCHEMA_VERSION", "HEAD", "RESULT_COLUMNS", "case_key", "def
 RESULT_COLUMNS = ("op", "suite", "case_key", "shape", "precision", "status", "error", "tolerance",
                   "median_ms", "iqr_ms", "min_ms", "mean_ms", "n", "samples", "flops", "bytes", "tflops",
                   "gbps", "metrics", "warnings", "message")
-_JSON_COLUMNS = {"shape": "{}", "samples": "[]", "metrics": "{}", "warnings": "[]", "env": "{}"}
+_JSON_COLUMNS = {"shape": "{}", "samples": "[]", "metrics": "{}", "warnings": "[]", "env": "{}", "writer": "{}"}
 
 
 def default_location() -> str:
@@ -119,9 +121,11 @@ class Store:
     def start_run(self, kind: str, command: str, env: dict) -> int:
         from .. import __version__
         device = env.get("gpu", {}).get("name") or env.get("cpu", {}).get("model", "unknown")
+        writer = {"host": socket.gethostname(), "pid": os.getpid()}       # see _status
         return self._write(insert(runs).values(
             kind=kind, command=mask(command), tcperf_version=__version__, device=device,
-            env=mask(json.dumps(env, default=str)), started=time.time(), uid=uuid.uuid4().hex))
+            env=mask(json.dumps(env, default=str)), started=time.time(), uid=uuid.uuid4().hex,
+            writer=json.dumps(writer)))
 
     def finish_run(self, run_id: int, status: str = "done", warnings: list[str] = ()) -> None:
         self._write(update(runs).where(runs.c.id == run_id).values(
@@ -129,7 +133,7 @@ class Store:
 
     def runs(self, limit: int = 50) -> list[dict]:
         n = select(func.count()).where(results.c.run_id == runs.c.id).scalar_subquery().label("n_results")
-        return self._read(select(runs, n).order_by(runs.c.id.desc()).limit(limit))
+        return [_status(r) for r in self._read(select(runs, n).order_by(runs.c.id.desc()).limit(limit))]
 
     def run(self, run_id: int | None = None) -> dict:
         """One run (the latest when run_id is None); UserError when there is none."""
@@ -139,7 +143,7 @@ class Store:
             rows = self._read(select(runs).where(runs.c.id == run_id))
         if not rows:
             raise UserError(f"no run {run_id} in {self.where}" if run_id is not None else f"no runs yet in {self.where}")
-        return rows[0]
+        return _status(rows[0])
 
     def run_ids(self) -> list[int]:
         """Every run's id, oldest first."""
@@ -218,6 +222,25 @@ class Store:
 
 def _without_id(row: dict) -> dict:
     return {k: v for k, v in row.items() if k != "id"}
+
+
+def _status(run: dict) -> dict:
+    """A run still 'running' whose writer was on this host and is gone (killed, crashed) reads 'incomplete': its
+    finished results are kept, no more will come. A writer on another host cannot be checked: 'running'."""
+    writer = run.get("writer") or {}
+    if run["status"] == "running" and writer.get("host") == socket.gethostname() and not _alive(writer.get("pid")):
+        return {**run, "status": "incomplete"}
+    return run
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, TypeError, ValueError):
+        return False
+    except PermissionError:       # someone else's process: alive
+        return True
+    return True
 
 
 def _decode(row: dict) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Column, Float, ForeignKey, Index, Integer, MetaData, String, Table, Text, text
 
-SCHEMA_VERSION = 2                       # = the newest migration, migrations/versions/000N_*.py
+SCHEMA_VERSION = 3                       # = the newest migration, migrations/versions/000N_*.py
 HEAD = f"{SCHEMA_VERSION:04d}"           # its Alembic revision id
 
 metadata = MetaData()
@@ -30,6 +30,7 @@ runs = Table(
     Column("status", Text, nullable=False, server_default=text("'running'")),  # running | done | interrupted | failed
     Column("warnings", Text, nullable=False, server_default=text("'[]'")),     # JSON list of run-level warnings
     Column("uid", Text),                             # a run's identity in every store it is pushed to (0002)
+    Column("writer", Text),                          # JSON {host, pid} of the process writing it (0003)
     Index("runs_uid", "uid", unique=True),
     sqlite_autoincrement=True,
 )
