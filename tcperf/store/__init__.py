@@ -2,8 +2,7 @@
 
 Every measured case is written the moment it finishes, so a run killed with SIGKILL or Ctrl-C keeps every case it
 completed (finished stays NULL; the run reads 'incomplete' once its writer, recorded as host and pid, is gone);
-many processes, on one host or many, may write to
-one store at once. The schema is schema.py (SQLAlchemy Core); migrations/ upgrades older stores (Alembic).
+many processes, on one host or many, may write to one store at once. The schema is schema.py (SQLAlchemy Core); migrations/ upgrades older stores (Alembic).
 
 Where: --db PATH_OR_URL, else $TCPERF_DB, else $XDG_DATA_HOME/tcperf/results.db (~/.local/share/tcperf/results.db).
 A path is SQLite (WAL); a URL such as postgresql+psycopg://ann@db.lab/tcperf is a server (pip install
