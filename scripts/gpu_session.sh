@@ -9,8 +9,9 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/logs" "$OUT/files"
 export PYTHONUNBUFFERED=1 TCPERF_DB="$OUT/tcperf.db" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export MPLBACKEND=Agg
-# Wheels carried in .whl/ (the device tool's `carry`), e.g. torchao for fp8 training: installed beside the image's
-# packages, as the device README says.
+# Wheels carried in .whl/ (the device tool's `carry`), installed beside the image's packages as the device README
+# says: torchao for fp8 training, and the store's sqlalchemy, alembic and mako in case the image lacks them
+# (pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl ...).
 if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
