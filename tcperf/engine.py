@@ -219,12 +219,32 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
     recipe's model, and `probe(row, step, device)` runs after the timing while the step is alive (the profile of
     exposed communication)."""
     rec, device = recipes.get(recipe), torch.device(device)
+    row, step = prepare_checked(spec, rec, mode, device, ref=ref, reference_file=reference_file,
+                                tolerance=tolerance, steps=steps, check=check, keep=keep, wrap=wrap)
+    if step is None:
+        return row
+    if time_it:
+        _time(row, step, device, timing or TIMING, spec, rec, profile)
+        if probe is not None:
+            probe(row, step, device)
+    del step
+    _release(device)
+    if flops and row.get("mean_ms"):
+        _fill_flops(row, spec, rec, mode, device, ceilings)
+    return row
+
+
+def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.device, *, ref: dict | None = None,
+                    reference_file: str | None = None, tolerance: float | None = None,
+                    steps: int = accuracy.DEFAULT_STEPS, check: bool = True, keep=(), wrap=None):
+    """(row, step): the recipe's step prepared and run once (torch.compile compiles here), its accuracy judged into
+    the row. step is None when the recipe does not apply (the row says why)."""
     tol = tolerance if tolerance is not None else rec.tolerance
     row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
            "metrics": {"recipe": rec.describe(has_conv2d(spec.model)), "keep_fp32": list(keep), "notes": []}}
     why = skip_reason(rec, spec, mode, device)
     if why:
-        return {**row, "status": "skipped", "message": why}
+        return {**row, "status": "skipped", "message": why}, None
     if check and ref is None:
         ref = load_reference(reference_file, spec, mode, device, steps)
     _fresh(device, rec)
@@ -233,22 +253,13 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
     try:
         step = _prepare(spec, rec, mode, device, keep=keep, tap=(ref or {}).get("tap"), holder=holder, wrap=wrap)
     except recipes.NotApplicable as e:
-        return {**row, "status": "skipped", "message": str(e)}
+        return {**row, "status": "skipped", "message": str(e)}, None
     acc = _check(step, spec, mode, steps, ref, holder) if check else step()
     _sync(device)
     row["metrics"].update(first_call_s=time.perf_counter() - t0, notes=list(step.notes))
     if check:
         _judge(row, acc, mode, tol, ref)
-    del acc
-    if time_it:
-        _time(row, step, device, timing or TIMING, spec, rec, profile)
-        if probe is not None:
-            probe(row, step, device)
-    del step, holder
-    _release(device)
-    if flops and row.get("mean_ms"):
-        _fill_flops(row, spec, rec, mode, device, ceilings)
-    return row
+    return row, step
 
 
 def _check(step, spec: Spec, mode: str, steps: int, ref: dict, holder: dict) -> dict:
@@ -304,8 +315,9 @@ def _time(row: dict, step, device: torch.device, timing: dict, spec: Spec, rec, 
 def _profile(row: dict, step, device, step_ms: float) -> None:
     from .advisor.share import gpu_busy, profile
     try:
-        share, kernels, kernel_ms = profile(step, device)
-        row["metrics"].update(tc_share=share, kernels=kernels, gpu_busy=gpu_busy(kernel_ms, step_ms))
+        share, kernels, kernel_ms, matmul_ms = profile(step, device)
+        row["metrics"].update(tc_share=share, kernels=kernels, gpu_busy=gpu_busy(kernel_ms, step_ms),
+                              kernel_ms=kernel_ms, matmul_ms=matmul_ms)
     except Exception as e:       # the profiler failing leaves the timing standing
         row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
                                       "tensor_core": False}]
@@ -421,6 +433,40 @@ def task(case: dict, device, job: dict) -> dict:
     row["metrics"].update(label=spec.name, base=case.get("base"))
     return {"op": case["op"], "suite": case.get("suite", ""), "shape": case["shape"], **row,
             "precision": case["precision"]}
+
+
+class RecipeSession:
+    """One recipe kept alive in a worker (tcperf.worker's session mode; the advisor's search): prepared and checked
+    once when opened (torch.compile compiles then, while another worker may be timing), timed when the parent says
+    the GPU is free, and timed again in short windows beside the other leading recipes (the runoff)."""
+
+    def __init__(self, case: dict, device, job: dict):
+        self.case, self.device = case, torch.device(device)
+        self.spec = spec_of(case, device)
+        self.rec = recipes.get(case.get("recipe") or case["precision"])
+        self._row, self.step = prepare_checked(
+            self.spec, self.rec, case["mode"], self.device, reference_file=case["reference"],
+            tolerance=case.get("tolerance"), steps=case.get("steps", accuracy.DEFAULT_STEPS),
+            keep=case.get("keep", ()))
+        self._row["metrics"].update(label=self.spec.name, base=case.get("base"))
+
+    def row(self) -> dict:
+        c = self.case
+        return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
+                "precision": c["precision"]}
+
+    def time(self, timing: dict | None = None, profile: bool = False) -> dict:
+        """The step timed (and profiled), as measure() times it."""
+        if self.step is not None and self._row["status"] == "ok":
+            _time(self._row, self.step, self.device, timing or TIMING, self.spec, self.rec, profile)
+        return self.row()
+
+    def window(self, ms: float) -> dict:
+        """Back-to-back steps for about `ms` after a short warm-up: their mean (the runoff's sample)."""
+        from .timing import time_fn
+        m = time_fn(self.step, self.device, warmup_ms=min(50.0, ms / 4), rep_ms=ms, flush_l2=False,
+                    back_to_back=True, min_reps=3, max_reps=100_000)
+        return {"status": "ok", "mean_ms": m.mean_ms, "median_ms": m.median_ms, "n": m.n}
 
 
 def run(cases: list[dict], device, *, timeout: float, on_result=None, extra: dict | None = None) -> list[dict]:

@@ -55,6 +55,16 @@ def classify(name: str) -> tuple[bool, str]:
     return False, "no Tensor Core marker"
 
 
+_MATMUL = re.compile(r"gemm|gemv|conv|cudnn|cutlass|xmma|nvjet|flash|fmha|attention|rnn|lstm", re.IGNORECASE)
+
+
+def is_matmul(name: str) -> bool:
+    """True for the matrix-multiply class of kernels (GEMMs, convolutions, attention, cuDNN RNNs, on Tensor Cores
+    or not): the work torch.compile hands to the same libraries and cannot fuse away, so their time in an eager
+    step bounds the compiled step from below (the advisor prunes with it)."""
+    return is_tensor_core(name) or bool(_MATMUL.search(name))
+
+
 def is_tensor_core(name: str) -> bool:
     """True when a kernel name says it runs on Tensor Cores."""
     return classify(name)[0]

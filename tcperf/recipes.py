@@ -11,7 +11,9 @@ LADDER is the default climb, each rung adding one thing to the one before:
          -> compile -> cuda_graphs -> fp8 (torchao float8 training / torch._scaled_mm inference) -> int8 (inference)
 
 compile and CUDA graphs also sit on top of any other recipe by name: "bf16+compile", "tf32+cuda_graphs",
-"amp_fp16+compile" (`on_top`). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for convolutions).
+"amp_fp16+compile", "fp8+cuda_graphs" (`on_top`). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for
+convolutions). For training, "X+step_graph" compiles X and captures the whole step, optimizer included, in one CUDA
+graph (torch.cuda.graphs' whole-network capture: no Python and no launches between replays).
 
     step = prepare(model, "compile", "train", (images,), "cuda", loss_fn=F.cross_entropy, targets=labels)
     loss = step()          # forward, loss, backward, optimizer step; the model is a deep copy
@@ -37,7 +39,7 @@ from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
 MODES = ("train", "infer")
-EXTRAS = ("compile", "cuda_graphs")     # what can sit on top of any recipe
+EXTRAS = ("compile", "cuda_graphs", "step_graph")     # what can sit on top of any recipe
 F8_MAX = 448.0          # largest finite float8_e4m3fn
 I8_MAX = 127.0
 
@@ -49,6 +51,7 @@ class Recipe:
     channels_last: bool = False         # NHWC weights and 4-D inputs (changes nothing in a model without convs)
     compile: bool = False               # torch.compile(dynamic=False); compile time is reported, never timed
     cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
+    step_graph: bool = False            # training: the whole step (optimizer included) captured in one CUDA graph
     fp8: bool = False                   # nn.Linear -> fp8 (torchao float8 training; torch._scaled_mm inference)
     int8: bool = False                  # nn.Linear -> int8 weights and activations through torch._int_mm
     weights: str | None = None          # inference: the model cast to this dtype ("bfloat16" | "float16")
@@ -76,7 +79,7 @@ class Recipe:
         parts = [f"{self.precision} weights" if self.weights else self.precision]
         if self.channels_last and convs:
             parts.append("channels_last")
-        parts += [name for name in ("compile", "cuda_graphs", "fp8", "int8") if getattr(self, name)]
+        parts += [name for name in ("compile", "cuda_graphs", "step_graph", "fp8", "int8") if getattr(self, name)]
         if self.transform:
             parts.append(self.transform.split(":")[-1])
         return " + ".join(parts)
@@ -105,6 +108,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            about="amp_bf16 (+ channels_last for convolutions) + torch.compile"),
     Recipe("cuda_graphs", "amp_bf16", channels_last=True, compile=True, cuda_graphs=True,
            about="compile with mode='reduce-overhead': the step replays CUDA graphs"),
+    Recipe("step_graph", "amp_bf16", channels_last=True, compile=True, step_graph=True, modes=("train",),
+           about="compile + the whole training step (optimizer included) replayed as one CUDA graph"),
     Recipe("fp8", "amp_bf16", compile=True, fp8=True, needs="linear", tolerance=0.25,
            about="nn.Linear layers in fp8"),
     Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), needs="linear", tolerance=0.25,
@@ -127,24 +132,28 @@ def get(name: str | Recipe) -> Recipe:
     if plus and extra in EXTRAS:
         return _on_top(get(base), extra, name)
     if name not in RECIPES:
-        raise choices("recipe", name, ["ladder", *RECIPES, "RECIPE+compile", "RECIPE+cuda_graphs"])
+        raise choices("recipe", name, ["ladder", *RECIPES, *(f"RECIPE+{e}" for e in EXTRAS)])
     return RECIPES[name]
 
 
 def on_top(base: str, extra: str) -> str:
-    """The name of `extra` ("compile" | "cuda_graphs") on top of recipe `base`: amp_bf16's own are the ladder's
-    "compile" and "cuda_graphs"."""
+    """The name of `extra` ("compile" | "cuda_graphs" | "step_graph") on top of recipe `base`: amp_bf16's own are
+    the ladder's "compile", "cuda_graphs" and "step_graph"."""
     if base in ("amp_bf16", "channels_last", "compile"):
         return extra
     return f"{base}+{extra}"
 
 
 def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
-    if base.fp8 or base.int8 or (base.compile and extra == "compile"):
+    if base.compile and extra == "compile":
         raise UserError(f"recipe {name!r}: {base.name} is compiled already")
-    graphs = extra == "cuda_graphs"
-    return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs,
-                               about=f"{base.name} + torch.compile" + (" (mode='reduce-overhead')" if graphs else ""))
+    if base.cuda_graphs or base.step_graph:
+        raise UserError(f"recipe {name!r}: {base.name} replays CUDA graphs already")
+    graphs, whole = extra == "cuda_graphs", extra == "step_graph"
+    about = {"compile": "", "cuda_graphs": " (mode='reduce-overhead')",
+             "step_graph": " + the whole training step in one CUDA graph"}[extra]
+    return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs, step_graph=whole,
+                               modes=("train",) if whole else base.modes, about=f"{base.name} + torch.compile{about}")
 
 
 def parse_list(text: str) -> list[str]:
@@ -161,8 +170,10 @@ def parse_list(text: str) -> list[str]:
 
 
 def _feature_reason(r: Recipe, mode: str, device: torch.device) -> str | None:
-    if r.cuda_graphs and device.type != "cuda":
+    if (r.cuda_graphs or r.step_graph) and device.type != "cuda":
         return "CUDA graphs need a CUDA GPU"
+    if r.step_graph and precision.get(r.precision).autocast == torch.float16:
+        return "GradScaler reads found_inf on the host every step: a whole-step CUDA graph cannot hold it"
     if r.fp8:
         if device.type != "cuda":
             return "fp8 Tensor Core GEMMs need a CUDA GPU of compute capability >= 8.9"
@@ -343,10 +354,12 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     if mode == "infer":
         run = _infer_run(runner, inputs, prec, device, recipe.cuda_graphs, guard)
         return Step(run, runner, recipe, mode, inputs, notes=notes)
-    opt = _optimizer(optimizer, m, device)
+    opt = _optimizer(optimizer, m, device, capturable=recipe.step_graph)
     scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
     run = _train_run(runner, inputs, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard,
                      recipe.cuda_graphs)
+    if recipe.step_graph:
+        run = _whole_step_graph(run, m, opt, device)
     return Step(run, runner, recipe, mode, inputs, opt, scaler, notes)
 
 
@@ -402,13 +415,58 @@ def _default_loss(outputs, targets):
     return out.float().pow(2).mean()
 
 
-def _optimizer(optimizer, model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+def _optimizer(optimizer, model: nn.Module, device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
+    """The step's optimizer; capturable: one whose step can be captured in a CUDA graph (its step count on the GPU)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer is None:
-        return torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda")
+        extra = {"capturable": True} if capturable else {}
+        return torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda", **extra)
     if isinstance(optimizer, torch.optim.Optimizer):
-        return type(optimizer)(params, **optimizer.defaults)
-    return optimizer(params)
+        defaults = dict(optimizer.defaults)
+        if capturable:
+            if "capturable" not in defaults:
+                raise NotApplicable(f"{type(optimizer).__name__} cannot be captured in a CUDA graph")
+            defaults["capturable"] = True
+        return type(optimizer)(params, **defaults)
+    opt = optimizer(params)
+    if capturable and not opt.defaults.get("capturable"):
+        raise NotApplicable(f"the given {type(opt).__name__} is not capturable=True: a whole-step CUDA graph "
+                            f"cannot hold its step")
+    return opt
+
+
+def _whole_step_graph(run, model: nn.Module, opt, device: torch.device, warmup: int = 3):
+    """The training step captured whole in one CUDA graph, as torch.cuda.graphs documents: warm-up steps on a
+    side stream (torch.compile compiles there), the capture, then the weights, buffers and optimizer state put
+    back in place as they were, so that the first replay is the model's first step (the accuracy check counts
+    steps from the start). Returns the replay, which hands back the captured loss tensor."""
+    saved = [t.detach().clone() for t in _state_tensors(model, opt)]
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            run()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = run()
+    with torch.no_grad():
+        state = _state_tensors(model, opt)
+        for t, s in zip(state, saved + [None] * (len(state) - len(saved))):
+            t.copy_(s) if s is not None else t.zero_()    # optimizer state made by the warm-up starts at zero
+
+    def replay():
+        graph.replay()
+        return loss
+    return replay
+
+
+def _state_tensors(model: nn.Module, opt) -> list[torch.Tensor]:
+    """Weights and buffers, then the optimizer's state tensors (moments, step counts), in a fixed order."""
+    tensors = [*model.parameters(), *(b for b in model.buffers() if b is not None)]
+    for p in (p for group in opt.param_groups for p in group["params"]):
+        tensors += [v for _, v in sorted(opt.state.get(p, {}).items()) if torch.is_tensor(v)]
+    return tensors
 
 
 def _grad_scaler(device: torch.device):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -107,6 +108,16 @@ def _failed(case: dict, status: str, message: str) -> dict:
             "metrics": {"tags": case.get("tags", {})}}
 
 
+def exit_text(rc: int) -> str:
+    """'exit 3', or 'killed by SIGSEGV' for a negative return code."""
+    if rc is not None and rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"
+
+
 def _worker_env() -> dict:
     """The parent's environment, with this tcperf importable even when it runs from a source tree."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,10 +128,11 @@ def _worker_env() -> dict:
 class _Worker:
     """One `python -m tcperf.worker` process, its protocol lines on a queue, its stderr in a temporary file."""
 
-    def __init__(self, job: dict):
+    def __init__(self, job: dict, env: dict | None = None):
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen([sys.executable, "-m", "tcperf.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True, env=_worker_env())
+                                     stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     env={**_worker_env(), **(env or {})})
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self._send(json.dumps(job) + "\n")   # it imports torch, then waits for go()
@@ -147,18 +159,10 @@ class _Worker:
         """Yield protocol events; a hang or death ends with one {"event": "failed", "i": case or None} event."""
         current = None
         while True:
-            limit = STARTUP_TIMEOUT if current is None else timeout
-            try:
-                line = self.lines.get(timeout=limit)
-            except queue.Empty:
-                self.proc.kill()
-                yield {"event": "failed", "i": current, "status": "timeout",
-                       "message": f"no answer within {limit:.0f} s: worker killed"}
+            event = self.next_event(STARTUP_TIMEOUT if current is None else timeout, current)
+            if event["event"] == "failed":
+                yield event
                 return
-            if line is None:
-                yield self._death(current)
-                return
-            event = json.loads(line)
             if event["event"] == "start":
                 current = event["i"]
             elif event["event"] == "result":
@@ -167,12 +171,26 @@ class _Worker:
             elif event["event"] == "done":
                 return
 
+    def next_event(self, limit: float, current=None) -> dict:
+        """The next protocol event, or {"event": "failed", ...} when none comes within `limit` seconds (the
+        worker is killed) or the worker died."""
+        try:
+            line = self.lines.get(timeout=limit)
+        except queue.Empty:
+            self.proc.kill()
+            return {"event": "failed", "i": current, "status": "timeout",
+                    "message": f"no answer within {limit:.0f} s: worker killed"}
+        if line is None:
+            return self._death(current)
+        return json.loads(line)
+
     def _death(self, current):
         rc = self.proc.wait()
         tail = self.stderr_tail()
         status = "oom" if "out of memory" in tail.lower() else "error"
-        return {"event": "failed", "i": current, "status": status,
-                "message": f"worker died (exit {rc}): {tail.strip().splitlines()[-1] if tail.strip() else 'no output'}"[:400]}
+        last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
+        return {"event": "failed", "i": current, "status": status, "exit": rc,
+                "message": f"worker died ({exit_text(rc)}): {last}"[:400]}
 
     def stderr_tail(self, chars: int = 4000) -> str:
         self.stderr.seek(0, os.SEEK_END)
@@ -186,3 +204,52 @@ class _Worker:
             self.proc.kill()
         self.proc.wait()
         self.stderr.close()
+
+
+class Session:
+    """One worker that holds one object across commands (tcperf.worker's session mode): the advisor's search keeps a
+    prepared recipe alive, to time it again beside others later. Each command has its own timeout; a hang kills the
+    worker and a death is read from its stderr, and either comes back as a row with status timeout / error / oom,
+    as run_cases records them. Every later command then answers the same row at once.
+
+        s = Session(case, device)
+        row = s.call("open", timeout=600)          # the object made: case["task"](case, device, job)
+        row = s.call("window", 30, ms=300)         # one of its methods
+        s.close()
+    """
+
+    def __init__(self, case: dict, device, *, env: dict | None = None, extra: dict | None = None,
+                 preload: bool = True):
+        job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True,
+               "no_preload": not preload, "cases": [case], **(extra or {})}
+        self.case, self.ended, self.up = case, None, False
+        self.worker = _Worker(job, env)
+
+    def call(self, name: str, timeout: float, **args) -> dict:
+        """Run method `name` in the worker; its row, or the row of the failure that ended the worker."""
+        if self.ended is None and not self.up:
+            self._expect("up", STARTUP_TIMEOUT)
+            self.up = self.ended is None
+        if self.ended is not None:
+            return dict(self.ended)
+        self.worker._send(json.dumps({"call": name, "args": args}) + "\n")
+        self._expect("start", timeout)
+        reply = self._expect("reply", timeout) if self.ended is None else None
+        return _with_identity(reply["result"], self.case) if reply else dict(self.ended)
+
+    def _expect(self, kind: str, limit: float) -> dict | None:
+        event = self.worker.next_event(limit, 0)
+        if event["event"] == "failed":
+            self.ended = _failed(self.case, event["status"], event["message"])
+            self.ended["metrics"]["exit"] = event.get("exit")
+            self.close()
+            return None
+        if event["event"] != kind:
+            raise RuntimeError(f"worker protocol: expected {kind!r}, got {event}")
+        return event
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+            self.ended = self.ended or _failed(self.case, "error", "the worker was closed")

@@ -9,6 +9,13 @@ and compile caches are process-global. Stray prints go to stderr: stdout carries
 
 A case is measured by its `task` ('module:function', default `measure_case` below), called as
 task(case, device, job) -> result dict; the model ladder, the advisor and the lab plug in here.
+
+A session (job["session"]: the advisor's search) keeps one object alive across commands instead: the worker says
+{"event": "up"} once torch is imported, then answers each command line on stdin,
+    {"call": "open"}                      -> the object `case["task"](case, device, job)` is made (a recipe prepared)
+    {"call": "time", "args": {...}}       -> its method time(**args), and so on
+with {"event": "start"} then {"event": "reply", "result": {...}}; a command that raises is a reply with status
+error / oom, and the object stays for the next. End of stdin ends the worker.
 """
 from __future__ import annotations
 
@@ -101,11 +108,16 @@ def _add_padded(result: dict, op, shape: dict, prec, device, job: dict) -> None:
 
 def run_case(case: dict, device, job: dict) -> dict:
     """Call the case's task, turning an exception into a recorded status."""
-    import torch
     module, func = case.get("task", "tcperf.worker:measure_case").split(":")
+    return _guarded(case, device, lambda: getattr(importlib.import_module(module), func)(case, device, job))
+
+
+def _guarded(case: dict, device, call) -> dict:
+    """call() -> its result dict; an exception becomes a row with status oom or error (where it was raised)."""
+    import torch
     base = {k: case.get(k) for k in ("op", "suite", "shape", "precision")}
     try:
-        return getattr(importlib.import_module(module), func)(case, device, job)
+        return call()
     except torch.OutOfMemoryError as e:
         return {**base, "status": "oom", "message": str(e).splitlines()[0][:300]}
     except Exception as e:   # a failing case is recorded and the group goes on
@@ -127,8 +139,11 @@ def main() -> None:
     import torch
 
     from . import ops, precision, timing  # noqa: F401  (imported now, while the previous group measures)
-    _preload(job["cases"])
+    if not job.get("no_preload"):
+        _preload(job["cases"])
     device = _ready_device(torch.device(job["device"]), job.get("profile", False))
+    if job.get("session"):
+        return _session(channel, job["cases"][0], device, job)
     if sys.stdin.readline().strip() != "go":
         return                                # the parent went away or closed us before our turn
     for i, case in enumerate(job["cases"]):
@@ -138,6 +153,27 @@ def main() -> None:
         result.setdefault("metrics", {})["wall_s"] = time.perf_counter() - t0   # where a run's time goes
         _emit(channel, {"event": "result", "i": i, "result": result})
     _emit(channel, {"event": "done"})
+
+
+def _session(channel, case: dict, device, job: dict) -> None:
+    """Serve one long-lived object (see the module's doc) until stdin closes."""
+    _emit(channel, {"event": "up"})
+    held = {}
+    for line in sys.stdin:
+        command = json.loads(line)
+        _emit(channel, {"event": "start", "i": 0})
+        t0 = time.perf_counter()
+        result = _guarded(case, device, lambda: _command(held, case, device, job, command))
+        result.setdefault("metrics", {})["wall_s"] = time.perf_counter() - t0
+        _emit(channel, {"event": "reply", "result": result})
+
+
+def _command(held: dict, case: dict, device, job: dict, command: dict) -> dict:
+    if command["call"] == "open":
+        module, name = case["task"].split(":")
+        held["object"] = getattr(importlib.import_module(module), name)(case, device, job)
+        return held["object"].row()
+    return getattr(held["object"], command["call"])(**command.get("args", {}))
 
 
 def _ready_device(device, profile: bool):

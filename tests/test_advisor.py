@@ -291,7 +291,7 @@ def test_verdict_ranks_by_the_mean_step_not_the_median():
     spells.timing.update(mean_ms=0.60, spread=0.21, unstable=True, min_ms=0.53)
     v = decide(results, [], "infer", "cuda")
     assert v["recommended"] == "fp8"
-    assert "unstable (IQR 21%" in v["unstable"] and "cuda_graphs, took 13% longer" in v["unstable"]
+    assert "unstable in the search (IQR 21%" in v["unstable"] and "cuda_graphs, took 13% longer" in v["unstable"]
 
 
 def test_a_host_bound_choice_is_named_with_its_cure():

@@ -161,16 +161,36 @@ def test_gpu_cuda_graphs_train_and_bf16_weights_compile(cuda):
 
 
 @pytest.mark.gpu
-def test_gpu_compile_tier_sits_on_the_fastest_passing_recipes(cuda):
+def test_gpu_the_grid_compiles_and_graphs_the_passing_recipes(cuda):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
     advice = tcperf.advise(model, torch.randn(256, 1024), device="cuda")
-    names = [r.recipe for r in advice.recipes]
-    assert any(n.endswith("+compile") or n == "compile" for n in names)
-    assert any(n.endswith("+cuda_graphs") or n == "cuda_graphs" for n in names)
-    assert advice.verdict["recommended"] and advice.verdict["speedup"] > 1
-    fp8 = next(r for r in advice.recipes if r.recipe == "fp8")
-    assert fp8.status != "skipped" or "compute capability" in fp8.message       # Linear-heavy: tried
+    status = {r.recipe: r.status for r in advice.recipes}
+    for name in ("compile", "cuda_graphs", "bf16+compile", "bf16+cuda_graphs", "fp16+cuda_graphs"):
+        assert status.get(name) in ("ok", "skipped"), (name, status)     # skipped: pruned, with its reason
+    assert sum(s == "ok" for n, s in status.items() if "cuda_graphs" in n) >= 2
+    v = advice.verdict
+    assert v["recommended"] and v["speedup"] > 1
+    assert v["runoff"]["rounds"] >= 3 and v["margin"].startswith(v["recommended"])
+    assert status.get("fp8") != "skipped" or "compute capability" in \
+        next(r.message for r in advice.recipes if r.recipe == "fp8")            # Linear-heavy: tried
+    assert advice.phases["total_s"] > 0 and "runoff_s" in advice.phases
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe", ["step_graph", "tf32+step_graph"])
+def test_gpu_a_whole_step_graph_trains_like_the_eager_step(cuda, recipe):
+    """The whole step (optimizer included) in one CUDA graph: the first replay is the model's first step, so its
+    losses follow the same recipe without the graph."""
+    from tcperf import engine, recipes
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.LayerNorm(512), nn.GELU(), nn.Linear(512, 10))
+    x, y = torch.randn(64, 256, device=cuda), torch.randint(0, 10, (64,), device=cuda)
+    plain = recipes.get(recipe).precision
+    graphed = engine.train_losses(recipes.prepare(model, recipe, "train", x, cuda, targets=y), 8)[0]
+    eager = engine.train_losses(recipes.prepare(model, plain, "train", x, cuda, targets=y), 8)[0]
+    assert graphed[-1] < graphed[0]
+    assert max(abs(a - b) for a, b in zip(graphed, eager)) < 0.05 * eager[0], (graphed, eager)
 
 
 def test_a_model_from_a_users_file_reaches_the_worker():
@@ -184,19 +204,12 @@ def test_a_model_from_a_users_file_reaches_the_worker():
     assert [r.status for r in advice.recipes] == ["ok", "ok"], [r.message for r in advice.recipes]
 
 
-def test_compile_goes_on_top_of_the_fastest_passing_recipes():
-    from tcperf.advisor import api, measure
-
-    def timed(name, ms, status="ok", keep=()):
-        r = measure.RecipeResult(name, status, keep_fp32=list(keep), base=name if keep else None)
-        r.timing = {"mean_ms": ms}
-        return r
-    results = [timed("fp32", 5), timed("tf32", 3), timed("amp_fp16", 1, "fails"), timed("bf16", 2),
-               timed("fp16+fp32[x]", 1.5, keep=("x",)), timed("fp16", 1, "fails")]
-    results[4].base = "fp16"
-    items = api.compile_tier(results)
-    assert [(i.recipe, i.label, i.keep) for i in items] == [
-        ("fp16+compile", "fp16+fp32[x]+compile", ("x",)), ("fp16+cuda_graphs", "fp16+fp32[x]+cuda_graphs", ("x",)),
-        ("bf16+compile", None, ())]
-    assert [i.recipe for i in api.compile_tier([timed("fp32", 5), timed("tf32", 3)])] == \
-        ["tf32+compile", "tf32+cuda_graphs", "fp32+compile"]
+def test_the_grid_names_the_tiers_of_every_recipe():
+    from tcperf import recipes
+    assert [recipes.on_top(b, e) for b in ("amp_bf16", "bf16", "fp8") for e in ("compile", "cuda_graphs")] == \
+        ["compile", "cuda_graphs", "bf16+compile", "bf16+cuda_graphs", "fp8+compile", "fp8+cuda_graphs"]
+    assert recipes.get("fp8+cuda_graphs").cuda_graphs and recipes.get("fp8+cuda_graphs").fp8
+    assert recipes.get("tf32+step_graph").modes == ("train",)
+    from tcperf.errors import UserError
+    with pytest.raises(UserError):
+        recipes.get("fp8+compile")                      # fp8 compiles already

@@ -1,23 +1,25 @@
-"""`tcperf.advise(model, example_inputs, ...)`: the whole advice for one model, in six steps.
+"""`tcperf.advise(model, example_inputs, ...)`: the whole advice for one model.
 
-1. shape lint (one fp32 forward, every GEMM-like op with its module and shapes, checked per candidate precision);
-2. the recipes that need no compile of their own (fp32 strict, tf32, amp, fp16/bf16 weights, channels_last) and
-   fp8/int8 where the model's Linear layers carry enough of its FLOPs, each in a worker process of its own
-   (tcperf.engine, the model ladder's engine), checked against fp32 strict and (GPU) timed and profiled;
-3. for a 16-bit recipe that misses the tolerance: the modules that cause it, and the recipe re-run with those
-   modules kept in fp32;
-4. on a GPU, torch.compile on top of the two fastest recipes that passed and CUDA graphs on top of the fastest
-   (tf32 + compile when no 16-bit recipe meets the tolerance);
-5. on a GPU, the cost of each misaligned GEMM at the recommended precision (its shape against the padded shape);
-6. the verdict and the code to paste.
-A stage that fails is a note in the advice; what the stages before it measured stands (and, from the command, is
-already in the store: each recipe's row is stored as it arrives).
+1. the probe, in a worker under --timeout (tcperf.advisor.probe): the factory, one fp32 forward, the shape lint
+   (every GEMM-like op with its module and shapes), which recipes apply, the fp32 reference;
+2. the search (tcperf.advisor.search): every base recipe that applies (fp32 strict, tf32, amp, fp16/bf16 weights,
+   channels_last, fp8/int8) in a worker of its own, checked against fp32 strict and (GPU) timed and profiled; for
+   a 16-bit recipe that misses the tolerance, the modules that cause it and the recipe with those kept in fp32;
+   torch.compile, CUDA graphs (and, training, a CUDA graph of the whole step) on top of every passing recipe that
+   the measured kernel times leave a chance, compiled in parallel workers while the GPU times others;
+3. the runoff (tcperf.advisor.runoff): the leaders re-timed interleaved; the pick and its margin with its spread;
+4. on a GPU, the cost of each misaligned GEMM at the pick's precision (its shape against the padded shape);
+5. the verdict and the code to paste.
+A stage that fails after the probe is a note in the advice; what the stages before it measured stands (and, from the
+command, is already in the store: each recipe's row is stored as it arrives).
 
     advice = tcperf.advise(model, x, mode="infer")       # Advice; print(advice), advice.to_json(), advice.save()
 """
 from __future__ import annotations
 
 import copy
+import os
+import time
 
 import torch
 
@@ -25,80 +27,135 @@ from .. import accuracy, engine
 from .. import env as envmod
 from .. import precision as precmod
 from ..errors import UserError
-from ..recipes import EXTRAS, get as get_recipe, on_top
+from ..recipes import get as get_recipe
 from . import lint, load, measure, sensitive, share, verdict
 from .result import Advice
+from .search import Search, default_jobs
 
 MODES = ("infer", "train")
 MAX_KEPT = 16           # more culprits than this and keeping them in fp32 is not a mixed recipe any more
-TOP_BASES = 2           # torch.compile goes on top of this many of the fastest passing recipes
 
 
 def advise(model, example_inputs, *, loss_fn=None, metric_fn=None, mode: str = "infer", tolerance=None,
            device=None, recipes=None, steps: int = measure.TRAIN_STEPS, log=None,
-           timeout: float = measure.DEFAULT_TIMEOUT, isolate: bool = True) -> Advice:
+           timeout: float = measure.DEFAULT_TIMEOUT, isolate: bool = True, budget=None, jobs=None,
+           progress=None) -> Advice:
     """Advise on `model` run on `example_inputs` (a tensor, a tuple of positional arguments or a dict of keyword
     arguments). The model is copied; the original is left as it was. Each recipe runs in a worker process (the
     model is pickled to it) unless isolate=False or it cannot be pickled. Bad input raises UserError."""
     spec = load.build(model, example_inputs, loss_fn, metric_fn)
     spec.model = copy.deepcopy(spec.model)
     return run(spec, mode=mode, tolerance=tolerance, device=device, recipes=recipes, steps=steps, log=log,
-               timeout=timeout, isolate=isolate)
+               timeout=timeout, isolate=isolate, budget=budget, jobs=jobs, progress=progress)
 
 
-def check_args(mode: str, tolerance, recipes, steps: int = measure.TRAIN_STEPS, timeout=None) -> float:
-    """UserError for a bad mode, tolerance, recipe name, step count or timeout; returns the tolerance to use."""
+def check_args(mode: str, tolerance, recipes, steps: int = measure.TRAIN_STEPS, timeout=None, budget=None,
+               jobs=None) -> float:
+    """UserError for a bad mode, tolerance, recipe name, step count, timeout, budget or job count; returns the
+    tolerance to use."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; choose from: {', '.join(MODES)}")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance > 0):
         raise UserError(f"tolerance must be a positive number (relative error), not {tolerance!r}")
     if not (isinstance(steps, int) and steps >= 1):
         raise UserError(f"steps must be a whole number >= 1, not {steps!r}")
-    if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
-        raise UserError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    for what, value in (("timeout", timeout), ("budget", budget)):
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            raise UserError(f"{what} must be a positive number of seconds, not {value!r}")
+    if jobs is not None and not (isinstance(jobs, int) and jobs >= 1):
+        raise UserError(f"jobs must be a whole number >= 1, not {jobs!r}")
     for name in recipes or ():
         measure.recipes_module().get(name)          # UserError naming the valid recipes
     return float(tolerance) if tolerance is not None else measure.DEFAULT_TOLERANCE[mode]
 
 
-def run(spec: load.Spec, *, mode: str = "infer", tolerance=None, device=None, recipes=None,
+def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, device=None, recipes=None,
         steps: int = measure.TRAIN_STEPS, log=None, timeout: float = measure.DEFAULT_TIMEOUT,
-        target: str | None = None, isolate: bool = True, on_result=None) -> Advice:
-    """The six steps on a loaded spec (see the module docstring). target: the spec's 'file.py:factory', so that the
-    workers rebuild it from there. on_result(RecipeResult) sees each recipe as it is measured."""
-    tol = check_args(mode, tolerance, recipes, steps, timeout)
+        target: str | None = None, isolate: bool = True, on_result=None, budget=None, jobs=None,
+        progress=None) -> Advice:
+    """The advice on a model given as a spec in memory or as a factory `target` ('file.py:factory': then nothing of
+    the user's runs in this process). on_result(RecipeResult) sees each recipe as it is measured;
+    progress(done, total, seconds_left, recipe) after each; budget: seconds the search may take."""
+    started = time.perf_counter()
+    tol = check_args(mode, tolerance, recipes, steps, timeout, budget, jobs)
     device = device if isinstance(device, torch.device) else envmod.parse_device(device)
     log = log or (lambda text: None)
-    notes = _notes(spec, mode, device)
-    spec = load.on_device(spec, device)
-    with precmod.apply("fp32", device.type):
-        load.check(spec, mode)                         # the inputs the model rejects: UserError, nothing stored
-        layers = _stage("the shape lint", notes, log, lambda: lint.record(spec.model, spec.args, spec.kwargs), [])
-    kind = measure.model_kind(spec.model)
 
     def got(r: measure.RecipeResult) -> None:
         log(_progress_line(r))
         if on_result:
             on_result(r)
 
-    with measure.Bench(spec, mode, device, tol, steps, target=target, timeout=timeout, isolate=isolate,
-                       on_result=got) as bench:
-        notes += bench.notes
-        results = _eager(bench, recipes, got)
-        found = _stage("the sensitive-layer search", notes, log,
-                       lambda: find_sensitive(bench, results, tol, log), {})
-        if device.type == "cuda" and not recipes:
-            results += _stage("compile and CUDA graphs", notes, log, lambda: bench.run(compile_tier(results)), [])
-    notes += _reference_notes(results)
+    phases: dict[str, float] = {}
+    with measure.Bench(mode, device, tol, steps, spec=None if target else spec, target=target, timeout=timeout,
+                       isolate=isolate, on_result=got) as bench:
+        plan = measure.candidates(mode, device, _with_baseline(recipes))
+        facts = bench.probe([name for name, why in plan if not why])
+        phases["probe_s"] = time.perf_counter() - started
+        notes = _notes(device) + bench.notes + facts.notes
+        layers = facts.layers
+        lint.flag(layers, measure.lint_precisions(mode, recipes), _sm_count(device))
+        search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
+                        grow=not recipes, padding=_padding(layers))
+        bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // search.jobs))}
+        found: dict = {}
+        items = _first(plan, facts, search)
+
+        def sensitive_items(results):
+            t0 = time.perf_counter()
+            more = _stage("the sensitive-layer search", notes, log,
+                          lambda: find_sensitive(bench, results, tol, log, found), [])
+            phases["sensitive_s"] = time.perf_counter() - t0
+            return more
+
+        results = _in_order(search.run(items, after_eager=sensitive_items), plan)
+        phases.update(search.phases)
+    notes += _reference_notes(results) + _search_notes(search)
     measure.add_speedups(results)
-    chosen = verdict.choose(results) if device.type == "cuda" else None
-    lint.flag(layers, measure.lint_precisions(mode, recipes), _sm_count(device))
+    chosen = verdict.choose(results, search.decision) if device.type == "cuda" else None
+    t0 = time.perf_counter()
     fixes = _stage("the cost of misaligned shapes", notes, log,
                    lambda: _shape_costs(layers, chosen, results, device, mode), [])
-    v = verdict.decide(results, fixes, mode, device.type, kind)
-    return Advice(model=spec.name, mode=mode, device=str(device), gpu=_gpu_name(device), tolerance=tol,
+    phases["shape_costs_s"] = time.perf_counter() - t0
+    phases["total_s"] = time.perf_counter() - started
+    v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary())
+    return Advice(model=facts.name, mode=mode, device=str(device), gpu=_gpu_name(device), tolerance=tol,
                   recipes=results, layers=layers, lint_summary=lint.summary(layers), sensitive=found,
-                  share=share.summary(results, chosen), verdict=v, notes=notes, env=envmod.collect(device))
+                  share=share.summary(results, chosen), verdict=v, notes=notes, env=envmod.collect(device),
+                  phases=phases)
+
+
+def _first(plan, facts, search: Search) -> list[measure.Item]:
+    """The base recipes that apply to this model; those that do not are recorded at once with the reason."""
+    items = []
+    for name, why in plan:
+        why = why or facts.skips.get(name)
+        if why:
+            search._record(measure.skipped(name, why))
+        else:
+            items.append(measure.Item(name))
+    return items
+
+
+def _padding(layers: list) -> dict[str, float]:
+    """Per GEMM precision, the share of the forward's GEMM FLOPs in layers that miss its alignment: torch.compile
+    may pad those (Inductor's pad_mm; on an H200 it ran a 50257-wide head at the aligned speed), so their eager time
+    is no floor for the compiled step."""
+    total = sum(l.flops * l.count for l in layers) or 1.0
+    precisions = {p for l in layers for p in l.issues}
+    return {p: sum(l.flops * l.count for l in layers if p in l.issues) / total for p in precisions}
+
+
+def _in_order(results: list[measure.RecipeResult], plan) -> list[measure.RecipeResult]:
+    """Tier by tier (eager, compile, CUDA graphs, ...), each in ladder order (mixed recipes after their base)."""
+    from .search import TIERS, tier_of
+    order = [name for name, _ in plan]
+
+    def key(r):
+        root = r.runs.split("+")[0]
+        root = "amp_bf16" if root in ("compile", "cuda_graphs", "step_graph") else root
+        return TIERS.index(tier_of(r.runs)), order.index(root) if root in order else len(order), bool(r.keep_fp32)
+    return sorted(results, key=key)
 
 
 def _stage(what: str, notes: list, log, fn, default):
@@ -114,33 +171,15 @@ def _stage(what: str, notes: list, log, fn, default):
         return default
 
 
-def _eager(bench: measure.Bench, recipes, got) -> list[measure.RecipeResult]:
-    """fp32 first (the reference and the baseline), then every other candidate; skips known without a worker are
-    recorded at once."""
-    plan = measure.candidates(bench.mode, bench.device, _with_baseline(recipes))
-    results = [measure.skipped(name, why) for name, why in plan if why]
-    for r in results:
-        got(r)
-    results += bench.run([measure.Item(name) for name, why in plan if not why])
-    order = [name for name, _ in plan]
-    return sorted(results, key=lambda r: order.index(r.recipe) if r.recipe in order else len(order))
-
-
-def compile_tier(results: list[measure.RecipeResult]) -> list[measure.Item]:
-    """torch.compile on top of the TOP_BASES fastest passing recipes that do not compile yet, and CUDA graphs on top
-    of the fastest (mixed recipes keep their fp32 modules): each compile of a large model costs tens of seconds."""
-    eager = sorted((r for r in results if r.passes and r.step_ms and not get_recipe(r.runs).compile),
-                   key=lambda r: r.step_ms)
-    seen, items = {r.recipe for r in results}, []
-    for i, r in enumerate(eager[:TOP_BASES]):
-        for extra in EXTRAS if i == 0 else EXTRAS[:1]:
-            name = on_top(r.runs, extra)
-            label = f"{r.recipe}+{extra}" if r.keep_fp32 else name
-            if label not in seen:
-                seen.add(label)
-                items.append(measure.Item(name, tuple(r.keep_fp32), label if r.keep_fp32 else None,
-                                          name if r.keep_fp32 else None))
-    return items
+def _search_notes(search: Search) -> list[str]:
+    notes = []
+    if search.untried:
+        notes.append(f"--budget {search.budget:g} s ran out: not tried: {', '.join(search.untried)} "
+                     f"(and any tier above them)")
+    if search.pruned:
+        notes.append(f"pruned on measured kernel time (they could not beat the best step): "
+                     f"{', '.join(search.pruned)}")
+    return notes
 
 
 def _reference_notes(results: list[measure.RecipeResult]) -> list[str]:
@@ -177,16 +216,8 @@ def _gpu_name(device: torch.device) -> str | None:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
-def _notes(spec: load.Spec, mode: str, device: torch.device) -> list[str]:
-    notes = []
-    if device.type != "cuda":
-        notes.append(verdict.GPU_NEEDED)
-    if mode == "train" and spec.metric_fn is not None:
-        notes.append("metric_fn is used in inference mode only; training compares the loss")
-    if mode == "train" and spec.loss_fn is None:
-        notes.append("no loss_fn: training used the recipes' default loss (cross-entropy against integer targets, "
-                     "else the mean square of the outputs)")
-    return notes
+def _notes(device: torch.device) -> list[str]:
+    return [verdict.GPU_NEEDED] if device.type != "cuda" else []
 
 
 # --- step 3: sensitive modules ------------------------------------------------------------------------------------
@@ -203,13 +234,13 @@ def _failing_lowp(results: list[measure.RecipeResult]) -> dict[tuple, measure.Re
     return out
 
 
-def find_sensitive(bench: measure.Bench, results: list, tol: float, log) -> dict:
+def find_sensitive(bench: measure.Bench, results: list, tol: float, log, found: dict) -> list[measure.Item]:
     """For each 16-bit kind whose recipe misses the tolerance: the culprit modules (searched in a worker, with the
-    timeout) and the mixed recipe that keeps them in fp32, appended to `results`."""
-    found = {}
+    timeout), into `found`; returns the mixed recipes that keep them in fp32, for the search to run."""
+    items = []
     for (dtype, cast), base in _failing_lowp(results).items():
         key = f"{dtype} weights" if cast else dtype
-        case = {"op": "advise.sensitive", "suite": "advise", "shape": {"model": bench.spec.name},
+        case = {"op": "advise.sensitive", "suite": "advise", "shape": {"model": bench.name},
                 "precision": f"search:{base.recipe}", "task": "tcperf.advisor.api:sensitive_task",
                 "source": bench.source, "mode": bench.mode, "dtype": dtype, "cast": cast, "tolerance": tol}
         row = bench.call(case)
@@ -221,11 +252,10 @@ def find_sensitive(bench: measure.Bench, results: list, tol: float, log) -> dict
         log(f"{base.recipe} misses the tolerance; modules that break it alone in {key}: "
             f"{', '.join(s['modules']) or 'none'}")
         if s["modules"] and len(s["modules"]) <= MAX_KEPT:
-            r = bench.run([_mixed(base, s["modules"])])[0]
-            results.append(r)
-            s["mixed"] = f"{r.recipe}: {r.status}" + (f" ({r.message})" if r.message else "")
+            items.append(_mixed(base, s["modules"]))
+            s["mixed"] = f"{items[-1].label} (in the recipes above)"
         found[key] = s
-    return found
+    return items
 
 
 def _mixed(base: measure.RecipeResult, modules: list[str]) -> measure.Item:

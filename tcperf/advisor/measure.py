@@ -7,8 +7,9 @@ the last layer when fp32's output is degenerate), and the user's metric_fn when 
 back-to-back steps: on an H200 near its power cap a step can run at two speeds in spells, and a short window's
 median reports whichever it caught) and profiled for its Tensor Core share and how busy the GPU is.
 
-    with Bench(spec, "infer", device, tolerance=0.05, target="model.py:factory") as bench:
-        results = bench.run(bench.plan(candidates("infer", device, spec.model)))   # [RecipeResult(...), ...]
+    with Bench("infer", device, tolerance=0.05, target="model.py:factory") as bench:
+        facts = bench.probe(names)                   # the model's first look, in a worker
+        session = bench.open(Item("amp_bf16"))       # tcperf.advisor.search runs the grid through these
 """
 from __future__ import annotations
 
@@ -129,8 +130,8 @@ def lint_precisions(mode: str, names=None) -> list[str]:
 
 
 def default_recipes() -> list[str]:
-    """The ladder's recipes that need no torch.compile of their own, and fp8/int8; compile and CUDA graphs are put on
-    top of the fastest of them afterwards (api.compile_tier)."""
+    """The ladder's recipes that need no torch.compile of their own, and fp8/int8: the search's bases; compile and
+    CUDA graphs are put on top of each that passes (tcperf.advisor.search)."""
     rec = recipes_module()
     return [n for n in rec.LADDER if not rec.get(n).compile or rec.get(n).fp8 or rec.get(n).int8]
 
@@ -160,21 +161,24 @@ class Item:
 
 
 class Bench:
-    """Runs recipes on one spec through tcperf.engine, each in a worker process with a timeout (the spec travels as
-    its factory target plus its weights and inputs, or pickled), or in this process when the spec cannot be
-    pickled; the fp32 reference goes from the first worker to the others in a file of a temporary folder."""
+    """Runs recipes on one model through tcperf.engine, each in a worker process with a timeout, or in this process
+    when the model cannot be sent to one. The model comes as a factory `target` ('file.py:factory': the workers call
+    it, and the probe writes the weights and inputs every worker loads) or as a `spec` in memory (pickled to the
+    workers). The fp32 reference goes from the probe to the recipes in a file of a temporary folder."""
 
-    def __init__(self, spec: Spec, mode: str, device: torch.device, tolerance: float, steps: int = TRAIN_STEPS, *,
-                 target: str | None = None, timeout: float = DEFAULT_TIMEOUT, isolate: bool = True, on_result=None):
+    def __init__(self, mode: str, device: torch.device, tolerance: float, steps: int = TRAIN_STEPS, *,
+                 spec: Spec | None = None, target: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 isolate: bool = True, on_result=None):
         self.spec, self.mode, self.device, self.tolerance, self.steps = spec, mode, device, tolerance, steps
-        self.timeout, self.on_result, self.notes = timeout, on_result, []
+        self.timeout, self.on_result, self.notes, self.env = timeout, on_result, [], {}
         self.folder = tempfile.mkdtemp(prefix="tcperf-advise-")
         self.reference_file = engine.reference_path(self.folder, "fp32", mode)
-        self.source = self._source(target) if isolate else None
+        self.name = spec.name if spec is not None else None
+        self.source = {"kind": "file", "target": target} if target else self._pickled() if isolate else None
 
-    def _source(self, target: str | None) -> dict | None:
+    def _pickled(self) -> dict | None:
         try:
-            return save_source(self.spec, self.folder, target)
+            return save_source(self.spec, self.folder)
         except Exception as e:       # a lambda or a local class: pickle cannot carry it to a worker
             self.notes.append(f"recipes ran in this process, without a timeout: the model cannot be sent to a "
                               f"worker process ({one_line(e)}); tcperf advise file.py:factory isolates each recipe")
@@ -186,40 +190,65 @@ class Bench:
     def __exit__(self, *exc):
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def case(self, item: Item) -> dict:
+    def probe(self, names: list[str]):
+        """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that
+        failed. Afterwards every worker loads the weights the probe saved."""
+        from .probe import run_probe
+        case = {"op": "advise.probe", "suite": "advise", "shape": {}, "precision": "probe", "source": self.source,
+                "mode": self.mode, "reference": self.reference_file, "steps": self.steps, "recipes": names,
+                "folder": self.folder}
+        if self.source is None:
+            case["spec"] = self.spec
+        facts = run_probe(case, self.device, timeout=self.timeout, isolate=self.source is not None)
+        self.name = facts.name
+        if self.source is not None:
+            self.source = facts.source
+        return facts
+
+    def case(self, item: Item, task: str = engine.TASK) -> dict:
         cuda = self.device.type == "cuda"
-        return engine.recipe_case(self.source, item.recipe, self.mode, op="advise.recipe",
-                                  shape={"model": self.spec.name, "mode": self.mode},
+        case = engine.recipe_case(self.source, item.recipe, self.mode, op="advise.recipe",
+                                  shape={"model": self.name, "mode": self.mode},
                                   reference=self.reference_file, label=item.label, suite="advise",
                                   steps=self.steps, tolerance=self.tolerance, time_it=cuda, profile=cuda,
                                   keep=list(item.keep), base=item.base, timing=TIMING)
+        return {**case, "task": task}
 
-    def run(self, items: list[Item]) -> list[RecipeResult]:
-        """Measure each item; results reach on_result as they arrive, in the order given."""
-        results: list[RecipeResult] = []
+    def open(self, item: Item):
+        """A session holding this item's recipe, prepared when its "open" is called (tcperf.runner.Session)."""
+        case = self.case(item, "tcperf.engine:RecipeSession")
+        if self.source is None:
+            return _LocalSession({**case, "spec": self.spec}, self.device)
+        from ..runner import Session
+        return Session(case, self.device, env=self.env)
 
-        def got(row: dict) -> None:
-            r = RecipeResult.from_row(row)
-            results.append(r)
-            if self.on_result:
-                self.on_result(r)
-
-        self._run([self.case(item) for item in items], got)
-        return results
+    def report(self, r: RecipeResult) -> None:
+        if self.on_result:
+            self.on_result(r)
 
     def call(self, case: dict) -> dict:
-        """One case of any task (the sensitive-layer search) the way recipes run: its row."""
+        """One case of any task (the sensitive-layer search) in a worker: its row."""
         rows: list[dict] = []
-        self._run([case], rows.append)
-        return rows[0]
-
-    def _run(self, cases: list[dict], on_row) -> None:
         if self.source is not None:
-            engine.run(cases, self.device, timeout=self.timeout, on_result=on_row)
-            return
+            engine.run([case], self.device, timeout=self.timeout, on_result=rows.append)
+            return rows[0]
         from ..worker import run_case
-        for case in cases:
-            on_row(run_case({**case, "spec": self.spec}, self.device, {}))   # errors recorded as a worker would
+        return run_case({**case, "spec": self.spec}, self.device, {})   # errors recorded as a worker would
+
+
+class _LocalSession:
+    """A session in this process, for a model no worker can receive: the same calls, no timeout."""
+
+    def __init__(self, case: dict, device):
+        self.case, self.device, self.held = case, device, {}
+
+    def call(self, name: str, timeout: float, **args) -> dict:
+        from ..worker import _command, _guarded
+        return _guarded(self.case, self.device,
+                        lambda: _command(self.held, self.case, self.device, {}, {"call": name, "args": args}))
+
+    def close(self) -> None:
+        self.held.clear()
 
 
 def skipped(name: str, why: str) -> RecipeResult:

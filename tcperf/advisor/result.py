@@ -44,6 +44,7 @@ class Advice:
     verdict: dict
     notes: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)   # seconds each phase took: probe_s, grid_s, runoff_s, total_s ...
 
     # --- data ---------------------------------------------------------------------------------------------------
     @property
@@ -63,7 +64,7 @@ class Advice:
              "tolerance": self.tolerance, "verdict": self.verdict,
              "recipes": [r.to_dict() for r in self.recipes], "lint": [l.to_dict() for l in self.flagged],
              "lint_summary": self.lint_summary, "sensitive": self.sensitive, "share": self.share,
-             "notes": self.notes}
+             "notes": self.notes, "phases": self.phases}
         return finite(d)
 
     def to_json(self, indent: int = 2) -> str:
@@ -81,7 +82,7 @@ class Advice:
                 "metrics": finite({"label": self.model, "verdict": self.verdict,
                                    "lint": [l.to_dict() for l in self.flagged], "lint_summary": self.lint_summary,
                                    "snippets": self.snippets, "sensitive": self.sensitive,
-                                   "share": self.share, "notes": self.notes})}
+                                   "share": self.share, "notes": self.notes, "phases": self.phases})}
 
     def save(self, db=None, command: str = "tcperf.advise()") -> int:
         """Store the whole advice as one run of kind "advise" (written only once it is complete)."""
@@ -285,6 +286,8 @@ def share_text(a: Advice) -> Text | None:
 def verdict_text(a: Advice) -> Group:
     v = a.verdict
     parts = [Text(headline(v, a.tolerance), style="bold green" if v.get("recommended") else "bold yellow")]
+    if v.get("margin"):
+        parts.append(Text(f"  runoff: {v['margin']}"))
     if v.get("note"):
         parts.append(Text(v["note"], style="yellow"))
     for key in ("host_bound", "unstable"):
@@ -327,5 +330,8 @@ def render(a: Advice) -> Group:
     parts += [p for p in (sensitive_text(a), share_text(a)) if p is not None]
     parts.append(verdict_text(a))
     parts += [Text(f"note: {n}", style="yellow") for n in a.notes if n != v_note(a)]
+    if a.phases:
+        parts.append(Text("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in a.phases.items()),
+                          style="dim"))
     parts += snippet_panels(a)
     return Group(*parts)

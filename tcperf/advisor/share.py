@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels import profile_kernels, tensor_core_share
+from ..kernels import is_matmul, profile_kernels, tensor_core_share
 
 TOP = 5
 
 
-def profile(step, device: torch.device, calls: int = 3) -> tuple[float | None, list[dict], float]:
+def profile(step, device: torch.device, calls: int = 3) -> tuple[float | None, list[dict], float, float]:
     """Run `step` a few times under the profiler: (Tensor Core share of kernel time, the top kernels, kernel
-    time a step in ms)."""
+    time a step in ms, matrix-multiply kernel time a step in ms)."""
     kernels = profile_kernels(step, device, calls=calls)
     top = [{"name": k["name"][:120], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
            for k in kernels[:TOP]]
-    return tensor_core_share(kernels), top, sum(k["time_us"] for k in kernels) / 1e3 / calls
+    matmul = sum(k["time_us"] for k in kernels if is_matmul(k["name"]))
+    return tensor_core_share(kernels), top, sum(k["time_us"] for k in kernels) / 1e3 / calls, matmul / 1e3 / calls
 
 
 def gpu_busy(kernel_ms: float | None, step_ms: float | None) -> float | None:

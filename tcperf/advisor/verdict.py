@@ -9,6 +9,7 @@ verdict needs a CUDA GPU; its snippets are for the passing recipe furthest up th
 """
 from __future__ import annotations
 
+from . import runoff
 from .lint import Layer
 from .measure import RecipeResult, setup_of
 from .snippets import all_snippets
@@ -17,9 +18,13 @@ GPU_NEEDED = "speed verdicts need a CUDA GPU: this ran on the CPU, so only the s
 HOST_BOUND = 0.8     # GPU busy below this share of a step: the host sets the pace
 
 
-def choose(results: list[RecipeResult]) -> RecipeResult | None:
-    """The fastest recipe that passes the tolerance (timed ones only)."""
+def choose(results: list[RecipeResult], decision: dict | None = None) -> RecipeResult | None:
+    """The runoff's pick (tcperf.advisor.runoff); without a runoff, the fastest recipe that passes the tolerance
+    (timed ones only)."""
     timed = [r for r in results if r.passes and r.step_ms]
+    picked = [r for r in timed if decision and r.recipe == decision.get("pick")]
+    if picked:
+        return picked[0]
     return min(timed, key=lambda r: r.step_ms) if timed else None
 
 
@@ -59,8 +64,8 @@ def unstable_note(chosen: RecipeResult, results: list[RecipeResult]) -> str | No
         return None
     others = [r for r in results if r.passes and r.step_ms and r is not chosen]
     runner = min(others, key=lambda r: r.step_ms) if others else None
-    note = (f"{chosen.recipe}'s step time was unstable (IQR {t['spread']:.0%} of the median, fastest step "
-            f"{t['min_ms']:.3g} ms): the choice ranks the mean of 2 s of steps")
+    note = (f"{chosen.recipe}'s step time was unstable in the search (IQR {t['spread']:.0%} of the median, "
+            f"fastest step {t['min_ms']:.3g} ms): the runoff's interleaved rounds decided")
     if runner:
         note += f"; the runner-up, {runner.recipe}, took {runner.step_ms / chosen.step_ms - 1:.0%} longer"
     return note
@@ -74,15 +79,21 @@ def fix_rows(layers: list[Layer]) -> list[dict]:
 
 
 def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_type: str,
-           kind: str = "transformer") -> dict:
-    """Everything the report's last section says, as data."""
-    chosen = choose(results) if device_type == "cuda" else None
+           kind: str = "transformer", search: dict | None = None) -> dict:
+    """Everything the report's last section says, as data. search: tcperf.advisor.search's summary (the runoff's
+    decision, what was pruned or not tried)."""
+    search = search or {}
+    decision = search.get("runoff") or {}
+    chosen = choose(results, decision) if device_type == "cuda" else None
     pick = chosen or candidate(results)
     v = {"speed_measured": device_type == "cuda", "recommended": chosen.recipe if chosen else None,
          "candidate": None if chosen or not pick else pick.recipe,
          "passing": [r.recipe for r in results if r.passes],
          "failing": {r.recipe: r.message for r in results if r.status in ("fails", "error", "oom")},
          "fixes": fix_rows(fixes), "snippets": {}}
+    v["search"] = {k: search[k] for k in ("jobs", "budget_s", "pruned", "not_tried") if k in search}
+    if chosen and decision.get("pick") == chosen.recipe:
+        v.update(runoff=decision, margin=runoff.sentence(decision))
     if chosen:
         v.update(speedup=chosen.speedup, step_ms=chosen.step_ms, median_ms=chosen.timing["median_ms"],
                  iqr_ms=chosen.timing["iqr_ms"], gpu_busy=chosen.gpu_busy, host_bound=host_bound_note(chosen),

@@ -5,17 +5,24 @@ and what it costs in accuracy; stored as a run of kind "advise".
     tcperf advise examples/fp16_overflow.py:factory --mode train --json
 
 factory() returns a model, (model, example_inputs), or {"model", "inputs", "loss_fn"?, "metric_fn"?}.
-Any problem with the file, the factory or the inputs is one line and exit status 2, before anything is stored.
-Each recipe runs in a worker process of its own; one that hangs past --timeout or kills its process is recorded
-as such and the others go on. Each recipe's row is stored as it arrives, so an interrupted advice keeps them.
+Nothing of the user's runs in this process: the factory, the first fp32 forward and the shape lint run in a
+worker under --timeout (tcperf.advisor.probe), and any problem there (the file, the factory, inputs the model
+rejects, a hang, a crash) is one line naming the stage and exit status 2, before anything is stored. Each recipe
+then runs in a worker process of its own; one that hangs past --timeout or kills its process is recorded as such
+and the others go on. Each recipe's row is stored as it arrives, so an interrupted advice keeps them.
 """
 from __future__ import annotations
+
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import env as envmod
 from ..advisor import api, load, measure
 from ..advisor.result import recipe_row
 from ..recipes import parse_list
 from ..store import Store
+from ..errors import UserError
 from .common import add_db, add_device, add_json, command_line, console, err_console, print_json
 
 
@@ -29,7 +36,14 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=measure.TRAIN_STEPS,
                    help=f"training steps compared against fp32 (train mode; default {measure.TRAIN_STEPS})")
     p.add_argument("--timeout", type=float, default=measure.DEFAULT_TIMEOUT,
-                   help=f"seconds one recipe may take, compile included (default {measure.DEFAULT_TIMEOUT:.0f})")
+                   help=f"seconds one recipe (or one stage of loading the model) may take, compile included "
+                        f"(default {measure.DEFAULT_TIMEOUT:.0f})")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds the search may take: recipes that would not finish in time are not started, "
+                        "and the advice names them (default: no limit)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="recipes prepared (compiled) at once in parallel workers (default: a quarter of the "
+                        "cores, at most 4, on a GPU)")
     add_device(p)
     add_db(p)
     add_json(p)
@@ -39,12 +53,14 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     device = envmod.parse_device(args.device)
     recipes = parse_list(args.recipes) if args.recipes else None
-    tol = api.check_args(args.mode, args.tolerance, recipes, args.steps, args.timeout)   # before the model is built
-    spec = load.load_spec(args.target)
+    tol = api.check_args(args.mode, args.tolerance, recipes, args.steps, args.timeout, args.budget, args.jobs)
+    path, _ = load.split_target(args.target)
+    if not path.is_file():
+        raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
     log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))
     store = Store.open(args.db)
     run_id, status = None, "interrupted"
-    shape = {"model": spec.name, "mode": args.mode}
+    shape = {"model": Path(path).stem, "mode": args.mode}
 
     def stored(r) -> None:
         nonlocal run_id
@@ -53,8 +69,10 @@ def main(args) -> int:
         store.add_result(run_id, recipe_row(r, shape, tol))
 
     try:
-        advice = api.run(spec, mode=args.mode, tolerance=args.tolerance, device=device, recipes=recipes,
-                         steps=args.steps, log=log, timeout=args.timeout, target=args.target, on_result=stored)
+        with _progress(args.json) as progress:
+            advice = api.run(mode=args.mode, tolerance=args.tolerance, device=device, recipes=recipes,
+                             steps=args.steps, log=log, timeout=args.timeout, target=args.target, on_result=stored,
+                             budget=args.budget, jobs=args.jobs, progress=progress)
         if run_id is None:
             run_id = store.start_run("advise", command_line(), advice.env)
         store.add_result(run_id, advice.verdict_row())
@@ -68,3 +86,27 @@ def main(args) -> int:
         console.print(advice)
         err_console.print(f"[dim]stored as run {run_id}[/]")
     return 0
+
+
+class _progress:
+    """A rich progress bar on stderr with the search's estimate of the time left (nothing with --json)."""
+
+    def __init__(self, quiet: bool):
+        self.bar = None if quiet else Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                               TextColumn("~{task.fields[left]} left"), console=err_console,
+                                               transient=True)
+
+    def __enter__(self):
+        if self.bar is None:
+            return None
+        self.bar.start()
+        self.task = self.bar.add_task("advise: the probe", total=None, left="?")
+        return self
+
+    def __call__(self, done: int, total: int, seconds_left: float, recipe: str) -> None:
+        self.bar.update(self.task, completed=done, total=total, description=f"advise: {recipe}",
+                        left=f"{seconds_left:.0f} s")
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()

@@ -48,3 +48,32 @@ def factory_crash():
 
 def factory_hang():
     return _make("hang")
+
+
+# --- models that fail before any recipe starts: the probe must end these within --timeout, one line, exit 2 ---
+class Always(nn.Module):
+    """Hangs or dies in every forward, fp32 included: the advisor's first check meets it."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how            # "hang" | "segfault"
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        if self.how == "segfault":
+            import ctypes
+            ctypes.string_at(0)   # reads address 0: SIGSEGV, as a broken extension would
+        time.sleep(3600)
+        return self.fc(x)
+
+
+def factory_never_returns():
+    time.sleep(3600)
+
+
+def factory_forward_hangs():
+    return Always("hang"), torch.randn(4, 16)
+
+
+def factory_forward_segfaults():
+    return Always("segfault"), torch.randn(4, 16)

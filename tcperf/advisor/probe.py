@@ -1,0 +1,159 @@
+"""The first look at a user's model, in a worker process like every recipe: the factory called, the model run once in
+fp32 on its inputs, its GEMM-like ops recorded for the shape lint, which recipes apply to it, and the fp32 reference
+every recipe is checked against. Each stage is one command to the worker (tcperf.worker's session mode) with the
+advice's --timeout, so a factory that never returns, a forward that hangs or a forward that kills its process ends
+the advice with one line naming the stage (exit 2), before anything is stored as if measured.
+
+    facts = run_probe(source, case, device, timeout=600)     # Facts(name, kind, layers, skips, notes)
+
+`source` is tcperf.spec's: {"kind": "file", "target": "model.py:factory", "state": PATH} (the probe calls the
+factory and writes the weights and inputs to PATH, so every later worker measures the very same model) or a pickled
+spec. Without a worker (a model pickle cannot carry), the same Probe runs in this process.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import engine, recipes
+from .. import precision as precmod
+from ..errors import UserError
+from ..spec import load_source, save_source
+from . import lint, load
+
+STAGES = ("load", "check", "lint", "reference")
+WHAT = {"load": "calling the model's factory", "check": "the model's first fp32 forward on its inputs",
+        "lint": "recording the model's GEMM shapes (the shape lint)", "reference": "the fp32 reference run"}
+
+
+@dataclass
+class Facts:
+    """What the probe found: the parent decides the search from these without touching the model."""
+    name: str
+    kind: str                     # cnn | transformer (snippets)
+    layers: list                  # lint.Layer, every GEMM-like op of one forward
+    skips: dict                   # recipe -> why it does not apply to this model (None: it applies)
+    notes: list = field(default_factory=list)
+    source: dict | None = None    # what later workers load
+
+
+def user_errors(method):
+    """A UserError (the model rejects its inputs, the factory returns the wrong thing) as a row the parent reads."""
+    @functools.wraps(method)
+    def wrapped(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except UserError as e:
+            return {**self.row(), "status": "error", "message": str(e), "metrics": {"user_error": True}}
+    return wrapped
+
+
+class Probe:
+    """The stages, one method each (the worker calls them by name). case: {"source", "mode", "reference",
+    "steps", "recipes", "folder"}."""
+
+    def __init__(self, case: dict, device, job: dict | None = None):
+        self.case, self.device, self.spec = case, torch.device(device), None
+
+    def row(self, **metrics) -> dict:
+        return {"op": "advise.probe", "suite": "advise", "shape": {}, "precision": "probe", "status": "ok",
+                "metrics": metrics}
+
+    @user_errors
+    def load(self) -> dict:
+        source = self.case.get("source")
+        if source is None:                       # in this process: the spec itself (pickle cannot carry it)
+            spec, source = self.case["spec"], {"kind": "local"}
+        elif source["kind"] == "file":
+            spec = load.load_spec(source["target"])
+            source = save_source(spec, self.case["folder"], source["target"])   # the weights every worker uses
+        else:
+            spec = load_source(source, "cpu")
+        self.spec = load.on_device(spec, self.device)
+        return self.row(name=self.spec.name, source={**source, "name": self.spec.name}, notes=self._notes())
+
+    def _notes(self) -> list[str]:
+        notes, train = [], self.case["mode"] == "train"
+        if train and self.spec.metric_fn is not None:
+            notes.append("metric_fn is used in inference mode only; training compares the loss")
+        if train and self.spec.loss_fn is None:
+            notes.append("no loss_fn: training used the recipes' default loss (cross-entropy against integer "
+                         "targets, else the mean square of the outputs)")
+        return notes
+
+    @user_errors
+    def check(self) -> dict:
+        with precmod.apply("fp32", self.device.type):
+            load.check(self.spec, self.case["mode"])
+        return self.row()
+
+    @user_errors
+    def lint(self) -> dict:
+        with precmod.apply("fp32", self.device.type):
+            layers = lint.record(self.spec.model, self.spec.args, self.spec.kwargs)
+        mode = self.case["mode"]
+        skips = {name: engine.skip_reason(recipes.get(name), self.spec, mode, self.device)
+                 for name in self.case["recipes"]}
+        kind = "cnn" if engine.has_conv2d(self.spec.model) else "transformer"
+        return self.row(layers=[l.to_dict() for l in layers], skips=skips, kind=kind)
+
+    @user_errors
+    def reference(self) -> dict:
+        ref = engine.load_reference(self.case["reference"], self.spec, self.case["mode"], self.device,
+                                    self.case["steps"])
+        note = engine.reference_note(ref)
+        return self.row(notes=[note] if note else [])
+
+
+def run_probe(case: dict, device, *, timeout: float, isolate: bool = True) -> Facts:
+    """Every stage in turn (in a worker when isolate), each under `timeout`; UserError naming the stage that
+    failed."""
+    call = _worker_calls(case, device, timeout) if isolate else _local_calls(case, device)
+    try:
+        found, notes = {}, []
+        for stage in STAGES:
+            row = call(stage)
+            if row["status"] != "ok":
+                raise UserError(_failure(stage, row, timeout))
+            metrics = dict(row.get("metrics") or {})
+            notes += metrics.pop("notes", [])
+            found.update(metrics)
+    finally:
+        call(None)
+    return Facts(found["name"], found["kind"], [lint.Layer(**d) for d in found["layers"]], found["skips"],
+                 notes, found["source"])
+
+
+def _worker_calls(case: dict, device, timeout: float):
+    from ..runner import Session
+    session = Session({**case, "task": "tcperf.advisor.probe:Probe"}, device, preload=False)
+    session.call("open", timeout)
+
+    def call(stage):
+        if stage is None:
+            return session.close()
+        return session.call(stage, timeout)
+    return call
+
+
+def _local_calls(case: dict, device):
+    probe = Probe(case, device)
+
+    def call(stage):
+        return getattr(probe, stage)() if stage else None
+    return call
+
+
+def _failure(stage: str, row: dict, timeout: float) -> str:
+    """One line: the stage, and what happened there."""
+    what, status, message = WHAT[stage], row["status"], row.get("message") or ""
+    if (row.get("metrics") or {}).get("user_error"):
+        return message
+    if status == "timeout":
+        return f"{what} did not finish within --timeout {timeout:g} s; the worker was stopped"
+    if message.startswith("worker died ("):
+        how, _, last = message.removeprefix("worker died (").partition("): ")
+        return f"{what} ended its worker process ({how}; its last line on stderr: {last or 'none'})"
+    return f"{what} failed: {message}"

@@ -1,0 +1,282 @@
+"""The advisor's search over the whole grid: every base recipe that applies (fp32, tf32, amp_fp16, amp_bf16, fp16 and
+bf16 weights, channels_last, mixed recipes with fp32 modules, fp8, int8) x {eager, torch.compile, torch.compile +
+CUDA graphs}, and for training a CUDA graph of the whole step, then a runoff among the leaders (tcperf.advisor.runoff).
+
+Each recipe runs in a worker of its own (tcperf.runner.Session) that prepares it and checks its accuracy; up to
+`jobs` workers prepare at once (torch.compile is mostly CPU work, and Inductor's cache is shared between them), while
+the parent times one prepared recipe at a time on the GPU. A compiled tier is built on top of a recipe only after
+that recipe passed its accuracy check, and only when the evidence leaves it a chance:
+
+    torch.compile of X   is pruned when X's eager GEMM/conv/attention kernels alone take longer than the best step
+                         so far (compile hands those to the same libraries and cannot fuse them away), less the
+                         share of GEMM FLOPs in layers that miss Tensor Core alignment at X's precision (Inductor
+                         may pad those, so their eager time is no floor);
+    CUDA graphs of X     is pruned when X+compile's kernels alone take longer than the best step so far (graphs
+                         remove the launch gaps, not kernel time); likewise the whole-step graph (training).
+
+A margin of PRUNE_MARGIN keeps near misses in. The workers of the leading recipes stay alive, so the runoff times
+what was compiled without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
+time and says which were not tried.
+
+    search = Search(bench, jobs=4, budget=90, progress=show)
+    results = search.run(items, after_eager=more_items)      # [RecipeResult ...]; search.decision: the runoff's
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from .. import recipes as recipemod
+from . import runoff
+from .measure import Bench, Item, RecipeResult
+
+GRID_TIMING = {"warmup_ms": 100.0, "rep_ms": 500.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
+               "max_reps": 100_000}
+PRUNE_MARGIN = 0.03     # a bound must exceed the best step by this share to prune
+LEAD_MARGIN = 0.25      # recipes within this share of the best grid time go to the runoff ...
+MAX_LEADERS = 5         # ... at most this many
+FIRST_GUESS_S = {"eager": 10.0, "compile": 40.0}   # a recipe's wall time before one of its kind has finished
+TIERS = ("eager", "compile", "cuda_graphs", "step_graph")
+
+
+def tier_of(name: str) -> str:
+    r = recipemod.get(name)
+    return "step_graph" if r.step_graph else "cuda_graphs" if r.cuda_graphs else "compile" if r.compile else "eager"
+
+
+def rank(r: RecipeResult) -> tuple:
+    """Simplicity, for ties: the tier, then a plain precision before channels_last, fp32 modules, fp8 and int8."""
+    rec = recipemod.get(r.runs)
+    extras = rec.channels_last + 2 * bool(r.keep_fp32) + 3 * (rec.fp8 or rec.int8)
+    return TIERS.index(tier_of(r.runs)), extras
+
+
+def default_jobs(device) -> int:
+    """Workers preparing at once: a quarter of the cores on a GPU machine (each compile uses several), at most 4."""
+    cores = os.cpu_count() or 2
+    return max(1, min(4, cores // 4)) if device.type == "cuda" else max(1, min(2, cores))
+
+
+@dataclass
+class Candidate:
+    item: Item
+    tier: str
+    root: str                      # the recipe it builds on (eager, or fp8/int8), for naming the tiers above
+    root_label: str                # ... and its row's label (a mixed recipe's)
+    bound_ms: float | None = None  # no step of it can be faster than this
+    bound_from: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.item.label or self.item.recipe
+
+
+def candidate(item: Item) -> Candidate:
+    return Candidate(item, tier_of(item.recipe), item.base or item.recipe, item.label or item.recipe)
+
+
+class Search:
+    def __init__(self, bench: Bench, *, jobs: int | None = None, budget: float | None = None, progress=None,
+                 log=None, started: float | None = None, grow: bool = True, padding: dict | None = None):
+        """grow: build the compiled tiers (False: only the recipes given); padding: GEMM precision -> share of the
+        GEMM FLOPs that miss its alignment (tcperf.advisor.api._padding)."""
+        self.bench, self.timed, self.grow = bench, bench.device.type == "cuda", grow
+        self.padding = padding or {}
+        self.jobs = jobs or default_jobs(bench.device)
+        self.budget, self.started = budget, started or time.perf_counter()
+        self.progress, self.log = progress or (lambda *a: None), log or (lambda text: None)
+        self.results: list[RecipeResult] = []
+        self.queue: list[Candidate] = []
+        self.seen: set[str] = set()
+        self.ready: queue.Queue = queue.Queue()
+        self.running, self.eager_open, self.walls = 0, 0, {"eager": [], "compile": []}
+        self.alive: dict[str, tuple] = {}      # leader label -> (session, result)
+        self.pruned, self.untried, self.decision = [], [], {}
+        self.phases: dict[str, float] = {}
+
+    # --- the loop ---------------------------------------------------------------------------------------------
+    def run(self, items: list[Item], after_eager=None) -> list[RecipeResult]:
+        """Measure items and the tiers they earn; after_eager(results) -> more eager items (the mixed recipes the
+        sensitive-layer search finds), called once every eager item is in. Then the runoff."""
+        t0 = time.perf_counter()
+        self._add([candidate(i) for i in items])
+        try:
+            self._drain(after_eager)
+            self.phases["grid_s"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self._runoff()
+            self.phases["runoff_s"] = time.perf_counter() - t1
+        finally:
+            for session, _ in self.alive.values():
+                session.close()
+        return self.results
+
+    def _drain(self, after_eager) -> None:
+        while self.queue or self.running or after_eager:
+            if after_eager and not self._eager_pending():
+                more, after_eager = after_eager(self.results), None
+                self._add([candidate(i) for i in more])
+                continue
+            self._launch()
+            if not self.running:
+                continue
+            cand, session, row, wall = self.ready.get()     # blocks: each preparing thread always answers
+            self.running -= 1
+            self._done(cand, session, row, wall)
+            self.eager_open -= cand.tier == "eager"
+
+    def _eager_pending(self) -> bool:
+        return any(c.tier == "eager" for c in self.queue) or self.eager_open > 0
+
+    def _add(self, cands: list[Candidate]) -> None:
+        for c in cands:
+            if c.label not in self.seen:
+                self.seen.add(c.label)
+                self.queue.append(c)
+        self.queue.sort(key=lambda c: (TIERS.index(c.tier), c.bound_ms or 0.0))
+
+    # --- starting a recipe -----------------------------------------------------------------------------------
+    def _launch(self) -> None:
+        while self.queue and self.running < self.jobs:
+            cand = self.queue.pop(0)
+            why = self._prune_reason(cand) or self._budget_reason(cand)
+            if why:
+                self._record(RecipeResult(cand.label, "skipped", message=why, base=cand.item.base))
+                (self.pruned if why.startswith("pruned") else self.untried).append(cand.label)
+                continue
+            self.running += 1
+            self.eager_open += cand.tier == "eager"
+            threading.Thread(target=self._open, args=(cand,), daemon=True,
+                             name=f"tcperf-{cand.tier}-{cand.label}").start()
+
+    def _open(self, cand: Candidate) -> None:
+        t0 = time.perf_counter()
+        session = row = None
+        try:
+            session = self.bench.open(cand.item)
+            row = session.call("open", self.bench.timeout)
+        except Exception as e:       # noqa: BLE001 - the parent must always get an answer
+            row = {"precision": cand.label, "status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
+        self.ready.put((cand, session, row, time.perf_counter() - t0))
+
+    def _prune_reason(self, cand: Candidate) -> str | None:
+        best = self.best()
+        if cand.bound_ms is None or best is None or cand.bound_ms <= best.step_ms * (1 + PRUNE_MARGIN):
+            return None
+        return (f"pruned: {cand.bound_from} take {cand.bound_ms:.3g} ms a step, more than the best step so far "
+                f"({best.recipe}, {best.step_ms:.3g} ms): {cand.tier} cannot make it win")
+
+    def _budget_reason(self, cand: Candidate) -> str | None:
+        if not self.budget:
+            return None
+        need = self.guess(cand.tier)
+        left = self.budget - (time.perf_counter() - self.started) - self._runoff_guess()
+        if need <= left:
+            return None
+        return f"not tried: --budget {self.budget:g} s (about {need:.0f} s needed, {max(left, 0):.0f} s left)"
+
+    # --- a recipe prepared -----------------------------------------------------------------------------------
+    def _done(self, cand: Candidate, session, row: dict, wall: float) -> None:
+        if session is not None and row.get("status") == "ok" and self.timed:
+            t0 = time.perf_counter()
+            row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
+            wall += time.perf_counter() - t0
+        self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
+        r = RecipeResult.from_row(row)
+        r.base = r.base or cand.item.base
+        self._record(r)
+        if r.passes and self.timed and self.grow:
+            self._add(self._above(cand, r, row.get("metrics") or {}))
+        self._keep(r, session)
+
+    def _record(self, r: RecipeResult) -> None:
+        self.results.append(r)
+        self.bench.report(r)
+        self.progress(len(self.results), len(self.results) + len(self.queue) + self.running, self.eta(), r.recipe)
+
+    def _above(self, cand: Candidate, r: RecipeResult, metrics: dict) -> list[Candidate]:
+        """The tiers that sit on top of a passing recipe, each with the bound the evidence gives it."""
+        if cand.tier == "eager":
+            rec = recipemod.get(cand.item.recipe)
+            extras = [] if rec.fp8 or rec.int8 else ["compile"]
+            aligned = 1.0 - self.padding.get(rec.peak_precision, 0.0)
+            bound = metrics["matmul_ms"] * aligned if metrics.get("matmul_ms") else None
+            src = f"{r.recipe}'s GEMM/conv kernels (eager)" + \
+                (f", those of aligned shapes ({aligned:.0%} of the GEMM FLOPs)," if aligned < 1 else "")
+        elif cand.tier == "compile":
+            extras, bound, src = ["cuda_graphs"], metrics.get("kernel_ms"), f"{r.recipe}'s kernels"
+            if self.bench.mode == "train":
+                extras.append("step_graph")
+        else:
+            return []
+        return [self._on_top(cand, extra, bound, src) for extra in extras]
+
+    def _on_top(self, cand: Candidate, extra: str, bound, src: str) -> Candidate:
+        name = recipemod.on_top(cand.root, extra)
+        keep = cand.item.keep
+        label = f"{cand.root_label}+{extra}" if keep else name
+        item = Item(name, keep, label if keep else None, name if keep else None)
+        return Candidate(item, tier_of(name), cand.root, cand.root_label, bound, src)
+
+    def _keep(self, r: RecipeResult, session) -> None:
+        """Keep the worker of a leading recipe alive for the runoff; close the others."""
+        if session is None:
+            return
+        if r.passes and r.step_ms:
+            self.alive[r.recipe] = (session, r)
+        best = self.best()
+        ranked = sorted(self.alive.items(), key=lambda kv: kv[1][1].step_ms)
+        for i, (label, (s, res)) in enumerate(ranked):
+            if i >= MAX_LEADERS or res.step_ms > best.step_ms * (1 + LEAD_MARGIN):
+                s.close()
+                del self.alive[label]
+        if r.recipe not in self.alive:
+            session.close()
+
+    def best(self) -> RecipeResult | None:
+        timed = [r for r in self.results if r.passes and r.step_ms]
+        return min(timed, key=lambda r: r.step_ms) if timed else None
+
+    # --- the runoff ------------------------------------------------------------------------------------------
+    def _runoff(self) -> None:
+        if not self.alive:
+            return
+        leaders = {label: s for label, (s, _) in self.alive.items()}
+        slowest = max(r.step_ms for _, r in self.alive.values())
+        self.log(f"runoff: {', '.join(leaders)} ({runoff.ROUNDS} interleaved rounds)")
+        times = runoff.run({label: self._timer(s) for label, s in leaders.items()}, runoff.ROUNDS,
+                           runoff.window_ms(slowest)) if len(leaders) > 1 else \
+            {label: [r.step_ms] for label, (_, r) in self.alive.items()}
+        self.decision = runoff.decide(times, {label: rank(r) for label, (_, r) in self.alive.items()})
+
+    def _timer(self, session):
+        def window(ms: float) -> float | None:
+            row = session.call("window", self.bench.timeout, ms=ms)
+            return row.get("mean_ms") if row.get("status") == "ok" else None
+        return window
+
+    # --- time ------------------------------------------------------------------------------------------------
+    def guess(self, tier: str) -> float:
+        """A recipe's expected wall time (prepare, check, time): the median of its kind so far."""
+        kind = "eager" if tier == "eager" else "compile"
+        walls = sorted(self.walls[kind])
+        return walls[len(walls) // 2] if walls else FIRST_GUESS_S[kind]
+
+    def _runoff_guess(self) -> float:
+        best = self.best()
+        return 0.0 if best is None else MAX_LEADERS * runoff.ROUNDS * (runoff.window_ms(best.step_ms) / 1e3 + 0.1)
+
+    def eta(self) -> float:
+        """Seconds left, roughly: what is queued and running spread over the workers, the tiers an eager recipe
+        may still earn, and the runoff."""
+        later = sum(len(TIERS) - 2 + (self.bench.mode == "train") for c in self.queue if c.tier == "eager")
+        work = sum(self.guess(c.tier) for c in self.queue) + self.running * self.guess("compile") / 2 + \
+            later * self.guess("compile") * self.timed
+        return work / self.jobs + self._runoff_guess()
+
+    def summary(self) -> dict:
+        return {"jobs": self.jobs, "budget_s": self.budget, "pruned": self.pruned, "not_tried": self.untried,
+                "runoff": self.decision, **self.phases}

@@ -1,0 +1,224 @@
+"""The advisor's search and runoff, on the CPU: the decision rule against injected noise and ties, the grid's
+tiers, pruning on measured kernel time and the budget (through a scripted bench: no model, no GPU), and the probe
+that meets a model which hangs or dies before any recipe starts (real worker processes, through the CLI)."""
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tcperf.advisor import runoff, search
+from tcperf.advisor.measure import Item
+
+ROOT = Path(__file__).resolve().parents[1]
+KILLERS = ROOT / "tests" / "thirdparty" / "killers.py"
+
+
+# --- the runoff's decision ---------------------------------------------------------------------------------------
+def noisy_rounds(true_ms: dict, rounds: int, seed: int, spell=(0.75, 1.45), jitter=0.01) -> dict:
+    """Each round slowed by one shared spell factor (the GPU's power-cap spells), each window by its own jitter."""
+    rng = random.Random(seed)
+    times = {n: [] for n in true_ms}
+    for _ in range(rounds):
+        f = rng.uniform(*spell)
+        for n, t in true_ms.items():
+            times[n].append(t * f * (1 + rng.uniform(-jitter, jitter)))
+    return times
+
+
+RANK = {"eager": (0, 0), "compiled": (1, 0), "graphs": (2, 0)}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_noise_does_not_flip_the_pick(seed):
+    """Spells that change a whole round by up to 45% and 1% window noise: a 5% lead is found every time."""
+    times = noisy_rounds({"graphs": 1.00, "compiled": 1.05, "eager": 1.30}, runoff.ROUNDS, seed)
+    v = runoff.decide(times, RANK)
+    assert v["pick"] == "graphs"
+    assert v["runner_up"] == "compiled"
+    assert 0.03 < v["margin"] < 0.07 and v["spread"] < 0.03
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_real_tie_goes_to_the_simpler_recipe(seed):
+    times = noisy_rounds({"graphs": 1.000, "eager": 1.004}, runoff.ROUNDS, seed)
+    v = runoff.decide(times, RANK)
+    assert v["pick"] == "eager"
+    assert v["fastest"] in ("graphs", "eager")
+    assert "within the noise" in runoff.sentence(v) or v["fastest"] == "eager"
+
+
+def test_a_lead_within_the_rounds_spread_is_a_tie():
+    """3% ahead on the median, but the rounds disagree by more than that: not called."""
+    times = {"graphs": [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "eager": [0.96, 1.10, 0.97, 1.09, 0.99, 1.03]}
+    v = runoff.decide(times, RANK)
+    assert v["pick"] == "eager"
+
+
+def test_rounds_interleave_and_rotate():
+    calls = []
+    timers = {n: (lambda ms, n=n: calls.append(n) or 1.0) for n in "ABC"}
+    times = runoff.run(timers, rounds=3, window=200)
+    assert calls == list("ABCBCACAB")
+    assert times == {n: [1.0] * 3 for n in "ABC"}
+
+
+def test_a_recipe_failing_in_the_runoff_leaves_it():
+    timers = {"A": lambda ms: 1.0, "B": lambda ms: None}
+    assert runoff.run(timers, rounds=3) == {"A": [1.0] * 3}
+
+
+def test_the_sentence_states_margin_and_spread():
+    v = runoff.decide({"bf16+cuda_graphs": [2.50, 2.52, 2.55, 2.51, 2.53, 2.52],
+                       "fp16+cuda_graphs": [2.58, 2.60, 2.63, 2.59, 2.61, 2.60]}, {})
+    text = runoff.sentence(v)
+    assert text.startswith("bf16+cuda_graphs: 2.52 ms, 3.") and "% +- " in text
+    assert "ahead of fp16+cuda_graphs (6 interleaved rounds)" in text
+
+
+# --- the grid, through a scripted bench ----------------------------------------------------------------------
+class Script:
+    """A session whose rows come from a table: {label: (step_ms, matmul_ms, kernel_ms, passes)}."""
+
+    def __init__(self, label: str, table: dict, log: list):
+        self.label, self.table, self.log = label, table, log
+
+    def call(self, name: str, timeout: float, **args) -> dict:
+        self.log.append((name, self.label))
+        step, matmul, kernel, ok = self.table[self.label]
+        row = {"precision": self.label, "status": "ok" if ok else "wrong", "message": "" if ok else "too far",
+               "metrics": {"matmul_ms": matmul, "kernel_ms": kernel}}
+        if name == "time":
+            row.update(mean_ms=step, median_ms=step, iqr_ms=0.0, min_ms=step, n=10, samples=[step] * 10)
+        if name == "window":
+            return {"status": "ok", "mean_ms": step}
+        return row
+
+    def close(self):
+        self.log.append(("close", self.label))
+
+
+class ScriptedBench:
+    def __init__(self, table: dict, mode: str = "infer"):
+        import torch
+        self.table, self.mode, self.device, self.timeout = table, mode, torch.device("cuda"), 60.0
+        self.log, self.reported = [], []
+
+    def open(self, item: Item):
+        return Script(item.label or item.recipe, self.table, self.log)
+
+    def report(self, r):
+        self.reported.append(r.recipe)
+
+
+TABLE = {   # label: (step ms, matmul ms, kernel ms, passes)
+    "fp32": (10.0, 9.0, 9.8, True), "tf32": (4.0, 3.0, 3.8, True), "amp_bf16": (2.0, 1.0, 1.8, True),
+    "bf16": (1.9, 0.9, 1.6, True), "fp16": (1.8, 0.9, 1.6, False),
+    "tf32+compile": (3.5, 3.0, 3.2, True), "tf32+cuda_graphs": (3.3, 3.0, 3.2, True),
+    "compile": (1.4, 1.0, 1.2, True), "cuda_graphs": (1.25, 1.0, 1.2, True),
+    "bf16+compile": (1.3, 0.9, 1.1, True), "bf16+cuda_graphs": (1.2, 0.9, 1.1, True),
+}
+
+
+def test_the_grid_builds_tiers_on_passing_recipes_and_prunes_on_kernel_time():
+    bench = ScriptedBench(TABLE)
+    s = search.Search(bench, jobs=2)
+    results = s.run([Item(n) for n in ("fp32", "tf32", "amp_bf16", "bf16", "fp16")])
+    done = {r.recipe: r.status for r in results}
+    # fp16 failed its check: nothing is built on it
+    assert "fp16+compile" not in done
+    # fp32's GEMMs alone (9 ms) exceed the best step: its compile tier is pruned, with the reason
+    assert done["fp32+compile"] == "skipped" and "fp32+compile" in s.pruned
+    assert "fp32+cuda_graphs" not in done
+    # every passing 16-bit recipe got both tiers
+    for name in ("compile", "cuda_graphs", "bf16+compile", "bf16+cuda_graphs"):
+        assert done[name] == "ok"
+    # the runoff ran among the leaders only (within LEAD_MARGIN of the best) and picked the fastest
+    windows = {label for call, label in bench.log if call == "window"}
+    assert windows == {"bf16+cuda_graphs", "cuda_graphs", "bf16+compile", "compile"}
+    assert s.decision["pick"] == "bf16+cuda_graphs"
+    # every session was closed
+    opened = {label for call, label in bench.log if call == "open"}
+    closed = {label for call, label in bench.log if call == "close"}
+    assert opened == closed
+
+
+def test_after_eager_runs_once_every_eager_recipe_is_in():
+    bench = ScriptedBench({**TABLE, "amp_bf16+fp32[head]": (1.95, 1.0, 1.7, True)})
+    seen = []
+
+    def more(results):
+        seen.append(sorted(r.recipe for r in results if "+" not in r.recipe))
+        return [Item("amp_bf16", ("head",), "amp_bf16+fp32[head]", "amp_bf16")]
+
+    s = search.Search(bench, jobs=3)
+    results = s.run([Item(n) for n in ("fp32", "tf32", "amp_bf16", "bf16", "fp16")], after_eager=more)
+    assert seen == [["amp_bf16", "bf16", "fp16", "fp32", "tf32"]]
+    labels = {r.recipe for r in results}
+    assert "amp_bf16+fp32[head]" in labels and "amp_bf16+fp32[head]+compile" in labels
+
+
+def test_misaligned_gemms_lower_the_bound_compile_must_beat():
+    """Inductor may pad a misaligned GEMM: the eager time of those layers is no floor for the compiled step."""
+    table = {**TABLE, "fp32": (10.0, 9.0, 9.8, True), "fp32+compile": (1.0, 0.5, 0.9, True)}
+    s = search.Search(ScriptedBench(table), jobs=1, padding={"fp32": 0.95})
+    results = s.run([Item("fp32"), Item("bf16")])
+    assert {r.recipe: r.status for r in results}["fp32+compile"] == "ok"
+
+
+def test_given_recipes_get_no_tiers_above_them():
+    s = search.Search(ScriptedBench(TABLE), jobs=2, grow=False)
+    assert {r.recipe for r in s.run([Item("tf32"), Item("bf16")])} == {"tf32", "bf16"}
+
+
+def test_training_adds_the_whole_step_graph_tier():
+    table = {"amp_bf16": (2.0, 1.0, 1.8, True), "compile": (1.4, 1.0, 1.2, True),
+             "cuda_graphs": (1.3, 1.0, 1.2, True), "step_graph": (1.1, 1.0, 1.05, True)}
+    s = search.Search(ScriptedBench(table, mode="train"), jobs=1)
+    results = s.run([Item("amp_bf16")])
+    assert {r.recipe for r in results} == set(table)
+    assert s.decision["pick"] == "step_graph"
+
+
+def test_a_spent_budget_names_what_was_not_tried():
+    s = search.Search(ScriptedBench(TABLE), jobs=1, budget=1.0, started=time.perf_counter() - 5)
+    results = s.run([Item("tf32"), Item("amp_bf16")])
+    assert {r.status for r in results} == {"skipped"}
+    assert s.untried == ["tf32", "amp_bf16"]
+    assert all(r.message.startswith("not tried: --budget 1 s") for r in results)
+
+
+def test_tiers_sit_on_fp8_and_mixed_recipes_by_name():
+    fp8 = search.candidate(Item("fp8"))
+    assert fp8.tier == "compile"
+    mixed = search.candidate(Item("bf16", ("head",), "bf16+fp32[head]", "bf16"))
+    above = search.Search(ScriptedBench(TABLE), jobs=1)._on_top(mixed, "cuda_graphs", 1.0, "x")
+    assert (above.item.recipe, above.item.label, above.item.keep) == \
+        ("bf16+cuda_graphs", "bf16+fp32[head]+cuda_graphs", ("head",))
+    assert search.tier_of("fp8+cuda_graphs") == "cuda_graphs"
+
+
+# --- the probe: user code that fails before any recipe ----------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("factory,stage", [
+    ("factory_never_returns", "calling the model's factory did not finish within --timeout 8 s"),
+    ("factory_forward_hangs", "the model's first fp32 forward on its inputs did not finish within --timeout 8 s"),
+    ("factory_forward_segfaults", "the model's first fp32 forward on its inputs ended its worker process "
+                                  "(killed by SIGSEGV"),
+])
+def test_a_model_that_fails_before_the_recipes_is_one_line(tmp_path, factory, stage):
+    db = tmp_path / "t.db"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "tcperf", "advise", f"{KILLERS}:{factory}", "--device", "cpu",
+                           "--timeout", "8", "--db", str(db)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert lines == [f"tcperf: {stage}" + lines[0][len("tcperf: " + stage):]] and len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert wall < 8 + 25, wall           # --timeout plus the worker's start (importing torch) and its end
+    if db.exists():
+        import sqlite3
+        assert sqlite3.connect(db).execute("select count(*) from results").fetchone()[0] == 0
