@@ -213,9 +213,9 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
             check: bool = True, keep=(), profile: bool = False, flops: bool = False,
             ceilings: dict | None = None, wrap=None, probe=None) -> dict:
     """One recipe on one spec -> a row in the store's format (status ok | wrong | skipped; the runner adds error,
-    oom and timeout). Inference compares outputs; training, `steps` losses against fp32's noise. The reference is
-    `ref`, else read from `reference_file` (made and saved there when missing). check=False: speed only (no
-    reference, no accuracy check). On many GPUs (tcperf.distributed.parallel): `wrap` puts DDP or FSDP2 around the
+    oom and timeout). Inference compares outputs; training, the loss's fall over `steps` steps to fp32's. The
+    reference is `ref`, else read from `reference_file` (made and saved there when missing). check=False: speed only
+    (no reference, no accuracy check). On many GPUs (tcperf.distributed.parallel): `wrap` puts DDP or FSDP2 around the
     recipe's model, and `probe(row, step, device)` runs after the timing while the step is alive (the profile of
     exposed communication)."""
     rec, device = recipes.get(recipe), torch.device(device)

@@ -2,10 +2,10 @@
 
 One cell is model x mode x recipe x batch. A cell is the model's spec (tcperf.spec.builtin: the model at a fixed
 seed with its synthetic batch) measured by tcperf.engine, the same engine `tcperf advise` runs on the user's model:
-the recipe prepared, checked against fp32 strict (tcperf.accuracy: outputs in inference; in training the losses of
-`steps` steps against fp32's own run-to-run noise, GradScaler's skipped steps aligned), timed as the mean of
-back-to-back steps (the first call holds torch.compile's compile time, reported apart as compile_s), its peak
-memory read and its FLOPs counted (the model's formula or torch.utils.flop_counter). MFU is taken against the
+the recipe prepared, checked against fp32 strict (tcperf.accuracy: outputs in inference; in training the loss's fall
+over `steps` steps against fp32's, within its run-to-run spread, GradScaler's skipped steps aligned), timed as the
+mean of back-to-back steps (the first call holds torch.compile's compile time, reported apart as compile_s), its
+peak memory read and its FLOPs counted (the model's formula or torch.utils.flop_counter). MFU is taken against the
 measured ceiling for the recipe's precision (`tcperf ceilings`) or, without one, the datasheet peak, and the row
 says which. A recipe outside its tolerance is stored as status "wrong", timed all the same: "fp16 diverged" is a
 finding, not a crash.

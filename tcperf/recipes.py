@@ -57,7 +57,7 @@ class Recipe:
     weights: str | None = None          # inference: the model cast to this dtype ("bfloat16" | "float16")
     modes: tuple[str, ...] = MODES
     needs: str | None = None            # "conv2d" | "linear": what the model must have for the recipe to help
-    tolerance: float = 0.1              # allowed output rel. error (infer) / loss gap floor (train) vs fp32 strict
+    tolerance: float = 0.1              # output rel. error (infer) / share of fp32's loss fall lost (train)
     transform: str | None = None        # 'module:function(model, mode) -> notes' applied to the copy (extensions)
     about: str = ""
 

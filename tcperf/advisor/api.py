@@ -284,7 +284,8 @@ def search(spec: load.Spec, mode: str, device, dtype: str, cast: bool, tol: floa
         out_ref = forward()
     refs = accuracy.check_outputs(out_ref)
     metric_ref = float(metric(out_ref)) if metric else None
-    search_tol = max(tol, measure.DEFAULT_TOLERANCE["infer"]) if mode == "train" else tol
+    if mode == "train":       # a share of the loss's fall is no output error: the inference default, scaled alike
+        tol = tol / measure.DEFAULT_TOLERANCE["train"] * measure.DEFAULT_TOLERANCE["infer"]
 
     def error_of(out) -> float:
         acc = accuracy.compare_outputs(accuracy.check_outputs(out), refs)
@@ -293,7 +294,7 @@ def search(spec: load.Spec, mode: str, device, dtype: str, cast: bool, tol: floa
         return accuracy.rel_change(float(metric(out)), metric_ref) if metric else acc["rel_error"]
 
     with precmod.apply("fp32", device.type):
-        return sensitive.find(spec.model, forward, getattr(torch, dtype), device.type, error_of, search_tol,
+        return sensitive.find(spec.model, forward, getattr(torch, dtype), device.type, error_of, tol,
                               cast_weights=cast)
 
 

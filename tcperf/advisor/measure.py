@@ -2,10 +2,10 @@
 process of its own with a timeout, so a recipe that hangs or kills its process is recorded and the others go on.
 
 Accuracy is tcperf.accuracy's: inference compares every floating-point output with fp32 strict's (or the input of
-the last layer when fp32's output is degenerate), and the user's metric_fn when given; training holds the losses of
-`steps` steps against fp32's own run-to-run noise. On a GPU each recipe is then timed (the mean of 2 s of
-back-to-back steps: on an H200 near its power cap a step can run at two speeds in spells, and a short window's
-median reports whichever it caught) and profiled for its Tensor Core share and how busy the GPU is.
+the last layer when fp32's output is degenerate), and the user's metric_fn when given; training holds the loss's
+fall over `steps` steps to fp32's, within fp32's own run-to-run spread. On a GPU each recipe is then timed (the
+mean of 2 s of back-to-back steps: on an H200 near its power cap a step can run at two speeds in spells, and a short
+window's median reports whichever it caught) and profiled for its Tensor Core share and how busy the GPU is.
 
     with Bench("infer", device, tolerance=0.05, target="model.py:factory") as bench:
         facts = bench.probe(names)                   # the model's first look, in a worker
@@ -24,7 +24,7 @@ from ..spec import Spec, save_source
 from .load import one_line
 from .snippets import Setup
 
-DEFAULT_TOLERANCE = accuracy.DEFAULT_TOLERANCE   # output relative error / loss gap over the starting loss
+DEFAULT_TOLERANCE = accuracy.DEFAULT_TOLERANCE   # output relative error / share of fp32's loss fall lost
 TRAIN_STEPS = accuracy.DEFAULT_STEPS
 DEFAULT_TIMEOUT = 600.0     # seconds one recipe may take (torch.compile of a large model takes minutes)
 TIMING = engine.TIMING
@@ -36,7 +36,8 @@ class RecipeResult:
     status: str                      # ok | fails | skipped | error | oom | timeout
     message: str = ""
     error: float | None = None       # the deciding error, held against the tolerance
-    criterion: str = ""              # what `error` is: output rel. error | metric change | loss gap / starting loss
+    criterion: str = ""              # what `error` is: output rel. error | metric change | share of fp32's loss
+    #                                  fall lost | loss gap / starting loss (training where fp32's loss does not fall)
     accuracy: dict = field(default_factory=dict)
     timing: dict | None = None       # mean_ms (the step time), median_ms, iqr_ms, min_ms, n, samples
     first_call_s: float | None = None   # prepare + first call: includes torch.compile

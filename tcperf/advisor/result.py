@@ -180,9 +180,16 @@ def _train_caption(a: Advice) -> str | None:
     acc = next((r.accuracy for r in a.recipes if r.accuracy.get("criterion")), None)
     if not acc:
         return None
-    return (f"error: mean |loss - fp32 loss| over {acc['steps']} steps / fp32's starting loss {acc['scale']:.3g}; "
+    rerun = f"(fp32 rerun with weights x (1 + {accuracy.PERTURBATION:g} noise))"
+    if acc.get("rule") == "fall":
+        return (f"error: the share of fp32's loss fall over {acc['steps']} steps ({acc['fall_fp32']:.3g}: first loss "
+                f"- mean of the last {accuracy.END_STEPS}) a recipe loses; it passes when that share is within "
+                f"max(tolerance, {accuracy.NOISE_FACTOR:g} x fp32's run-to-run spread {acc['fall_spread']:.2g} / "
+                f"its fall) {rerun}")
+    return (f"error: mean |loss - fp32 loss| over {acc['steps']} steps / fp32's starting loss {acc['scale']:.3g} "
+            f"(fp32's loss fall {acc.get('fall_fp32', float('nan')):.3g} is within its noise, so the gap judges); "
             f"a recipe passes within max({accuracy.NOISE_FACTOR:g} x fp32's noise floor {acc['noise']:.3g}, "
-            f"tolerance x starting loss) (fp32 rerun with weights x (1 + {accuracy.PERTURBATION:g} noise))")
+            f"{accuracy.GAP_PER_TOLERANCE:g} x tolerance x starting loss) {rerun}")
 
 
 def skipped_text(a: Advice) -> Text | None:

@@ -36,7 +36,7 @@ def candidate(results: list[RecipeResult]) -> RecipeResult | None:
 
 def accuracy_cost(r: RecipeResult) -> dict:
     keys = ("rel_error", "max_abs_error", "max_abs_ref", "top1_agree", "metric", "metric_fp32", "metric_change",
-            "loss", "loss_fp32", "loss_change", "skipped_steps")
+            "loss", "loss_fp32", "loss_change", "fall", "fall_fp32", "kept", "skipped_steps")
     return {"criterion": r.criterion, "error": r.error, **{k: r.accuracy[k] for k in keys if k in r.accuracy}}
 
 

@@ -130,10 +130,14 @@ def accuracy_cell(r: dict) -> str:
         top1 = f" · top1 {acc['top1_agree']:.0%}" if acc.get("top1_agree") is not None else ""
         return f"err {acc['rel_error']:.1e}{top1}"
     skipped = f" · GradScaler skipped {acc['skipped_steps']}" if acc.get("skipped_steps") else ""
+    losses = f"loss {acc['loss']:.4g} (fp32 {acc['loss_fp32']:.4g})"
     if acc.get("allowed") is None:
-        return f"loss {acc['loss']:.4g} (fp32 {acc['loss_fp32']:.4g}){skipped}"
-    return (f"loss {acc['loss']:.4g} (fp32 {acc['loss_fp32']:.4g}) · gap {acc['gap']:.2g}, allowed "
-            f"{acc['allowed']:.2g} (fp32 noise {acc['noise']:.2g}){skipped}")
+        return losses + skipped
+    if acc.get("rule") == "fall":
+        return (f"{losses} · fell {acc['kept']:.0%} of fp32's {acc['fall_fp32']:.2g}, needs "
+                f"{1 - acc['allowed']:.0%} (fp32 spread {acc['fall_spread']:.2g}){skipped}")
+    return (f"{losses} · gap {acc['gap']:.2g}, allowed {acc['allowed']:.2g} (fp32 noise {acc['noise']:.2g}; its "
+            f"loss fall within it){skipped}")
 
 
 def ladder_table(rows: list[dict], title: str) -> Table:
