@@ -1,0 +1,100 @@
+"""The new cases of benchmarks/advise_gpu.py at CPU size, and its grid logic, on the CPU.
+
+What these tests prove:
+- every factory-file case (FAMILIES: Llama, T5, the LSTM tagger, EfficientNet, Swin, the diffusion UNet) builds
+  from its tiny factory in tests/thirdparty/, runs a forward, and for training a loss backward, in a second or two;
+  each has its GPU-size twin (gpu_<factory>) in the same file;
+- `advise_gpu.py --check-build --size cpu` builds, runs and rebuilds them as the advisor's workers do, exit 0;
+- the hand grid: compiled forms pruned by the two rules (fp32 > 3x slower; an eager base that does not pass),
+  unless an advice called the form ok; picks outside the grid added once; the checked targets (ratio, repeats).
+"""
+import importlib.util
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks" / "advise_gpu.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("advise_gpu_under_test", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ag = _bench()
+NEEDS = {"hf_llama.py": "transformers", "hf_t5.py": "transformers", "timm_effnet.py": "timm", "timm_swin.py": "timm"}
+
+
+@pytest.mark.parametrize("case", list(ag.FAMILIES))
+def test_tiny_factory_builds_and_runs(case):
+    pytest.importorskip(NEEDS.get(ag.FAMILIES[case][0], "torch"))
+    from tcperf.advisor.load import import_file, split_target
+    path, gpu_factory = split_target(ag.target_of(case, "gpu"))
+    assert callable(getattr(import_file(path), gpu_factory, None)), f"no GPU-size factory {gpu_factory} in {path}"
+    t0 = time.perf_counter()       # the file is imported (transformers' modules take seconds): build and run
+    spec, mode = ag.build_spec(case, "cpu")
+    model = spec.model.train(mode == "train")
+    out = model(*spec.args, **spec.kwargs)
+    assert ag.flat(out).numel() > 0 and torch.isfinite(ag.flat(out)).all(), case
+    if mode == "train":
+        loss = ag.hand_loss(spec)(out, spec.targets)
+        loss.backward()
+        assert torch.isfinite(loss) and any(p.grad is not None for p in model.parameters()), case
+    params = sum(p.numel() for p in model.parameters())
+    assert params < 5e6, f"{case} at CPU size has {params / 1e6:.1f}M parameters"    # tiny: well under a second
+    assert time.perf_counter() - t0 < 30, f"{case} took {time.perf_counter() - t0:.1f} s on the CPU"
+
+
+@pytest.mark.slow
+def test_check_build_new_cases():
+    pytest.importorskip("transformers")
+    pytest.importorskip("timm")
+    cmd = [sys.executable, str(BENCH), "--check-build", "--size", "cpu", "--cases", ",".join(ag.FAMILIES)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    assert proc.stdout.count("rebuilt as a worker does") == len(ag.FAMILIES), proc.stdout
+
+
+# --- the grid logic, on made-up rows -----------------------------------------------------------------------------
+def _advice(pick, ok=(), keep=()):
+    from tcperf.advisor.measure import RecipeResult
+    rows = [RecipeResult(name, "ok", timing={"mean_ms": 1.0}) for name in ok]
+    rows.append(RecipeResult(pick, "ok", timing={"mean_ms": 1.0}, keep_fp32=list(keep), base="bf16" if keep else None))
+    return types.SimpleNamespace(recipes=rows, verdict={"recommended": pick}, tolerance=0.05)
+
+
+def test_compiled_grid_prunes_on_evidence():
+    eager = [{"recipe": "fp32", "passes": True, "ms": 10.0}, {"recipe": "tf32", "passes": True, "ms": 4.0},
+             {"recipe": "amp_fp16", "passes": False, "why": "overflow"},
+             {"recipe": "amp_bf16", "passes": True, "ms": 2.0}]
+    todo, notes = ag.compiled_grid(eager, [_advice("compile", ok=("amp_fp16+cuda_graphs",))], "infer")
+    names = [h.recipe for h in todo]
+    assert "fp32+compile" not in names and any(n.startswith("fp32+compile:") for n in notes)   # rule 1: 10 > 3 x 2
+    assert "amp_fp16+compile" not in names and "amp_fp16+cuda_graphs" in names               # rule 2, unless ok
+    assert {"tf32+compile", "tf32+cuda_graphs", "compile", "cuda_graphs", "fp8", "int8"} <= set(names)
+    assert len(names) == len(set(names))
+
+
+def test_picks_outside_the_grid_are_timed_once():
+    advices = [_advice("bf16+fp32[lm_head]", keep=("lm_head",)), _advice("bf16+fp32[lm_head]", keep=("lm_head",)),
+               _advice("compile")]
+    hands = ag.pick_entries(advices, {"compile", "fp32"})
+    assert [(h.recipe, h.runs, h.keep) for h in hands] == [("bf16+fp32[lm_head]", "bf16", ("lm_head",))]
+
+
+def test_checks_ratio_and_repeats():
+    hand = [{"recipe": "compile", "ms": 1.0, "passes": True}, {"recipe": "cuda_graphs", "ms": 1.02, "passes": True},
+            {"recipe": "tf32", "ms": 2.0, "passes": True}]
+    row = ag.summarize("llama_infer", "infer", [_advice("compile"), _advice("cuda_graphs")], hand, [50.0, 60.0])
+    assert row["verdict"] == "PASS" and row["repeat_spread"] == pytest.approx(1.02), row["checks"]
+    row = ag.summarize("llama_infer", "infer", [_advice("compile"), _advice("tf32")], hand, [50.0, 60.0])
+    assert row["checks"]["ratio"] is False and row["checks"]["repeats"] is False and row["verdict"] == "FAIL"
