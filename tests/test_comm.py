@@ -1,6 +1,9 @@
 """`tcperf comm`: nccl-tests' bandwidth arithmetic, the correctness checks on real gloo ranks (2 and 4), a broken
 collective caught before timing, the store rows, the link parsed from nvidia-smi, and the GPU run."""
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,6 +15,8 @@ from tcperf.distributed.collectives import COLLECTIVES, Collective, Prepared
 from tcperf.errors import UserError
 from tcperf.store import Store
 from tcperf.timing import time_loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --- arithmetic ---------------------------------------------------------------------------------------------------
@@ -148,6 +153,20 @@ def test_bad_comm_options_are_one_line(capsys):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- the benchmark against a plain loop, end to end on a CPU ---------------------------------------------------------
+@pytest.mark.slow
+def test_comm_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "benchmarks/comm_gpu.py", "--check", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    report = json.loads((out / "comm_gpu.json").read_text())
+    assert all(p["ok"] for p in report["parts"].values()), report["parts"]
+    assert set(report["compare"]) == {"4096", "65536"}
+    assert all(r["plain_busbw_gbps"] > 0 and r["tcperf_busbw_gbps"] > 0 for r in report["compare"].values())
+    assert "ratio tcperf/plain" in done.stdout
 
 
 # --- GPUs ---------------------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The launcher (real gloo ranks started by the tests: a rank that raises, a rank that hangs, nothing left running),
 torchrun's in-process path, and `tcperf models --nproc 2` on a CPU."""
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,6 +17,7 @@ from tcperf.errors import UserError
 from tcperf.store import Store
 
 HERE = "test_distributed"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --- tasks the ranks run (imported by name in each spawned rank) ---------------------------------------------------
@@ -257,3 +261,22 @@ def test_models_fsdp2_under_amp_bf16_on_a_cpu(db_path, capsys):
     assert m["parallel_options"]["param_dtype"] == "bfloat16" and m["parallel_options"]["reduce_dtype"] == "float32"
     assert 0 <= m["exposed_comm_share"] <= 1 and m["scaling_efficiency"] > 0
     assert "param_dtype=bfloat16" in capsys.readouterr().out
+
+
+# --- the benchmark against plain DDP / FSDP2 loops, end to end on a CPU -------------------------------------------------
+@pytest.mark.slow
+def test_ddp_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt2-fsdp2", "--out", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    row = json.loads((out / "ddp_gpu.json").read_text())["rows"]["gpt2-fsdp2"]
+    assert row["plain_x2"]["throughput"] > 0 and row["tcperf"]["status"] == "ok" and row["ratio"] > 0
+    assert row["tcperf"]["parallel_options"]["param_dtype"] == "bfloat16"
+    assert "ratio tcperf/plain" in done.stdout
+
+
+def test_ddp_benchmark_bad_row_is_one_line():
+    done = subprocess.run([sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt3-ddp"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "unknown row 'gpt3-ddp'" in done.stderr
