@@ -1,4 +1,4 @@
-"""`tcperf comm` against a plain torch.distributed all-reduce loop, in the same call (issue 15), then the sweep.
+"""`tcperf comm` against a plain torch.distributed all-reduce loop, in the same call, then the sweep.
 
 1. plain: every GPU a rank (torch.multiprocessing.spawn, NCCL), for each size 1 MiB, 16 MiB, 256 MiB, 1 GiB: fp32
    all_reduce timed as nccl-tests times it: WARMUP calls, then `iters` calls back to back between two CUDA events,

@@ -1,4 +1,4 @@
-"""Data-parallel training on 2 GPUs (issue 15): `tcperf models --nproc 2` beside plain torch.distributed loops of
+"""Data-parallel training on 2 GPUs: `tcperf models --nproc 2` beside plain torch.distributed loops of
 the same step, in one call. Each row of ROWS is measured both ways and printed as the ratio tcperf / plain of the
 2-GPU throughput; tcperf's rows add the scaling efficiency (against one GPU) and the exposed communication.
 
