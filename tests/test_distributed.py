@@ -263,7 +263,7 @@ def test_models_fsdp2_under_amp_bf16_on_a_cpu(db_path, capsys):
     assert "param_dtype=bfloat16" in capsys.readouterr().out
 
 
-# --- the benchmark against plain DDP / FSDP2 loops, end to end on a CPU -------------------------------------------------
+# --- the benchmark against plain DDP / FSDP2 loops, end to end on a CPU -----------------------------------------------
 @pytest.mark.slow
 def test_ddp_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
     out = tmp_path / "out"
