@@ -1,17 +1,20 @@
-"""`tcperf comm` against a plain torch.distributed all-reduce loop, in the same call (issue 14), then the full sweep.
+"""`tcperf comm` against a plain torch.distributed all-reduce loop, in the same call, then the sweep.
 
 1. plain: every GPU a rank (torch.multiprocessing.spawn, NCCL), for each size 1 MiB, 16 MiB, 256 MiB, 1 GiB: fp32
-   all_reduce, WARMUP calls, then ITERS calls between two CUDA events; time = elapsed / ITERS; busbw = size / time
-   x 2(n-1)/n. Nothing of tcperf's is used.
+   all_reduce timed as nccl-tests times it: WARMUP calls, then `iters` calls back to back between two CUDA events,
+   the elapsed time over `iters`, the slowest rank's (all_reduce MAX), REPEATS times, the median. busbw = size /
+   time x 2(n-1)/n. Nothing of tcperf's is used.
 2. tcperf: `tcperf comm --ops all_reduce --dtypes fp32 -b 1M -e 1G -f 16 --json` on the same GPUs.
-3. the ratio tcperf / plain per size: it must lie within 3% of 1.
+3. the ratio tcperf / plain busbw per size: it must lie within 3% of 1.
 4. (unless --no-sweep) the sweep: five collectives, fp32 and bf16, 1 KiB .. 1 GiB by x4, stored in --db.
 
     python benchmarks/comm_gpu.py --out DIR [--db PATH] [--no-sweep] [--part-timeout 150]
+    python benchmarks/comm_gpu.py --check --out DIR    # CPU: gloo on 2 processes, 4 KiB and 64 KiB, no sweep
 
-Anchors on 2 x H200 (NVLink NV18, torch 2.11), plain loop, fp32 busbw: 39 GB/s at 1 MiB, 223 at 16 MiB, 300 at
+Anchors on 2 x H200 (NVLink NV18, torch 2.11), plain loop, fp32 busbw: 34-39 GB/s at 1 MiB, 223 at 16 MiB, 300 at
 256 MiB, 328 at 1 GiB. Writes comm_gpu.json under --out after every part (a part that fails or times out is
-recorded and the next one runs). About 2 minutes on 2 x H200.
+recorded and the next one runs); exit 0 when every size is within 3% (--check: when both sides ran and checked
+out). About 2 minutes on 2 x H200.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -28,30 +33,27 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIZES = [2**20, 2**24, 2**28, 2**30]
-WARMUP, ITERS = 10, 50
+SIZES = {"gpu": [2**20, 2**24, 2**28, 2**30], "cpu": [2**12, 2**16]}
+WARMUP, REPEATS = 5, 5
+LOOP_MS = {"gpu": 60.0, "cpu": 5.0}     # one timed loop's length: sets its number of calls
 WITHIN = 0.03
 
 
-def plain_rank(rank: int, world: int, port: int, out_file: str) -> None:
+# --- the plain loop ---------------------------------------------------------------------------------------------------
+def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> None:
     """A plain all-reduce loop on one rank; rank 0 writes {size: seconds a call}."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    if kind == "gpu":
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = torch.device("cuda", rank) if kind == "gpu" else torch.device("cpu")
     times = {}
-    for size in SIZES:
-        x = torch.ones(size // 4, dtype=torch.float32, device="cuda")
-        for _ in range(WARMUP):
-            dist.all_reduce(x)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(ITERS):
-            dist.all_reduce(x)
-        end.record()
-        torch.cuda.synchronize()
-        t = torch.tensor([start.elapsed_time(end) / ITERS], device="cuda")
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)       # the slowest rank, as tcperf reports it
-        times[size] = t.item() * 1e-3
+    for size in SIZES[kind]:
+        x = torch.ones(size // 4, dtype=torch.float32, device=device)
+        iters = loop_iters(x, device, LOOP_MS[kind])
+        times[size] = statistics.median(slowest(loop_ms(x, device, iters), device) for _ in range(REPEATS)) * 1e-3
         del x
     if rank == 0:
         with open(out_file, "w") as f:
@@ -59,22 +61,56 @@ def plain_rank(rank: int, world: int, port: int, out_file: str) -> None:
     dist.destroy_process_group()
 
 
-def plain(world: int, folder: str) -> dict:
-    import socket
+def loop_ms(x: torch.Tensor, device, iters: int) -> float:
+    """nccl-tests' loop: a warm-up, then `iters` all-reduces between two events; ms a call."""
+    for _ in range(WARMUP):
+        dist.all_reduce(x)
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(x)
+        return (time.perf_counter() - t0) * 1e3 / iters
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        dist.all_reduce(x)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def slowest(value: float, device) -> float:
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def loop_iters(x: torch.Tensor, device, loop_ms_budget: float) -> int:
+    """Calls a loop makes (the same on every rank): the budget over the slowest rank's time for a short loop."""
+    return int(min(2000, max(5, loop_ms_budget / max(slowest(loop_ms(x, device, 3), device), 1e-4))))
+
+
+def plain(world: int, kind: str, folder: str) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     path = os.path.join(folder, "plain.json")
-    mp.spawn(plain_rank, args=(world, port, path), nprocs=world)
+    mp.spawn(plain_rank, args=(world, port, kind, path), nprocs=world)
     with open(path) as f:
         times = {int(k): v for k, v in json.load(f).items()}
     factor = 2 * (world - 1) / world
     return {str(s): {"time_us": t * 1e6, "busbw_gbps": s / t / 1e9 * factor} for s, t in times.items()}
 
 
+# --- tcperf, the comparison -------------------------------------------------------------------------------------------
 def tcperf(args: list[str], timeout: float) -> dict:
-    """`python -m tcperf ARGS --json` in its own process group (killed whole on timeout)."""
-    cmd = [sys.executable, "-m", "tcperf", *args, "--json"]
+    """`python -m tcperf ARGS --json`'s output."""
+    return child_json([sys.executable, "-m", "tcperf", *args, "--json"], timeout)
+
+
+def child_json(cmd: list[str], timeout: float) -> dict:
+    """The JSON a command prints, run in its own process group (killed whole, ranks included, on timeout)."""
+    args = cmd[2:]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -96,24 +132,67 @@ def compare(plain_rows: dict, tc: dict) -> dict:
         ref = plain_rows.get(size, {}).get("busbw_gbps")
         ratio = mine / ref if mine and ref else None
         rows[size] = {"plain_busbw_gbps": ref, "tcperf_busbw_gbps": mine, "ratio": ratio, "status": r["status"],
+                      "tcperf_iqr_us": (r.get("iqr_ms") or 0) * 1e3,
                       "within_3pct": ratio is not None and abs(ratio - 1) <= WITHIN}
     return rows
 
 
+def tcperf_args(kind: str, world: int) -> list[str]:
+    """The `tcperf comm` call that sits beside the plain loop: the same sizes, fp32 all_reduce."""
+    sizes = SIZES[kind]
+    span = ["-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", str(sizes[1] // sizes[0])]
+    where = ["--device", "cpu", "--nproc", str(world)] if kind == "cpu" else ["--nproc", str(world)]
+    return ["comm", "--ops", "all_reduce", "--dtypes", "fp32", *span, "--rep-ms", str(LOOP_MS[kind] * REPEATS), *where]
+
+
 def main() -> int:
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="out")
     p.add_argument("--db", default=None)
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--part-timeout", type=float, default=150.0)
+    p.add_argument("--check", action="store_true", help="CPU: gloo on 2 processes, tiny sizes (does it run?)")
     a = p.parse_args()
+    kind = "cpu" if a.check else "gpu"
+    if kind == "gpu" and torch.cuda.device_count() < 2:
+        print(f"comm_gpu.py: needs 2 CUDA GPUs, {torch.cuda.device_count()} visible (or give --check)",
+              file=sys.stderr)
+        return 2
     os.makedirs(a.out, exist_ok=True)
-    world = torch.cuda.device_count()
-    report = {"gpus": world, "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "parts": {}}
+    world = 2 if a.check else torch.cuda.device_count()
+    report = {"gpus": world if kind == "gpu" else 0, "device": torch.cuda.get_device_name(0) if kind == "gpu"
+              else "cpu (gloo)", "torch": torch.__version__, "timing": f"nccl-tests: {WARMUP} warm-up calls, a "
+              f"loop of ~{LOOP_MS[kind]:.0f} ms between two events, slowest rank, median of {REPEATS}", "parts": {}}
     db = ["--db", a.db] if a.db else []
     path = os.path.join(a.out, "comm_gpu.json")
+    part = recorder(report, path)
+    report["plain"] = part("plain", lambda: plain(world, kind, a.out)) or {}
+    tc = part("tcperf", lambda: tcperf([*tcperf_args(kind, world), *db], a.part_timeout))
+    if tc:
+        report["link"] = tc.get("link")
+        report["compare"] = compare(report["plain"], tc)
+        report["all_within_3pct"] = all(r["within_3pct"] for r in report["compare"].values())
+        part("compare", lambda: None)
+        for size, r in report["compare"].items():
+            print(f"  {int(size) / 2**20:>8.3f} MiB: plain {r['plain_busbw_gbps'] or 0:8.2f} GB/s, tcperf "
+                  f"{r['tcperf_busbw_gbps'] or 0:8.2f} GB/s, ratio tcperf/plain {r['ratio'] or 0:.3f}", flush=True)
+    if not a.no_sweep and not a.check:
+        sweep = part("sweep", lambda: tcperf(["comm", "-f", "4", *db], a.part_timeout))
+        if sweep:
+            report["sweep"] = [{"op": r["op"], "dtype": r["precision"], "bytes": r.get("bytes"),
+                                "status": r["status"], "time_us": (r.get("metrics") or {}).get("time_us"),
+                                "algbw_gbps": (r.get("metrics") or {}).get("algbw_gbps"),
+                                "busbw_gbps": (r.get("metrics") or {}).get("busbw_gbps")} for r in sweep["results"]]
+            part("sweep-summary", lambda: None)
+    if a.check:
+        ran = tc and all(r["ratio"] and r["status"] == "ok" for r in report["compare"].values())
+        return 0 if ran else 1
+    return 0 if report.get("all_within_3pct") else 1
 
-    def part(name: str, fn) -> object:
+
+def recorder(report: dict, path: str):
+    """part(name, fn): fn's value, or None when it raised (recorded); the report rewritten after each part."""
+    def part(name: str, fn):
         t0 = time.time()
         try:
             value = fn()
@@ -126,27 +205,7 @@ def main() -> int:
             json.dump(report, f, indent=2, default=str)
         print(f"{name}: {report['parts'][name]}", flush=True)
         return value
-
-    report["plain"] = part("plain", lambda: plain(world, a.out)) or {}
-    sizes = ["--ops", "all_reduce", "--dtypes", "fp32", "-b", "1M", "-e", "1G", "-f", "16", "--rep-ms", "300"]
-    tc = part("tcperf", lambda: tcperf(["comm", *sizes, *db], a.part_timeout))
-    if tc:
-        report["link"] = tc.get("link")
-        report["compare"] = compare(report["plain"], tc)
-        report["all_within_3pct"] = all(r["within_3pct"] for r in report["compare"].values())
-        part("compare", lambda: None)
-        for size, r in report["compare"].items():
-            print(f"  {int(size) >> 20:>5} MiB: plain {r['plain_busbw_gbps'] or 0:7.1f} GB/s, tcperf "
-                  f"{r['tcperf_busbw_gbps'] or 0:7.1f} GB/s, ratio {r['ratio'] or 0:.3f}", flush=True)
-    if not a.no_sweep:
-        sweep = part("sweep", lambda: tcperf(["comm", "-f", "4", *db], a.part_timeout))
-        if sweep:
-            report["sweep"] = [{"op": r["op"], "dtype": r["precision"], "bytes": r.get("bytes"),
-                                "status": r["status"], "time_us": (r.get("metrics") or {}).get("time_us"),
-                                "algbw_gbps": (r.get("metrics") or {}).get("algbw_gbps"),
-                                "busbw_gbps": (r.get("metrics") or {}).get("busbw_gbps")} for r in sweep["results"]]
-            part("sweep-summary", lambda: None)
-    return 0 if report.get("all_within_3pct") else 1
+    return part
 
 
 if __name__ == "__main__":

@@ -1,99 +1,283 @@
-"""Data-parallel scaling on 2 GPUs (issue 14): `tcperf models --nproc 2` for ResNet-50 (bf16 + channels_last,
-batch 256 a GPU, eager and compiled) and GPT-2 small (amp_bf16 + torch.compile, batch 16 x 1024 a GPU) under DDP,
-then GPT-2 under FSDP2: each recipe on one GPU and on two, scaling efficiency = 2-GPU throughput / (2 x one GPU's),
-and the share of a step spent in exposed communication (torch.profiler).
+"""Data-parallel training on 2 GPUs: `tcperf models --nproc 2` beside plain torch.distributed loops of
+the same step, in one call. Each row of ROWS is measured both ways and printed as the ratio tcperf / plain of the
+2-GPU throughput; tcperf's rows add the scaling efficiency (against one GPU) and the exposed communication.
 
-    python benchmarks/ddp_gpu.py --out DIR [--db PATH] [--budget 320] [--steps 4]
+    resnet50-ddp        ResNet-50, batch 256 a GPU, amp_bf16 + channels_last, DDP            (tcperf: channels_last)
+    gpt2-ddp-compile    GPT-2 small, batch 16 x 1024 a GPU, amp_bf16 + torch.compile, DDP    (tcperf: compile)
+    gpt2-fsdp2          GPT-2 small under FSDP2, amp_bf16, eager                             (tcperf: amp_bf16)
+    gpt2-fsdp2-compile  GPT-2 small under FSDP2, amp_bf16 + torch.compile                    (tcperf: compile)
 
-Target: scaling efficiency >= 0.97 for both models at their best recipe. Anchor on 2 x H200 (NVLink, torch 2.11):
-ResNet-50 bf16 + channels_last eager, DDP: 4,641 img/s on one GPU, 9,254 on two. Writes ddp_gpu.json under --out
-after every part (a part that fails or runs out of time is recorded, the next one runs). About 5 minutes on
-2 x H200 (torch.compile of each model, once on one GPU and once on the ranks, is most of it).
+The plain loop is what a user writes: torch.multiprocessing.spawn, one process a GPU, DDP(gradient_as_bucket_view=
+True, bucket_cap_mb=25, static_graph unless compiled) or FSDP2 (fully_shard on every block with
+MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), every block but the last resharded after forward, the
+root last), torch.compile of the wrapped model, fused AdamW, autocast bf16 for forward and loss; WARMUP steps,
+then STEPS steps between two CUDA events, the slowest rank's mean (all_reduce MAX), the median of REPEATS. Only the
+model definitions and synthetic batches come from tcperf.models (so both sides train the same network); nothing
+of tcperf's measuring is used.
+
+    python benchmarks/ddp_gpu.py --out DIR [--db PATH] [--rows resnet50-ddp,gpt2-fsdp2] [--one-gpu]
+    python benchmarks/ddp_gpu.py --check --out DIR     # CPU: gloo on 2 processes, small models, eager rows
+
+Target: ratio tcperf / plain within 3% of 1 on every row, scaling efficiency >= 0.97. Anchor on 2 x H200 (NVLink,
+torch 2.11): ResNet-50 bf16 + channels_last eager, DDP: 4,641 img/s on one GPU, 9,254 on two. Writes ddp_gpu.json
+under --out after every part (a part that fails or runs out of time is recorded, the next one runs). About 7
+minutes on 2 x H200 (torch.compile of GPT-2 is most of it); --budget stops starting parts when time runs short.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import socket
+import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
 
-from comm_gpu import tcperf  # noqa: E402  (one way to run a tcperf command with a timeout, killed whole)
+from comm_gpu import child_json, recorder, tcperf  # noqa: E402  (commands run with a timeout, killed whole; parts)
 
-TARGET = 0.97
-PARTS = (  # name, model, recipes, parallel (one GPU's cells run once a part)
-    ("resnet50", "resnet50", "channels_last,compile", "ddp"),
-    ("gpt2", "gpt2", "compile", "ddp,fsdp2"),
-)
+WITHIN, TARGET = 0.03, 0.97
+WARMUP = {"gpu": 5, "cpu": 2}
+STEPS = {"gpu": 20, "cpu": 3}
+REPEATS = {"gpu": 3, "cpu": 2}
 
 
-def rows_of(result: dict) -> list[dict]:
-    out = []
-    for r in result["results"]:
-        m, s = r.get("metrics") or {}, r.get("shape") or {}
-        out.append({"model": s.get("model"), "recipe": r["precision"], "nproc": s.get("nproc", 1),
-                    "parallel": s.get("parallel"), "batch": s.get("batch"), "status": r["status"],
-                    "message": r.get("message"), "throughput": m.get("throughput"), "unit": m.get("unit"),
+@dataclass(frozen=True)
+class Row:
+    name: str
+    model: str
+    parallel: str           # ddp | fsdp2
+    compile: bool
+    recipe: str             # tcperf's recipe for the same step
+    channels_last: bool = False
+
+
+ROWS = [Row("resnet50-ddp", "resnet50", "ddp", False, "channels_last", channels_last=True),
+        Row("gpt2-ddp", "gpt2", "ddp", False, "amp_bf16"),
+        Row("gpt2-ddp-compile", "gpt2", "ddp", True, "compile"),
+        Row("gpt2-fsdp2", "gpt2", "fsdp2", False, "amp_bf16"),
+        Row("gpt2-fsdp2-compile", "gpt2", "fsdp2", True, "compile")]
+DEFAULT_ROWS = {"gpu": "resnet50-ddp,gpt2-ddp-compile,gpt2-fsdp2,gpt2-fsdp2-compile", "cpu": "gpt2-ddp,gpt2-fsdp2"}
+
+
+# --- the plain loop (in each spawned rank) ------------------------------------------------------------------------
+def plain_rank(rank: int, world: int, port: int, row: dict, kind: str, config: str, out_file: str) -> None:
+    """One rank of the plain loop for `row`; rank 0 writes what it measured."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if kind == "gpu":
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    else:
+        torch.set_num_threads(1)        # ranks share the host's cores
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = torch.device("cuda", rank) if kind == "gpu" else torch.device("cpu")
+    step, items = plain_step(Row(**row), device, config)
+    for _ in range(WARMUP[kind]):
+        step()                          # the first compiles
+    times = [slowest(loop_ms(step, device, STEPS[kind]), device) for _ in range(REPEATS[kind])]
+    if rank == 0:
+        step_ms = statistics.median(times)
+        with open(out_file, "w") as f:
+            json.dump({"step_ms": step_ms, "repeats_ms": times, "throughput": world * items / (step_ms * 1e-3),
+                       "world": world}, f)
+    dist.destroy_process_group()
+
+
+def plain_step(row: Row, device, config: str):
+    """The training step a user writes for `row`: (step, items a rank processes in one)."""
+    from tcperf import models        # the model definitions and synthetic batches only
+    mod = models.get(row.model)
+    cfg = mod.CONFIGS[config]
+    inputs, targets = mod.make_batch(cfg, cfg["batch"], device, torch.Generator(device=device).manual_seed(1))
+    torch.manual_seed(0)
+    model = mod.build(cfg).to(device)
+    if row.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
+    torch.backends.cudnn.benchmark = True
+    model = ddp(model, device, row.compile) if row.parallel == "ddp" else fsdp2(model)
+    runner = torch.compile(model) if row.compile else model
+    opt = torch.optim.AdamW(model.parameters(), **mod.OPTIMIZER, fused=device.type == "cuda")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = mod.loss_fn(runner(*inputs), targets)
+        loss.backward()
+        opt.step()
+    return step, mod.items_per_batch(cfg, cfg["batch"])
+
+
+def ddp(model, device, compiled: bool):
+    ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
+                                                     bucket_cap_mb=25, static_graph=not compiled)
+
+
+def fsdp2(model):
+    """torchtitan's way: every block, then the root; bf16 parameters, fp32 gradient reduction."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for i, block in enumerate(model.blocks):
+        fully_shard(block, mp_policy=policy, reshard_after_forward=i < len(model.blocks) - 1)
+    fully_shard(model, mp_policy=policy)
+    return model
+
+
+def loop_ms(step, device, steps: int) -> float:
+    """`steps` steps between two events (perf_counter on a CPU): ms a step."""
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return (time.perf_counter() - t0) * 1e3 / steps
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(steps):
+        step()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / steps
+
+
+def slowest(value: float, device) -> float:
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def plain_main(a) -> int:
+    """--plain ROW: spawn the ranks, print rank 0's figures as JSON (run in a child the parent can time out)."""
+    import torch.multiprocessing as mp
+    row = next(r for r in ROWS if r.name == a.plain)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    path = os.path.join(a.out, f"plain-{row.name}-x{a.world}.json")
+    mp.spawn(plain_rank, args=(a.world, port, asdict(row), a.kind, a.config, path), nprocs=a.world)
+    with open(path) as f:
+        print(json.dumps(json.load(f)))
+    return 0
+
+
+# --- the parent ---------------------------------------------------------------------------------------------------
+def plain(row: Row, world: int, kind: str, config: str, out: str, timeout: float) -> dict:
+    """The plain loop of `row` on `world` ranks, in a child process this one can stop whole."""
+    return child_json([sys.executable, os.path.abspath(__file__), "--plain", row.name, "--world", str(world),
+                       "--kind", kind, "--config", config, "--out", out], timeout)
+
+
+def tcperf_rows(model: str, rows: list[Row], kind: str, config: str, batch: int, db, timeout: float) -> list[dict]:
+    """One `tcperf models MODEL --nproc 2` call for every row of the model: its rows as stored."""
+    recipes = ",".join(dict.fromkeys(r.recipe for r in rows))
+    parallels = ",".join(dict.fromkeys(r.parallel for r in rows))
+    argv = ["models", model, "--recipes", recipes, "--nproc", "2", "--parallel", parallels, "--batch", str(batch),
+            "--steps", "4" if kind == "gpu" else "2", "--rep-ms", "600" if kind == "gpu" else "20",
+            "--timeout", str(timeout), *(["--device", "cpu", "--small"] if kind == "cpu" else []), *db]
+    return tcperf(argv, timeout)["results"]
+
+
+def tcperf_figures(row: Row, results: list[dict]) -> dict:
+    """tcperf's 2-rank row for `row` (recipe and parallel) and its one-GPU throughput."""
+    for r in results:
+        s, m = r.get("shape") or {}, r.get("metrics") or {}
+        if r["precision"] == row.recipe and s.get("parallel") == row.parallel:
+            return {"status": r["status"], "message": r.get("message"), "throughput": m.get("throughput"),
                     "step_ms": r.get("mean_ms"), "scaling_efficiency": m.get("scaling_efficiency"),
+                    "one_gpu_throughput": m.get("one_gpu_throughput"), "unit": m.get("unit"),
                     "exposed_comm_share": m.get("exposed_comm_share"), "comm_ms": m.get("comm_ms"),
-                    "compile_s": m.get("compile_s")})
-    return out
+                    "exposed_comm_ms": m.get("exposed_comm_ms"), "parallel_options": m.get("parallel_options")}
+    return {"status": "missing", "message": f"no {row.recipe} {row.parallel} row in tcperf's output"}
 
 
 def main() -> int:
-    p = argparse.ArgumentParser()
+    a = parse()
+    if a.plain:
+        return plain_main(a)
+    kind = "cpu" if a.check else "gpu"
+    if kind == "gpu" and torch.cuda.device_count() < 2:
+        print(f"ddp_gpu.py: needs 2 CUDA GPUs, {torch.cuda.device_count()} visible (or give --check)", file=sys.stderr)
+        return 2
+    names = (a.rows or DEFAULT_ROWS[kind]).split(",")
+    unknown = [n for n in names if n not in {r.name for r in ROWS}]
+    if unknown:
+        print(f"ddp_gpu.py: unknown row {unknown[0]!r}; choose from {', '.join(r.name for r in ROWS)}", file=sys.stderr)
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    report = run_rows([r for r in ROWS if r.name in names], kind, a)
+    ok = [r for r in report["rows"].values() if r.get("ratio")]
+    if a.check:
+        return 0 if len(ok) == len(names) else 1
+    return 0 if len(ok) == len(names) and all(r["within_3pct"] for r in ok) else 1
+
+
+def run_rows(rows: list[Row], kind: str, a) -> dict:
+    """Model by model: the plain loop of each row, then one tcperf call for the model; ratios as they come."""
+    config = "small" if kind == "cpu" else "full"
+    report: dict = {"device": torch.cuda.get_device_name(0) if kind == "gpu" else "cpu (gloo)",
+                    "torch": torch.__version__, "config": config, "target": TARGET, "parts": {}, "rows": {}}
+    part, start = recorder(report, os.path.join(a.out, "ddp_gpu.json")), time.time()
+    left = lambda: min(a.part_timeout, a.budget - (time.time() - start))   # noqa: E731
+    for model in dict.fromkeys(r.model for r in rows):
+        mine = [r for r in rows if r.model == model]
+        for r in mine:
+            for world in ([1, 2] if a.one_gpu else [2]):
+                report["rows"].setdefault(r.name, {})[f"plain_x{world}"] = part(
+                    f"plain {r.name} x{world}", lambda: guarded(left(), plain, r, world, kind, config, a.out))
+        from tcperf import models
+        batch = models.get(model).CONFIGS[config]["batch"]
+        db = ["--db", a.db] if a.db else []
+        results = part(f"tcperf {model}", lambda: guarded(left(), tcperf_rows, model, mine, kind, config, batch,
+                                                          db)) or []
+        for r in mine:
+            report["rows"][r.name].update(tcperf=tcperf_figures(r, results), **asdict(r))
+            finish(report["rows"][r.name])
+        part(f"compare {model}", lambda: None)
+    return report
+
+
+def guarded(limit: float, fn, *args):
+    """fn(*args, timeout=limit), unless too little of the budget is left to start it."""
+    if limit < 30:
+        raise TimeoutError(f"only {limit:.0f} s of the budget left: not started")
+    return fn(*args, limit)
+
+
+def finish(entry: dict) -> None:
+    """The ratio tcperf / plain of the 2-GPU throughput (and the plain loop's own scaling with --one-gpu); printed."""
+    plain2, plain1, tc = entry.get("plain_x2") or {}, entry.get("plain_x1") or {}, entry["tcperf"]
+    ratio = tc.get("throughput") / plain2["throughput"] if tc.get("throughput") and plain2.get("throughput") else None
+    entry.update(ratio=ratio, within_3pct=ratio is not None and abs(ratio - 1) <= WITHIN)
+    if plain1.get("throughput") and plain2.get("throughput"):
+        entry["plain_scaling_efficiency"] = plain2["throughput"] / (2 * plain1["throughput"])
+    share = tc.get("exposed_comm_share")
+    print(f"  {entry['name']}: plain {plain2.get('throughput') or 0:,.0f}, tcperf {tc.get('throughput') or 0:,.0f} "
+          f"{tc.get('unit') or ''}: ratio tcperf/plain {ratio or 0:.3f}; tcperf efficiency "
+          f"{tc.get('scaling_efficiency') or 0:.3f}, exposed comm {share or 0:.1%} {tc.get('message') or ''}"[:300],
+          flush=True)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="out")
     p.add_argument("--db", default=None)
-    p.add_argument("--budget", type=float, default=320.0, help="seconds for all parts (each gets what is left, "
-                   "and at most --part-timeout)")
-    p.add_argument("--part-timeout", type=float, default=200.0)
-    p.add_argument("--steps", default="4", help="training steps the accuracy check compares (speed is the point)")
-    p.add_argument("--parts", default=",".join(name for name, *_ in PARTS))
-    a = p.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "ddp_gpu.json")
-    report: dict = {"parts": {}, "rows": [], "target": TARGET}
-    start = time.time()
-    for name, model, recipes, par in PARTS:
-        if name not in a.parts.split(","):
-            continue
-        t0 = time.time()
-        limit = min(a.part_timeout, a.budget - (t0 - start))
-        argv = ["models", model, "--recipes", recipes, "--nproc", "2", "--parallel", par, "--steps", a.steps,
-                "--rep-ms", "600", "--timeout", str(limit), *(["--db", a.db] if a.db else [])]
-        try:
-            if limit < 30:
-                raise TimeoutError(f"only {limit:.0f} s of the budget left: not started")
-            rows = rows_of(tcperf(argv, limit))
-            report["rows"] += rows
-            report["parts"][name] = {"ok": True, "seconds": round(time.time() - t0, 1)}
-        except Exception as e:     # recorded; the next part runs
-            report["parts"][name] = {"ok": False, "seconds": round(time.time() - t0, 1),
-                                     "error": f"{type(e).__name__}: {e}"[:800]}
-        report["best"] = best(report["rows"])
-        with open(path, "w") as f:
-            json.dump(report, f, indent=2, default=str)
-        print(f"{name}: {report['parts'][name]}", flush=True)
-        for r in report["rows"]:
-            if r["model"] == model:
-                print(f"  {r['recipe']} x{r['nproc']} {r['parallel'] or ''}: {r['status']} "
-                      f"{r['throughput'] or 0:,.0f} {r['unit'] or ''} eff {r['scaling_efficiency'] or 0:.3f} "
-                      f"exposed comm {r['exposed_comm_share'] or 0:.1%} {r['message'] or ''}"[:200], flush=True)
-    ok = all(b["scaling_efficiency"] >= TARGET for b in report["best"].values())
-    return 0 if report["best"] and ok else 1
-
-
-def best(rows: list[dict]) -> dict:
-    """Per model and parallel, the 2-GPU row of the fastest recipe (total throughput)."""
-    out: dict = {}
-    for r in rows:
-        if r["nproc"] > 1 and r["throughput"] and r["scaling_efficiency"]:
-            key = f"{r['model']}-{r['parallel']}"
-            if key not in out or r["throughput"] > out[key]["throughput"]:
-                out[key] = r
-    return out
+    p.add_argument("--rows", default=None, help=f"comma-separated, from {', '.join(r.name for r in ROWS)}")
+    p.add_argument("--one-gpu", action="store_true", help="also the plain loops on one GPU (their own efficiency)")
+    p.add_argument("--budget", type=float, default=540.0, help="seconds for all parts (no part starts with < 30 s)")
+    p.add_argument("--part-timeout", type=float, default=300.0)
+    p.add_argument("--check", action="store_true", help="CPU: gloo on 2 processes, small models (does it run?)")
+    p.add_argument("--plain", default=None, help=argparse.SUPPRESS)     # in the child: one row's plain loop
+    p.add_argument("--world", type=int, default=2, help=argparse.SUPPRESS)
+    p.add_argument("--kind", default="gpu", help=argparse.SUPPRESS)
+    p.add_argument("--config", default="full", help=argparse.SUPPRESS)
+    return p.parse_args()
 
 
 if __name__ == "__main__":

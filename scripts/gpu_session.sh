@@ -43,8 +43,10 @@ for s in "$@"; do
         advise2)  stage advise2 ${ADVISE2_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files/advise2" --db "$TCPERF_DB" ${ADVISE2_ARGS:-} ;;
         steptiming) stage steptiming ${STEP_LIMIT:-300} python3 benchmarks/step_timing.py --out "$OUT/files" ${STEP_ARGS:-} ;;
         ttt)      stage ttt ${TTT_LIMIT:-560} bash -c "python3 -m pytest -m gpu -p no:cacheprovider -rs --timeout 240 tests/test_train_to_target.py; python3 benchmarks/train_to_target_gpu.py --out \"$OUT/files/ttt\" --db \"$TCPERF_DB\" ${TTT_ARGS:-}" ;;
+        comm)     stage comm ${COMM_LIMIT:-300} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 120 ;;
+        ddp)      stage ddp ${DDP_LIMIT:-580} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 540 ;;
         multi)    stage comm ${COMM_LIMIT:-170} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 75
-                  stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320
+                  stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-}
                   stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         smoke)    stage smoke ${SMOKE_LIMIT:-300} bash -c "time python3 -m tcperf advise examples/awkward_mlp.py:factory; time python3 -m tcperf advise examples/linear_head.py:factory --mode train --json > $OUT/files/linear_head_train.json" ;;
         ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;

@@ -14,6 +14,7 @@ Two ways to time a call:
 
     m = time_fn(lambda: a @ b, "cuda")                       # Measurement(median_ms=..., iqr_ms=..., n=...)
     m = time_fn(step, "cuda", flush_l2=False, back_to_back=True)
+    ms = time_loop(lambda: dist.all_reduce(x), "cuda", iters=200)   # nccl-tests' way: one event pair, mean
 """
 from __future__ import annotations
 
@@ -118,6 +119,30 @@ def repeat_until_stable(measure, *, max_repeats: int = 10, patience: int = 2, mi
         stale = 0 if not values or value < min(values) * (1 - min_gain) else stale + 1
         values.append(value)
     return values
+
+
+def time_loop(fn, device: torch.device | str, *, iters: int, warmup: int = 5) -> float:
+    """Milliseconds a call of `fn` takes in a loop, as nccl-tests times a collective: `warmup` calls, then `iters`
+    calls back to back between two CUDA events (perf_counter on a CPU), the elapsed time over `iters`. Nothing
+    runs between the calls, so per-call costs a loop does not pay (an event, a sample) are not counted."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        for _ in range(warmup):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / iters
+    with torch.cuda.device(device):
+        start, end = _events(2)    # made (and synced) before the warm-up, so the GPU is busy when the loop starts
+        for _ in range(warmup):
+            fn()
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()   # sync point: read the events once the loop has completed
+    return start.elapsed_time(end) / iters
 
 
 def time_until_stable(fn, device, *, max_repeats: int = 10, patience: int = 2, min_gain: float = 0.005,

@@ -1,6 +1,10 @@
 """`tcperf comm`: nccl-tests' bandwidth arithmetic, the correctness checks on real gloo ranks (2 and 4), a broken
 collective caught before timing, the store rows, the link parsed from nvidia-smi, and the GPU run."""
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -10,6 +14,9 @@ from tcperf.distributed import collectives, launch, link
 from tcperf.distributed.collectives import COLLECTIVES, Collective, Prepared
 from tcperf.errors import UserError
 from tcperf.store import Store
+from tcperf.timing import time_loop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --- arithmetic ---------------------------------------------------------------------------------------------------
@@ -84,6 +91,39 @@ def test_every_collective_checks_out_on_4_ranks_and_a_broken_one_is_not_timed():
     assert sized[("comm.all_reduce", "bf16", 12345)] == 6172 * 2
 
 
+# --- timing as nccl-tests times -------------------------------------------------------------------------------------
+def test_time_loop_is_one_interval_over_the_calls():
+    calls = []
+
+    def call():
+        calls.append(time.perf_counter())
+        time.sleep(0.002)
+    ms = time_loop(call, "cpu", iters=10, warmup=3)
+    assert len(calls) == 13
+    assert ms == pytest.approx((calls[-1] - calls[3]) * 1e3 / 9, rel=0.3)      # the loop's time over its calls
+    assert 2.0 <= ms < 10
+
+
+def slow_rank_task(case, device, job):
+    """'slow': no communication, 3 ms a call on rank 1 and nothing on rank 0: the time must be rank 1's."""
+    def slow(base, n, r):
+        return Prepared((lambda: time.sleep(0.003)) if r == 1 else (lambda: None), base, base)
+    COLLECTIVES["slow"] = Collective("slow", slow, lambda n: 1.0, chunked=False)
+    return collectives.task(case, device, job)
+
+
+def test_the_time_is_the_slowest_ranks_loop_mean_repeated():
+    case = {**collectives.case("slow", "fp32", 4096, 2), "task": "test_comm:slow_rank_task"}
+    row = launch.run_cases([case], torch.device("cpu"), nproc=2, timeout=60, timing=launch.TimingConfig(rep_ms=1))[0]
+    m = row["metrics"]
+    assert row["status"] == "ok", row["message"]
+    assert len(row["samples"]) == collectives.REPEATS and m["iters"] == collectives.MIN_REPS   # the probe said 3 ms
+    assert all(3.0 <= t < 9 for t in row["samples"])          # rank 1's loops
+    assert all(t < 0.5 for t in m["rank0_ms"])                 # rank 0 alone would have looked free
+    assert row["median_ms"] == pytest.approx(sorted(row["samples"])[collectives.REPEATS // 2])
+    assert m["busbw_gbps"] == pytest.approx(4096 / (row["median_ms"] * 1e-3) / 1e9)
+
+
 def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
     argv = ["comm", "--device", "cpu", "--nproc", "2", "--ops", "all_reduce,all_to_all", "--dtypes", "fp32",
             "-b", "1K", "-e", "64K", "-f", "64", "--rep-ms", "5", "--db", db_path, "--json"]
@@ -98,10 +138,12 @@ def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
     for r in rows:
         m = r["metrics"]
         assert r["status"] == "ok" and m["world"] == 2 and m["backend"] == "gloo"
-        assert m["algbw_gbps"] == pytest.approx(r["bytes"] / (r["mean_ms"] * 1e-3) / 1e9)
+        assert m["algbw_gbps"] == pytest.approx(r["bytes"] / (r["median_ms"] * 1e-3) / 1e9)
+        assert m["time_us"] == pytest.approx(r["median_ms"] * 1e3)
         factor = 1.0 if r["op"] == "comm.all_reduce" else 0.5
         assert r["gbps"] == pytest.approx(m["busbw_gbps"]) == pytest.approx(factor * m["algbw_gbps"])
-        assert r["n"] >= collectives.MIN_REPS and len(r["samples"]) == r["n"]
+        assert r["n"] == len(r["samples"]) == m["repeats"] == collectives.REPEATS
+        assert m["iters"] >= collectives.MIN_REPS and m["warmup"] == collectives.WARMUP
     assert out["link"]["link"].startswith("one host")
 
 
@@ -111,6 +153,20 @@ def test_bad_comm_options_are_one_line(capsys):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- the benchmark against a plain loop, end to end on a CPU ---------------------------------------------------------
+@pytest.mark.slow
+def test_comm_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "benchmarks/comm_gpu.py", "--check", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    report = json.loads((out / "comm_gpu.json").read_text())
+    assert all(p["ok"] for p in report["parts"].values()), report["parts"]
+    assert set(report["compare"]) == {"4096", "65536"}
+    assert all(r["plain_busbw_gbps"] > 0 and r["tcperf_busbw_gbps"] > 0 for r in report["compare"].values())
+    assert "ratio tcperf/plain" in done.stdout
 
 
 # --- GPUs ---------------------------------------------------------------------------------------------------------

@@ -1,6 +1,9 @@
 """The launcher (real gloo ranks started by the tests: a rank that raises, a rank that hangs, nothing left running),
 torchrun's in-process path, and `tcperf models --nproc 2` on a CPU."""
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -8,11 +11,13 @@ import torch
 import torch.distributed as dist
 
 from tcperf import cli
-from tcperf.distributed import launch, parallel
+from tcperf.distributed import launch, overlap, parallel
+from tcperf.distributed.overlap import Kernel
 from tcperf.errors import UserError
 from tcperf.store import Store
 
 HERE = "test_distributed"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --- tasks the ranks run (imported by name in each spawned rank) ---------------------------------------------------
@@ -114,10 +119,35 @@ def test_bad_nproc_is_one_line(monkeypatch, capsys):
 def test_exposed_communication_is_what_no_other_work_hides():
     comm = [(0, 10), (5, 15), (30, 40)]        # union: 0-15, 30-40 = 25
     other = [(2, 4), (12, 20), (35, 36)]       # hides 2 + 3 + 1 = 6
-    assert parallel.total(parallel.union(comm)) == 25
-    assert parallel.exposed(comm, other) == 19
-    assert parallel.exposed(comm, []) == 25 and parallel.exposed([], other) == 0
-    assert parallel.exposed([(0, 10)], [(0, 10)]) == 0
+    assert overlap.total(overlap.union(comm)) == 25
+    assert overlap.exposed(comm, other) == 19
+    assert overlap.exposed(comm, []) == 25 and overlap.exposed([], other) == 0
+    assert overlap.exposed([(0, 10)], [(0, 10)]) == 0
+
+
+# Two steps of 100 µs each on one GPU's timeline (µs). Step 1: an all-reduce 60-90, hidden by a GEMM 50-70 and a copy
+# 85-88 (on other streams), so 60-70 and 85-88 are hidden, 70-85 and 88-90 exposed (17 µs). Step 2: two overlapping
+# all-reduce kernels 150-170 and 160-190 (union 150-190), a GEMM 100-155 and an elementwise kernel 180-185: exposed
+# 155-180 and 185-190 (30 µs). Kernels overlapping kernels (two GEMMs at 0-40) count once.
+TRACE = [Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 0, 40), Kernel("ampere_sgemm_128x64_nn", 10, 30),
+         Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 50, 70),
+         Kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 60, 90),
+         Kernel("Memcpy DtoD (Device -> Device)", 85, 88),
+         Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 100, 155),
+         Kernel("ncclKernel_AllReduce_RING_LL_Sum_bfloat16", 150, 170),
+         Kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 160, 190),
+         Kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >", 180, 185)]
+
+
+def test_exposed_share_on_a_synthetic_trace_is_exact():
+    figures = overlap.exposed_share(TRACE, steps=2, step_ms=0.1)
+    assert figures["comm_ms"] == pytest.approx((30 + 40) / 2 / 1e3)           # 35 µs of communication a step
+    assert figures["exposed_comm_ms"] == pytest.approx((17 + 30) / 2 / 1e3)    # 23.5 µs exposed a step
+    assert figures["exposed_comm_share"] == pytest.approx(0.235)
+    assert overlap.exposed_share(TRACE[:3], steps=1, step_ms=0.1)["exposed_comm_share"] == 0
+    assert overlap.exposed_share(TRACE, steps=2, step_ms=None)["exposed_comm_share"] is None
+    shuffled = list(reversed(TRACE))                                          # order does not matter
+    assert overlap.exposed_share(shuffled, steps=2, step_ms=0.1) == figures
 
 
 def test_scaling_efficiency_is_against_the_same_recipe_on_one_gpu():
@@ -139,6 +169,69 @@ def test_fsdp2_cells_only_for_transformers():
     assert out[1]["task"] == parallel.RUN_TASK and out[1]["rank_timeout"] == pytest.approx(90)
 
 
+# --- DDP and FSDP2 as their users configure them, on 2 gloo ranks ----------------------------------------------------
+def wrapped_task(case, device, job):
+    """GPT-2 small wrapped by parallel.wrap under the case's recipe; what the wrappers hold and what a forward sees."""
+    from tcperf import models, precision, recipes
+    torch.manual_seed(0)
+    mod = models.get("gpt2")
+    model, rec = mod.build(mod.CONFIGS["small"]), recipes.get(case["precision"])
+    seen = []
+    model.blocks[0].attn.qkv.register_forward_hook(lambda m, args, out: seen.append(str(m.weight.dtype)))
+    wrapped = parallel.wrap(model, parallel.PARALLELS[case["shape"]["parallel"]], rec)
+    inputs, _ = mod.make_batch(mod.CONFIGS["small"], 2, device, torch.Generator().manual_seed(0))
+    with precision.apply(rec.precision, "cpu"):
+        wrapped(*inputs).float().sum().backward()
+    return {"op": "t", "precision": rec.name, "status": "ok", "metrics": {**describe(wrapped), "forward": seen}}
+
+
+def describe(wrapped) -> dict:
+    """What a DDP or FSDP2 wrapper was configured with, read back from the wrapper itself."""
+    if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
+        return {"ddp": [wrapped.gradient_as_bucket_view, wrapped.bucket_bytes_cap / 2**20, wrapped.static_graph]}
+    units = [wrapped, *wrapped.blocks]
+    policies = [u._get_fsdp_state()._mp_policy for u in units]
+    groups = [u._get_fsdp_state()._fsdp_param_group for u in wrapped.blocks]
+    return {"fsdp": [type(u).__name__.startswith("FSDP") for u in units],
+            "policy": sorted({(str(p.param_dtype), str(p.reduce_dtype)) for p in policies}),
+            "reshard": [g.post_forward_mesh_info is not None for g in groups]}
+
+
+WRAPPED = [  # recipe, parallel, what the wrapper holds and the dtype of a block's weight during forward
+    ("amp_bf16", "fsdp2", {"fsdp": [True] * 3, "policy": [("torch.bfloat16", "torch.float32")],
+                           "reshard": [True, False], "forward": ["torch.bfloat16"]}),
+    ("fp32", "fsdp2_no_reshard", {"fsdp": [True] * 3, "policy": [("None", "torch.float32")],
+                                  "reshard": [False, False], "forward": ["torch.float32"]}),
+    ("amp_bf16", "ddp", {"ddp": [True, 25.0, True], "forward": ["torch.float32"]}),   # autocast casts per op
+    ("amp_bf16+compile", "ddp", {"ddp": [True, 25.0, False]}),      # wrapped only (a forward would compile)
+]
+
+
+def test_ddp_and_fsdp2_get_the_options_that_matter_for_speed():
+    cases = [{**_case("wrap_only_task" if "compile" in recipe else "wrapped_task", i), "precision": recipe,
+              "shape": {"parallel": par}} for i, (recipe, par, _) in enumerate(WRAPPED)]
+    rows = launch.run_cases(cases, torch.device("cpu"), nproc=2, timeout=60)     # one launch, 2 gloo ranks
+    for row, (recipe, par, want) in zip(rows, WRAPPED):
+        assert row["status"] == "ok", row.get("message")
+        assert {k: row["metrics"][k] for k in want} == want, (recipe, par, row["metrics"])
+
+
+def wrap_only_task(case, device, job):
+    from tcperf import models, recipes
+    mod = models.get("gpt2")
+    par, rec = parallel.PARALLELS[case["shape"]["parallel"]], recipes.get(case["precision"])
+    return {"status": "ok", "metrics": describe(parallel.wrap(mod.build(mod.CONFIGS["small"]), par, rec))}
+
+
+def test_parallel_options_are_named_as_stored():
+    from tcperf import recipes
+    assert parallel.PARALLELS["ddp"].options(recipes.get("amp_bf16")) == {
+        "gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
+    assert parallel.PARALLELS["fsdp2"].options(recipes.get("amp_fp16"))["param_dtype"] == "float16"
+    assert parallel.PARALLELS["fsdp2"].options(recipes.get("tf32"))["param_dtype"] is None
+    assert parallel.PARALLELS["fsdp2"].options(recipes.get("compile"))["param_dtype"] == "bfloat16"
+
+
 # --- the ladder on 2 gloo ranks ---------------------------------------------------------------------------------------
 def test_models_nproc_2_on_a_cpu(db_path, capsys):
     code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "fp32", "--nproc", "2", "--parallel", "ddp",
@@ -152,6 +245,38 @@ def test_models_nproc_2_on_a_cpu(db_path, capsys):
     m = ddp["metrics"]
     assert m["throughput"] == pytest.approx(2 * m["items_per_step"] / (ddp["mean_ms"] * 1e-3))
     assert m["scaling_efficiency"] == pytest.approx(m["throughput"] / (2 * one["metrics"]["throughput"]))
-    assert 0 <= m["exposed_comm_share"] <= 1
+    assert 0 <= m["exposed_comm_share"] <= 1 and m["exposed_steps"] == parallel.PROFILED_STEPS
     assert m["accuracy"]["gap"] < 1e-4          # the same batch on both ranks: the one-GPU losses
+    assert m["parallel_options"] == {"gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
     assert "2 ranks · ddp" in capsys.readouterr().out
+
+
+def test_models_fsdp2_under_amp_bf16_on_a_cpu(db_path, capsys):
+    code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "amp_bf16", "--nproc", "2", "--parallel",
+                     "fsdp2", "--batch", "1", "--steps", "2", "--rep-ms", "20", "--db", db_path])
+    assert code == 0
+    one, fsdp = Store.open(db_path).results(Store.open(db_path).run()["id"])
+    assert fsdp["status"] == "ok", fsdp["message"]
+    m = fsdp["metrics"]
+    assert m["parallel_options"]["param_dtype"] == "bfloat16" and m["parallel_options"]["reduce_dtype"] == "float32"
+    assert 0 <= m["exposed_comm_share"] <= 1 and m["scaling_efficiency"] > 0
+    assert "param_dtype=bfloat16" in capsys.readouterr().out
+
+
+# --- the benchmark against plain DDP / FSDP2 loops, end to end on a CPU -----------------------------------------------
+@pytest.mark.slow
+def test_ddp_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
+    out = tmp_path / "out"
+    argv = [sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt2-fsdp2", "--out", str(out)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    row = json.loads((out / "ddp_gpu.json").read_text())["rows"]["gpt2-fsdp2"]
+    assert row["plain_x2"]["throughput"] > 0 and row["tcperf"]["status"] == "ok" and row["ratio"] > 0
+    assert row["tcperf"]["parallel_options"]["param_dtype"] == "bfloat16"
+    assert "ratio tcperf/plain" in done.stdout
+
+
+def test_ddp_benchmark_bad_row_is_one_line():
+    done = subprocess.run([sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt3-ddp"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "unknown row 'gpt3-ddp'" in done.stderr

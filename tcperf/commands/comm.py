@@ -76,7 +76,8 @@ def main(args) -> int:
 
 
 def print_comm(results: list[dict], where: dict, out) -> None:
-    """One table per collective: size, dtype, time, algbw, busbw, check."""
+    """One table per collective: size, dtype, time (the median of the repeated loops, nccl-tests' way), algbw,
+    busbw, check."""
     n = (results[0]["shape"].get("nproc") if results else None) or "?"
     detail = f" ({where['detail']})" if where.get("detail") else ""
     out.print(f"{n} ranks · link: {where['link']}{detail}")
@@ -89,14 +90,14 @@ def print_comm(results: list[dict], where: dict, out) -> None:
 
 def comm_table(title: str, rows: list[dict]) -> Table:
     t = Table(title=title)
-    for col in ("size", "dtype", "status", "time µs (mean)", "median ± IQR µs", "algbw GB/s", "busbw GB/s", "note"):
+    for col in ("size", "dtype", "status", "time µs ± IQR", "calls × repeats", "algbw GB/s", "busbw GB/s", "note"):
         t.add_column(col, justify="left" if col in ("size", "dtype", "status", "note") else "right")
     for r in rows:
         m = r.get("metrics") or {}
-        ok = r.get("mean_ms") is not None
+        ok = r.get("median_ms") is not None
         t.add_row(collectives.label(r.get("bytes") or r["shape"]["bytes"]), r["precision"],
-                  r["status"], f"{r['mean_ms'] * 1e3:,.1f}" if ok else "",
-                  f"{r['median_ms'] * 1e3:,.1f} ± {(r.get('iqr_ms') or 0) * 1e3:,.1f}" if ok else "",
+                  r["status"], f"{r['median_ms'] * 1e3:,.1f} ± {(r.get('iqr_ms') or 0) * 1e3:,.1f}" if ok else "",
+                  f"{m.get('iters')} × {m.get('repeats')}" if ok else "",
                   f"{m['algbw_gbps']:,.2f}" if ok else "", f"{m['busbw_gbps']:,.2f}" if ok else "",
                   r.get("message") or "; ".join(r.get("warnings") or []))
     return t

@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
                    help="also train each cell on N ranks (one a GPU; gloo processes on a CPU): total throughput, "
                         "scaling efficiency against one GPU, exposed communication (default: one GPU only)")
     p.add_argument("--parallel", default="ddp,fsdp2",
-                   help="with --nproc: ddp and/or fsdp2 (FSDP2 on the transformer models only; default ddp,fsdp2)")
+                   help="with --nproc: ddp, fsdp2 and/or fsdp2_no_reshard (FSDP2 on the transformer models only; "
+                        "default ddp,fsdp2); docs/many-gpus.md lists the options each runs with")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="the small configurations (the default on a CPU)")
     size.add_argument("--full", action="store_true", help="the full-size models (the default on a GPU)")
@@ -202,5 +203,7 @@ def scaling_lines(rows: list[dict]) -> str:
                  "no one-GPU row to compare with"]
         if share is not None:
             parts.append(f"exposed communication {share:.1%} of a step ({m.get('exposed_basis')})")
+        if m.get("parallel_options"):
+            parts.append(", ".join(f"{k}={v}" for k, v in m["parallel_options"].items()))
         lines.append(f"  {r['precision']}: " + "; ".join(parts))
     return "\n".join(lines)

@@ -9,9 +9,10 @@ nccl-tests' size and bandwidth conventions (nccl-tests/doc/PERFORMANCE.md):
 
 A case runs on every rank. Inputs are random integers 1..4 times (rank + 1), so every sum is exact in fp32 and
 bf16 (up to 10 ranks); outputs are poisoned with NaN, the collective runs once and every rank compares its output
-with the value the others' inputs imply; only when the worst rank matches is it timed. Timing is tcperf.timing's
-back-to-back samples (CUDA events on a GPU), with the same number of calls on every rank (agreed from a probe);
-the time is the mean of the slowest rank, as a loop of the collective sustains it.
+with the value the others' inputs imply; only when the worst rank matches is it timed. Timing is nccl-tests':
+a warm-up, then many calls back to back between two CUDA events and nothing else, the elapsed time over the calls
+(tcperf.timing.time_loop), the same number of calls on every rank (agreed from a probe), the slowest rank's time
+taken (all_reduce MAX). That loop is repeated REPEATS times; the median is reported with its IQR.
 
 On 2 x H200 (NVLink NV18, torch 2.11), a plain all_reduce loop gives fp32 bus bandwidth 39 GB/s at 1 MiB, 223 at
 16 MiB, 300 at 256 MiB and 328 at 1 GiB (issue 14); tcperf must land within 3% (benchmarks/comm_gpu.py).
@@ -35,8 +36,10 @@ from . import launch
 TASK = "tcperf.distributed.collectives:task"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {"fp32": 1e-6, "bf16": 1e-2, "fp16": 1e-3}   # relative to the largest expected value; sums are exact
-MIN_REPS, MAX_REPS = 5, 2000
+MIN_REPS, MAX_REPS = 5, 2000      # calls in one timed loop
 PROBE_REPS = 3
+WARMUP = 5                        # calls before each timed loop
+REPEATS = 5                       # timed loops: the median of their means is reported, with its spread
 SEED = 1234
 
 
@@ -228,18 +231,32 @@ def _worst(value: float, device, op=dist.ReduceOp.MAX) -> float:
 
 
 def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job: dict) -> None:
-    """Time `run` on every rank with the same number of calls; the slowest rank's mean sets the bandwidth."""
-    from ..timing import time_fn
-    fixed = {"warmup_ms": 0.0, "rep_ms": 0.0, "flush_l2": False, "back_to_back": True}
-    probe = time_fn(run, device, **fixed, min_reps=PROBE_REPS, max_reps=PROBE_REPS)
-    rep_ms = (job.get("timing") or {}).get("rep_ms", 100.0)
-    reps = int(min(MAX_REPS, max(MIN_REPS, rep_ms / max(_worst(probe.mean_ms, device), 1e-4))))
-    m = time_fn(run, device, **fixed, min_reps=reps, max_reps=reps)
-    slowest = _worst(m.mean_ms, device)
-    alg, bus = coll.bandwidth(size, slowest * 1e-3, n)
-    row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=slowest,
+    """Time `run` as nccl-tests does (tcperf.timing.time_loop: a warm-up, then `iters` calls between two events,
+    the mean), REPEATS times; each repeat's time is the slowest rank's. The median of the repeats sets the bandwidth,
+    their spread is reported beside it."""
+    from ..timing import Measurement, time_loop
+    iters = _iters(run, device, (job.get("timing") or {}).get("rep_ms", 100.0))
+    mine = [time_loop(run, device, iters=iters, warmup=WARMUP) for _ in range(REPEATS)]
+    m = Measurement(_slowest(mine, device), warmup=WARMUP, flush_l2=False, back_to_back=True)
+    alg, bus = coll.bandwidth(size, m.median_ms * 1e-3, n)
+    row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=m.mean_ms,
                n=m.n, gbps=bus)
-    row["metrics"].update(algbw_gbps=alg, busbw_gbps=bus, time_us=slowest * 1e3, rank0_mean_ms=m.mean_ms,
-                          spread=m.spread, unstable=m.unstable)
+    row["metrics"].update(algbw_gbps=alg, busbw_gbps=bus, time_us=m.median_ms * 1e3, iters=iters, warmup=WARMUP,
+                          repeats=REPEATS, rank0_ms=mine, spread=m.spread, unstable=m.unstable,
+                          timing="nccl-tests: mean of a loop between two events, slowest rank, median of repeats")
     if m.unstable:
         row["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+
+
+def _iters(run, device, rep_ms: float) -> int:
+    """Calls a repeat's loop makes, the same on every rank: its share of `rep_ms` over the slowest rank's probe."""
+    from ..timing import time_loop
+    probe = _worst(time_loop(run, device, iters=PROBE_REPS, warmup=1), device)
+    return int(min(MAX_REPS, max(MIN_REPS, rep_ms / REPEATS / max(probe, 1e-4))))
+
+
+def _slowest(values: list[float], device) -> list[float]:
+    """Element by element, the largest of every rank's values (all_reduce MAX)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()

@@ -1,18 +1,27 @@
 """The model ladder on many GPUs (`tcperf models --nproc N`): each training cell is measured on one GPU, as the
-ladder always does, and then on N ranks under DistributedDataParallel and, for the transformer models, FSDP2
-(`torch.distributed.fsdp.fully_shard` on every block of the model's ModuleLists, then on the whole model).
+ladder always does, and then on N ranks under each way of PARALLELS that applies:
 
-The N-rank cell runs through the same engine as every other cell (tcperf.engine.measure), with `wrap` putting DDP
-or fully_shard around the recipe's copy before torch.compile and the optimizer see it. Every rank trains on the
-same synthetic batch, so the averaged gradients are the one-GPU gradients and the accuracy check holds the losses
-against the same fp32 reference. Each rank times TIMED_STEPS back-to-back steps (the same number everywhere: each
-step holds collectives); the slowest rank's mean sets the step time, and
+    ddp               DistributedDataParallel(gradient_as_bucket_view=True, bucket_cap_mb=25, static_graph=True
+                      unless compiled: torch.compile's DDPOptimizer does not take it)
+    fsdp2             FSDP2 as torchtitan applies it: fully_shard on every block of the model's ModuleLists, the
+                      root last, MixedPrecisionPolicy(param_dtype = the recipe's autocast dtype (bf16 for amp_bf16,
+                      fp16 for amp_fp16, none for fp32/tf32), reduce_dtype = float32), every block but the last
+                      resharded after forward; transformer models only
+    fsdp2_no_reshard  the same, the gathered parameters kept from forward to backward
+
+The options each cell ran with are stored with its row (metrics.parallel_options). The N-rank cell runs through
+the same engine as every other cell (tcperf.engine.measure), with `wrap` putting DDP or fully_shard around the
+recipe's copy before torch.compile and the optimizer see it. Every rank trains on the same synthetic batch, so
+the averaged gradients are the one-GPU gradients and the accuracy check holds the losses against the same fp32
+reference. Each rank times TIMED_STEPS back-to-back steps (the same number everywhere: each step holds
+collectives); the slowest rank's mean sets the step time, and
 
     total throughput   = N x items a step / step time
     scaling efficiency = total throughput / (N x the same recipe's throughput on one GPU)
-    exposed comm share = time a communication kernel runs while no other kernel does, over the step time, from
-                         torch.profiler over PROFILED_STEPS steps (on a CPU, gloo works on threads of its own
-                         and the figure only reflects the profiler's CPU events)
+    exposed comm share = time a communication kernel runs while no other kernel does, per step, over the step
+                         time (tcperf.distributed.overlap), from torch.profiler's GPU kernels over PROFILED_STEPS
+                         steps after WARM_PROFILED unrecorded ones, averaged over the ranks (on a CPU, gloo works
+                         on threads of its own and the figure only reflects the profiler's CPU events)
 
 On 2 x H200 (NVLink, torch 2.11), ResNet-50 bf16 + channels_last, batch 256 a GPU, DDP: 4,641 img/s on one GPU,
 9,254 on two (issue 14: efficiency 0.997).
@@ -23,25 +32,56 @@ On 2 x H200 (NVLink, torch 2.11), ResNet-50 bf16 + channels_last, batch 256 a GP
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from .. import engine, ladder, models, recipes
+from .. import engine, ladder, models, precision, recipes
 from .. import spec as specmod
 from ..errors import choices
-from . import launch
+from . import launch, overlap
 
-PARALLELS = ("ddp", "fsdp2")
 TASK = "tcperf.distributed.parallel:cell_task"      # on every rank
 RUN_TASK = "tcperf.distributed.parallel:run_cell"   # in the ladder's worker: starts the ranks
 TIMED_STEPS = 20
-PROFILED_STEPS = 3
+WARM_PROFILED = 2       # steps under the profiler before the ones it records: the ranks' profiler start-up settles
+PROFILED_STEPS = 5      # steps the exposed communication is averaged over
 RANK_SHARE = 0.9        # of the cell's --timeout, for the ranks: the worker that started them answers in time
+RESHARD = ("default", "always", "never")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """One way to spread a training step over ranks, with the options that matter for its speed."""
+    name: str
+    kind: str                       # "ddp" | "fsdp2"
+    bucket_cap_mb: float = 25.0     # DDP: gradients are all-reduced in buckets of this size (torch's default)
+    reshard: str = "default"        # FSDP2 reshard_after_forward: "default" = every block but the last (torchtitan),
+                                    # "always", "never" (parameters kept gathered from forward to backward)
+    about: str = ""
+
+    def options(self, rec: recipes.Recipe) -> dict:
+        """What the wrapper is given under recipe `rec`, as stored with the row."""
+        if self.kind == "ddp":       # static_graph: the models' graphs are fixed, but DDPOptimizer (compile) rejects it
+            return {"gradient_as_bucket_view": True, "bucket_cap_mb": self.bucket_cap_mb,
+                    "static_graph": not rec.compile}
+        dtype = precision.get(rec.precision).autocast       # bf16 for amp_bf16, fp16 for amp_fp16, None for fp32/tf32
+        return {"param_dtype": str(dtype).removeprefix("torch.") if dtype else None, "reduce_dtype": "float32",
+                "reshard_after_forward": self.reshard, "units": "every block, then the model"}
+
+
+PARALLELS: dict[str, Parallel] = {p.name: p for p in (
+    Parallel("ddp", "ddp", about="DistributedDataParallel: gradient buckets all-reduced during backward"),
+    Parallel("fsdp2", "fsdp2", about="fully_shard per block, then the model; params in the autocast dtype"),
+    Parallel("fsdp2_no_reshard", "fsdp2", reshard="never",
+             about="FSDP2 keeping the gathered parameters from forward to backward (ZeRO-2-like)"),
+)}
 
 
 # --- cases (parent side) --------------------------------------------------------------------------------------------
 def parse(text: str) -> list[str]:
+    """'ddp,fsdp2' -> names in PARALLELS; UserError naming the valid choices."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     for n in names or [""]:
         if n not in PARALLELS:
@@ -51,7 +91,7 @@ def parse(text: str) -> list[str]:
 
 def applies(parallel: str, model: str) -> bool:
     """FSDP2 is measured on the transformer models (their blocks are the units it shards); DDP on every model."""
-    return parallel == "ddp" or models.get(model).KIND == "transformer"
+    return PARALLELS[parallel].kind == "ddp" or models.get(model).KIND == "transformer"
 
 
 def cells(one_gpu: list[dict], nproc: int, parallels, timeout: float) -> list[dict]:
@@ -102,32 +142,43 @@ def run_cell(case: dict, device, job: dict) -> dict:
 def cell_task(case: dict, device, job: dict) -> dict:
     """The cell on this rank: engine.measure with DDP or FSDP2 around the recipe's model, then the totals."""
     s, config = case["shape"], case.get("config", "full")
-    rec = recipes.get(case["precision"])
-    launch.beat(f"{s['model']} {rec.name} {s['parallel']}: set-up")
+    rec, par = recipes.get(case["precision"]), PARALLELS[s["parallel"]]
+    launch.beat(f"{s['model']} {rec.name} {par.name}: set-up")
     base = ladder._base(s["model"], s["mode"], rec, s["batch"], models.get(s["model"]), config)
     cell = specmod.builtin(s["model"], config, s["batch"], case.get("seed", 0), device)
     timing = {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": TIMED_STEPS, "max_reps": TIMED_STEPS}
     row = engine.measure(cell, rec, s["mode"], device, reference_file=case.get("reference"),
                          steps=case.get("steps", ladder.DEFAULT_STEPS), timing=timing, flops=True,
-                         ceilings=job.get("ceilings"), wrap=functools.partial(wrap, parallel=s["parallel"]),
+                         ceilings=job.get("ceilings"), wrap=functools.partial(wrap, parallel=par, rec=rec),
                          probe=exposed_comm)
-    row["metrics"] = {**base["metrics"], **row["metrics"], "parallel": s["parallel"], "nproc": s["nproc"],
-                      "label": f"{s['model']} {s['mode']} b={s['batch']} x{s['nproc']} {s['parallel']}"}
+    row["metrics"] = {**base["metrics"], **row["metrics"], "parallel": par.name, "nproc": s["nproc"],
+                      "parallel_options": par.options(rec),
+                      "label": f"{s['model']} {s['mode']} b={s['batch']} x{s['nproc']} {par.name}"}
     _totals(row, cell.items, device)
     return {**base, **row, "shape": s}
 
 
-def wrap(model: torch.nn.Module, parallel: str) -> torch.nn.Module:
-    """DDP around the model, or FSDP2: fully_shard on every block of its ModuleLists, then on the model."""
-    if parallel == "ddp":
+def wrap(model: torch.nn.Module, parallel: Parallel, rec: recipes.Recipe) -> torch.nn.Module:
+    """DDP around the model, or FSDP2 on its blocks then on the model, with `parallel`'s options under `rec`."""
+    opts = parallel.options(rec)
+    if parallel.kind == "ddp":
         device = next(model.parameters()).device
         ids = [device.index] if device.type == "cuda" else None
-        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True)
-    from torch.distributed.fsdp import fully_shard
-    for blocks in [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]:
-        for block in blocks:
-            fully_shard(block)
-    fully_shard(model)
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **opts)
+    return shard(model, precision.get(rec.precision).autocast, parallel.reshard)
+
+
+def shard(model: torch.nn.Module, param_dtype: torch.dtype | None, reshard: str = "default") -> torch.nn.Module:
+    """FSDP2 as torchtitan applies it: fully_shard on every block of the model's ModuleLists, the root last, each
+    with MixedPrecisionPolicy(param_dtype, reduce_dtype=float32) (the all-gathers move param_dtype, the gradient
+    reduce-scatters float32); reshard_after_forward per `reshard` (RESHARD)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
+    blocks = [b for blocks in model.modules() if isinstance(blocks, torch.nn.ModuleList) for b in blocks]
+    for i, block in enumerate(blocks):
+        after = {"always": True, "never": False}.get(reshard, i < len(blocks) - 1)   # the last is gathered next
+        fully_shard(block, mp_policy=policy, reshard_after_forward=after)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard != "never")
     return model
 
 
@@ -146,67 +197,41 @@ def _totals(row: dict, items: int | None, device) -> None:
 
 # --- exposed communication ------------------------------------------------------------------------------------------
 def exposed_comm(row: dict, step, device) -> None:
-    """engine.measure's probe: PROFILED_STEPS steps under torch.profiler; the share of a step in which only
-    communication runs."""
-    from torch.profiler import ProfilerActivity, profile
+    """engine.measure's probe: the step under torch.profiler (WARM_PROFILED steps, then PROFILED_STEPS recorded),
+    the exposed communication of tcperf.distributed.overlap averaged over those steps and over the ranks."""
+    kernels = profiled_kernels(step, device)
+    figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.get("mean_ms"))
+    mine = [figures["comm_ms"], figures["exposed_comm_ms"]]
+    both = torch.tensor(mine, dtype=torch.float64, device=device)
+    dist.all_reduce(both)                       # gloo has no AVG: a sum over the ranks, then / n
+    comm_ms, exposed_ms = (both / dist.get_world_size()).tolist()
+    step_ms = row.get("mean_ms")
+    row["metrics"].update(comm_ms=comm_ms, exposed_comm_ms=exposed_ms, rank0_exposed_comm_ms=mine[1],
+                          exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None,
+                          exposed_steps=PROFILED_STEPS,
+                          exposed_basis="GPU kernels" if device.type == "cuda"
+                          else "CPU events (gloo runs on its own threads)")
+
+
+def profiled_kernels(step, device) -> list[overlap.Kernel]:
+    """The kernels (GPU) or operators (CPU) of PROFILED_STEPS steps, after WARM_PROFILED unrecorded ones; every
+    rank starts together (a barrier), so none times another's profiler start-up as communication."""
+    from torch.profiler import ProfilerActivity, profile, schedule
     gpu = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
-    with profile(activities=activities) as prof:
-        for _ in range(PROFILED_STEPS):
+    dist.barrier()
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=WARM_PROFILED, active=PROFILED_STEPS)) as p:
+        for i in range(WARM_PROFILED + PROFILED_STEPS):
             step()
-        if gpu:
-            torch.cuda.synchronize(device)    # sync point: every kernel inside the profile
-    comm, other = split_events(prof.events(), gpu)
-    exposed_ms = exposed(comm, other) / 1e3
-    step_ms = row.get("mean_ms") or 0.0
-    row["metrics"].update(comm_ms=total(union(comm)) / 1e3 / PROFILED_STEPS,
-                          exposed_comm_ms=exposed_ms / PROFILED_STEPS,
-                          exposed_comm_share=min(1.0, exposed_ms / PROFILED_STEPS / step_ms) if step_ms else None,
-                          exposed_basis="GPU kernels" if gpu else "CPU events (gloo runs on its own threads)")
+            if gpu and i == WARM_PROFILED + PROFILED_STEPS - 1:
+                torch.cuda.synchronize(device)    # sync point: every kernel done before the recording stops
+            p.step()
+    return kernels_of(p.events(), gpu)
 
 
-def is_comm(name: str) -> bool:
-    low = name.lower()
-    return any(k in low for k in ("nccl", "gloo", "c10d::", "allreduce", "all_reduce", "reduce_scatter",
-                                  "all_gather", "allgather"))
-
-
-def split_events(events, gpu: bool) -> tuple[list, list]:
-    """(communication intervals, other intervals) in microseconds: GPU kernels on a GPU, operators on a CPU."""
+def kernels_of(events, gpu: bool) -> list[overlap.Kernel]:
+    """torch.profiler's events as Kernels: GPU kernels on a GPU; aten operators and collectives on a CPU."""
     from torch.autograd import DeviceType
     want = DeviceType.CUDA if gpu else DeviceType.CPU
-    comm, other = [], []
-    for e in events:
-        if e.device_type != want or (not gpu and not (e.name.startswith("aten::") or is_comm(e.name))):
-            continue
-        (comm if is_comm(e.name) else other).append((e.time_range.start, e.time_range.end))
-    return comm, other
-
-
-def union(intervals) -> list[tuple[float, float]]:
-    """Overlapping (start, end) intervals merged, in order."""
-    out: list[list[float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [tuple(i) for i in out]
-
-
-def total(intervals) -> float:
-    return sum(end - start for start, end in intervals)
-
-
-def exposed(comm, other) -> float:
-    """Time covered by `comm` and not by `other`."""
-    a, b = union(comm), union(other)
-    hidden, j = 0.0, 0
-    for start, end in a:
-        while j < len(b) and b[j][1] <= start:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < end:
-            hidden += min(end, b[k][1]) - max(start, b[k][0])
-            k += 1
-    return total(a) - hidden
+    return [overlap.Kernel(e.name, e.time_range.start, e.time_range.end) for e in events
+            if e.device_type == want and (gpu or e.name.startswith("aten::") or overlap.is_comm(e.name))]
