@@ -15,7 +15,7 @@ those before it).
 The roofline: a step takes at least max(bytes / bandwidth, FLOPs / peak). With W the weight bytes, k the KV bytes
 and f the FLOPs of one row, bytes = W + B k and FLOPs = B f, so the two limits cross at
     B* = W / (f x bandwidth / peak - k)            (no crossing when the KV cache alone keeps it memory-bound)
-For Llama-3.2-1B in bf16 on an H200 (744 TFLOPS, 4.25 TB/s measured) at context 80: B* is about 190.
+For Llama-3.2-1B in bf16 on an H200 (744 TFLOPS, 4.25 TB/s measured) at context 80: B* is about 215.
 """
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def _cache_tensors(m: nn.Module) -> list[torch.Tensor]:
 def linear_weights(model: nn.Module) -> int:
     """Multiply-adds per token of every Linear-like layer (out x in; tcperf.generate.quant's layers carry the
     same in_features / out_features): the output layer counts, the embedding gather does not."""
-    return sum(m.in_features * m.out_features for m in model.modules()
-               if isinstance(getattr(m, "in_features", None), int) and isinstance(getattr(m, "out_features", None), int))
+    sizes = [(getattr(m, "in_features", None), getattr(m, "out_features", None)) for m in model.modules()]
+    return sum(k * n for k, n in sizes if isinstance(k, int) and isinstance(n, int))
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, element_bytes: int) -> int:
@@ -149,7 +149,8 @@ def model_dims(model: nn.Module, args, kv_element_bytes: int) -> dict:
     """The numbers the formulas above need, read off a built (and quantized) model. args: n_layer, n_head,
     n_kv_head, head_dim."""
     return {"weight_bytes_0": weight_bytes(model, 0), "weight_bytes_1": weight_bytes(model, 1),
-            "linear_weights": linear_weights(model), "output_weights": args.vocab * args.dim, "layers": args.n_layer, "heads": args.n_head,
+            "linear_weights": linear_weights(model), "output_weights": args.vocab * args.dim,
+            "layers": args.n_layer, "heads": args.n_head,
             "kv_heads": args.n_kv_head, "head_dim": args.head_dim, "kv_element_bytes": kv_element_bytes}
 
 

@@ -335,7 +335,7 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
     if not s.accuracy["passed"]:
         a = s.accuracy
         row.update(status="wrong", message=f"logits' relative error {a['rel_error']:.3g} > tolerance "
-                                            f"{a['tolerance']:.3g} against bf16 (top-1 agreement {a['top1_agree']:.0%})")
+                                            f"{a['tolerance']:.3g} against bf16 (top-1 {a['top1_agree']:.0%})")
     return row
 
 
