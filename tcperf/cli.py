@@ -20,6 +20,7 @@ COMMANDS = {
     "ceilings": "tcperf.commands.ceilings",
     "lint": "tcperf.commands.lint",
     "models": "tcperf.commands.models",
+    "generate": "tcperf.commands.generate",
     "advise": "tcperf.commands.advise",
     "comm": "tcperf.commands.comm",
     "train-to-target": "tcperf.commands.train_to_target",

@@ -1,0 +1,186 @@
+"""The models `tcperf generate` takes besides its built-ins, and transformers' own generation loop.
+
+MODEL is a built-in name (tcperf.generate.model.CONFIGS), a transformers config name (its config is fetched, the
+weights are random: nothing else is downloaded) or `file.py:factory` returning a causal LM: a transformers model
+(its `generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). The plain loop runs any
+Llama-shaped model (a built-in, a Llama config); the hf loop any transformers causal LM (a built-in becomes a
+LlamaForCausalLM of the same shape).
+
+The hf loop is what a user of transformers writes: generate(..., cache_implementation="static"), which on a GPU
+compiles the decode forward with mode="reduce-overhead" by itself. Its steps are timed from the streamer's put()
+(each token reaches it after a host sync that generate makes anyway, so the gaps are the steps).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..errors import UserError
+from . import model as plain
+
+
+def source(name: str) -> dict:
+    """MODEL -> {"kind": "builtin" | "config" | "factory", "name": ...}, checked: an unknown name, a config that
+    is not a causal LM, or a factory whose model is not causal is a UserError (exit 2, nothing measured)."""
+    if name in plain.CONFIGS:
+        return {"kind": "builtin", "name": name}
+    if ":" in name or name.endswith(".py"):
+        check_causal(load_factory(name), name)
+        return {"kind": "factory", "name": name}
+    config = load_config(name)
+    from transformers import AutoModelForCausalLM
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        raise UserError(f"{name} is a {type(config).__name__}, not a causal LM's config; give a decoder such as "
+                        f"a Llama, GPT-2 or Qwen config, or a built-in: {', '.join(plain.CONFIGS)}")
+    return {"kind": "config", "name": name}
+
+
+def load_config(name: str):
+    import logging
+    hub = logging.getLogger("huggingface_hub")
+    level, hub.level = hub.level, logging.ERROR          # its retry warnings are not the one line we print
+    try:
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(name)
+    except Exception as e:                  # noqa: BLE001 - no such name, offline, not a config
+        raise UserError(f"unknown model {name!r}: not a built-in ({', '.join(plain.CONFIGS)}), not file.py:factory, "
+                        f"and transformers could not load its config ({type(e).__name__})") from None
+    finally:
+        hub.setLevel(level)
+
+
+def load_factory(target: str):
+    """file.py:factory -> the model it returns (its example inputs, if any, are not needed)."""
+    from ..advisor.load import import_file, one_line, split_target
+    path, fname = split_target(target)
+    factory = getattr(import_file(path), fname, None)
+    if not callable(factory):
+        raise UserError(f"{path} has no function {fname!r}")
+    try:
+        made = factory()
+    except Exception as e:                 # noqa: BLE001 - the user's code
+        raise UserError(f"{target}: the factory raised {one_line(e)}") from None
+    made = made.get("model") if isinstance(made, dict) else made[0] if isinstance(made, tuple) else made
+    if not isinstance(made, torch.nn.Module):
+        raise UserError(f"{target}: the factory must return a causal LM (a torch.nn.Module), not "
+                        f"{type(made).__name__}")
+    return made
+
+
+def check_causal(lm: torch.nn.Module, name: str) -> None:
+    """A causal LM maps token ids (B, T) to logits (B, T, vocab), and a token never changes the logits of the
+    positions before it; UserError saying which rule failed."""
+    if isinstance(lm, plain.Transformer):
+        return
+    vocab = _vocab(lm)
+    device = next(lm.parameters()).device
+    ids = torch.randint(0, vocab, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
+    changed = ids.clone()
+    changed[0, -1] = (ids[0, -1] + 1) % vocab
+    try:
+        with torch.no_grad():
+            a, b = logits_of(lm, ids), logits_of(lm, changed)
+    except Exception as e:                 # noqa: BLE001 - the user's model
+        raise UserError(f"{name}: the model rejects token ids (1, 8): {type(e).__name__}: {e}"[:300]) from None
+    if a.dim() != 3 or a.shape[:2] != ids.shape:
+        raise UserError(f"{name} is not a causal LM: token ids (1, 8) give {tuple(a.shape)}, not logits (1, 8, vocab)")
+    if not torch.allclose(a[:, :-1].float(), b[:, :-1].float(), rtol=1e-3, atol=1e-4):
+        raise UserError(f"{name} is not a causal LM: changing the last token changed the logits of earlier positions")
+
+
+def _vocab(lm) -> int:
+    """The config's vocab_size, else the first embedding's rows (token ids below it are valid)."""
+    vocab = getattr(getattr(lm, "config", None), "vocab_size", None)
+    vocab = vocab or next((m.num_embeddings for m in lm.modules() if isinstance(m, torch.nn.Embedding)), None)
+    if not vocab:
+        raise UserError(f"{type(lm).__name__} is not a causal LM: it has no token embedding")
+    return vocab
+
+
+def logits_of(lm, ids: torch.Tensor) -> torch.Tensor:
+    out = lm(ids) if not hasattr(lm, "config") else lm(input_ids=ids, use_cache=False)
+    return out.logits if hasattr(out, "logits") else out
+
+
+# --- building ---------------------------------------------------------------------------------------------------
+def args_of(src: dict) -> plain.ModelArgs | None:
+    """The plain model's shape for a source the plain loop can run (a built-in, a Llama config), else None."""
+    if src["kind"] == "builtin":
+        return plain.get(src["name"])
+    if src["kind"] != "config":
+        return None
+    c = load_config(src["name"])
+    if getattr(c, "model_type", None) != "llama":
+        return None
+    return plain.ModelArgs(src["name"], c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                           c.num_key_value_heads or c.num_attention_heads, c.intermediate_size, c.vocab_size,
+                           tied=bool(c.tie_word_embeddings), rope_base=float(getattr(c, "rope_theta", 1e4) or 1e4),
+                           norm_eps=c.rms_norm_eps)
+
+
+def llama_config(a: plain.ModelArgs):
+    from transformers import LlamaConfig
+    return LlamaConfig(hidden_size=a.dim, num_hidden_layers=a.n_layer, num_attention_heads=a.n_head,
+                       num_key_value_heads=a.n_kv_head, intermediate_size=a.intermediate, vocab_size=a.vocab,
+                       tie_word_embeddings=a.tied, rope_theta=a.rope_base, rms_norm_eps=a.norm_eps,
+                       max_position_embeddings=131072, bos_token_id=0, eos_token_id=None, pad_token_id=0)
+
+
+def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0):
+    """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed`."""
+    torch.manual_seed(seed)
+    if src["kind"] == "factory":
+        lm = load_factory(src["name"])
+    else:
+        from transformers import AutoModelForCausalLM
+        config = llama_config(plain.get(src["name"])) if src["kind"] == "builtin" else load_config(src["name"])
+        with torch.device(device):
+            lm = AutoModelForCausalLM.from_config(config)
+    return lm.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def dims_args(lm) -> plain.ModelArgs:
+    """The shape numbers the byte accounting needs, from a transformers config."""
+    c = lm.config
+    heads = c.num_attention_heads
+    return plain.ModelArgs("hf", c.hidden_size, c.num_hidden_layers, heads,
+                           getattr(c, "num_key_value_heads", None) or heads, getattr(c, "intermediate_size", 0) or 0,
+                           c.vocab_size)
+
+
+# --- transformers' loop -----------------------------------------------------------------------------------------
+class Stamps:
+    """A generate() streamer that keeps the host time of each put(): the prompt first, then each new token."""
+
+    def __init__(self, device: torch.device):
+        self.device, self.times = device, []
+
+    def put(self, value) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # sync point: generate has synced for this token already
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def hf_generate(lm, prompt: torch.Tensor, new_tokens: int, compile: bool | None, streamer=None) -> torch.Tensor:
+    """transformers' greedy generate with a static cache (compiled by transformers on a GPU unless compile is
+    False) -> the new tokens (B, new_tokens)."""
+    kwargs = {"disable_compile": True} if compile is False else {}
+    out = lm.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens,
+                      min_new_tokens=new_tokens, do_sample=False, cache_implementation="static", pad_token_id=0,
+                      streamer=streamer, **kwargs)
+    return out[:, prompt.shape[1]:]
+
+
+def timed_generate(lm, prompt: torch.Tensor, new_tokens: int, compile: bool | None) -> tuple[float, list[float]]:
+    """One hf generation: (time to first token ms, the inter-token gaps ms)."""
+    stamps = Stamps(prompt.device)
+    if prompt.is_cuda:
+        torch.cuda.synchronize(prompt.device)     # sync point: start the clock on an idle GPU
+    t0 = time.perf_counter()
+    hf_generate(lm, prompt, new_tokens, compile, streamer=stamps)
+    times = stamps.times[1:]                      # [0] is the prompt, put before the prefill
+    return (times[0] - t0) * 1e3, [(b - a) * 1e3 for a, b in zip(times, times[1:])]

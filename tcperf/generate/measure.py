@@ -1,0 +1,348 @@
+"""One `tcperf generate` row: a model at a precision, decoded by one loop at one batch size, timed and accounted.
+
+The worker task (tcperf.worker calls task(case, device, job)): the first case of a (model, precision, loop) in a
+worker builds the model at random weights, checks its accuracy against bf16 and allocates the static KV cache for
+the largest batch of the sweep; every case then times whole generations at its batch: the prefill (time to first
+token) and each decode step (inter-token latency) with CUDA events around the loop's calls (perf_counter on a CPU),
+a warm-up generation first (it holds torch.compile's time, reported as compile_s). A batch that runs out of memory
+is recorded as "oom" and ends the sweep: the batches after it are not tried.
+
+Accuracy (teacher-forced, so positions align): bf16 decodes the prompts greedily; the recipe's model then reads
+bf16's prompt + tokens in one forward, and its logits at the generated positions are compared with bf16's: the
+relative norm error (judged against the recipe's tolerance) and the share of positions whose top-1 token agrees.
+A recipe outside its tolerance is timed all the same and stored as status "wrong".
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .. import engine, peaks
+from ..timing import Measurement
+from . import accounting, hf, loop, quant
+from . import model as plain
+
+TASK = "tcperf.generate.measure:task"
+ACC_ROWS, ACC_PROMPT, ACC_OUTPUT = 4, 64, 32   # the accuracy check's prompts: rows, tokens, generated tokens
+MIN_REPEATS, MAX_REPEATS = 3, 50               # timed generations a batch
+MEMORY_SHARE = 0.85                            # of the free memory the KV cache and activations may take
+_SESSIONS: dict[tuple, "Session"] = {}
+
+
+def case(src: dict, loop_name: str, recipe: str, batch: int, prompt: int, output: int, *, max_batch: int,
+         compile: bool | None = None, seed: int = 0, oom_above: int | None = None) -> dict:
+    """A runner case: one row. oom_above simulates running out of memory above that batch (CPU tests)."""
+    return {"op": "generate", "suite": "generate", "task": TASK, "precision": recipe,
+            "shape": {"model": src["name"], "batch": batch, "prompt": prompt, "output": output, "loop": loop_name},
+            "source": src, "max_batch": max_batch, "compile": compile, "seed": seed, "oom_above": oom_above}
+
+
+def task(case: dict, device, job: dict) -> dict:
+    r = quant.get(case["precision"])
+    row = _base(case, r)
+    why = quant.unsupported(r, device) or loop_reason(case, r)
+    if why:
+        return {**row, "status": "skipped", "message": why}
+    session = _session(case, r, device)
+    batch = case["shape"]["batch"]
+    if session.stopped:
+        return {**row, "status": "skipped", "message": session.stopped}
+    if batch > session.max_batch:
+        session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
+        return {**row, "status": "oom", "message": session.no_room(batch)}
+    try:
+        if case.get("oom_above") is not None and batch > case["oom_above"]:
+            raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {case['oom_above']}")
+        timed = session.time(batch, job.get("timing") or {})
+    except torch.OutOfMemoryError:
+        session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
+        raise                                   # tcperf.worker records it as "oom"
+    return figures(row, session, batch, timed, job.get("ceilings") or {}, device)
+
+
+def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
+    """Why this loop cannot run this model or recipe, else None."""
+    loop_name, src = case["shape"]["loop"], case["source"]
+    if loop_name == "plain" and src["kind"] == "config" and hf.args_of(src) is None:
+        return "the plain loop runs Llama-shaped models (tcperf's own decoder); this config runs in the hf loop"
+    if loop_name == "plain" and src["kind"] == "factory":
+        return None                             # checked when built: a tcperf Transformer runs, others do not
+    if loop_name == "hf" and r.kv == "fp8":
+        return "the hf loop keeps the KV cache in the model's dtype (transformers' StaticCache): no fp8 cache"
+    return None
+
+
+def _base(case: dict, r: quant.GenRecipe) -> dict:
+    s = case["shape"]
+    return {"op": "generate", "suite": "generate", "shape": s, "precision": r.name, "tolerance": r.tolerance,
+            "warnings": [], "message": "",
+            "metrics": {"label": f"{s['model']} b={s['batch']} {s['prompt']}+{s['output']} {s['loop']}",
+                        "loop": s["loop"], "recipe": r.about, "kv_cache": str(r.kv_dtype).split(".")[-1]}}
+
+
+def _session(case: dict, r: quant.GenRecipe, device) -> "Session":
+    s = case["shape"]
+    key = (s["model"], r.name, s["loop"], s["prompt"], s["output"], case["max_batch"])
+    if key not in _SESSIONS:
+        _SESSIONS.clear()                       # one model in memory at a time
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        make = PlainSession if s["loop"] == "plain" else HfSession
+        _SESSIONS[key] = make(case, r, device)
+    return _SESSIONS[key]
+
+
+# --- accuracy ---------------------------------------------------------------------------------------------------
+def compare(logits: torch.Tensor, ref: torch.Tensor, tolerance: float) -> dict:
+    """Logits (rows, positions, vocab) against bf16's: relative norm error, top-1 agreement, the verdict."""
+    logits, ref = logits.float(), ref.float()
+    nonfinite = not bool(torch.isfinite(logits).all())
+    err = float((logits - ref).norm() / ref.norm())
+    top1 = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
+    return {"rel_error": err, "top1_agree": top1, "tolerance": tolerance, "nonfinite": nonfinite,
+            "passed": (not nonfinite) and err <= tolerance, "rows": logits.shape[0], "positions": logits.shape[1],
+            "against": "bf16, teacher-forced on bf16's greedy tokens"}
+
+
+def _prompts(rows: int, length: int, vocab: int, device, seed: int) -> torch.Tensor:
+    """Random token ids (never the pad id 0), the same for every precision at the same seed."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (rows, length), generator=g).to(device)
+
+
+# --- sessions: one model, one recipe, one loop, in one worker -----------------------------------------------------
+class Session:
+    """What every batch of a sweep shares: the model (quantized), its accuracy, its byte accounting."""
+    stopped: str | None = None
+
+    def __init__(self, case: dict, r: quant.GenRecipe, device):
+        s = case["shape"]
+        self.r, self.device, self.seed, self.compile = r, torch.device(device), case.get("seed", 0), case.get("compile")
+        self.prompt, self.output, self.src = s["prompt"], s["output"], case["source"]
+        self.notes: list[str] = []
+        self.build()
+        self.dims = accounting.model_dims(self.model, self.args, torch.empty((), dtype=self.r.kv_dtype).element_size())
+        self.max_batch = self.fitting_batch(case["max_batch"])
+
+    def acc_lengths(self) -> tuple[int, int]:
+        return min(self.prompt, ACC_PROMPT), min(self.output, ACC_OUTPUT)
+
+    def row_bytes(self) -> float:
+        return accounting.row_memory(self.args, self.prompt, self.output, self.dims["kv_element_bytes"])
+
+    def fitting_batch(self, wanted: int) -> int:
+        """The largest batch <= wanted whose cache and activations fit in MEMORY_SHARE of the free memory."""
+        if self.device.type != "cuda":
+            return wanted
+        free = torch.cuda.mem_get_info(self.device)[0]
+        self.free_bytes = free
+        return max(0, min(wanted, int(free * MEMORY_SHARE / self.row_bytes())))
+
+    def no_room(self, batch: int) -> str:
+        return (f"not tried: batch {batch} needs ~{batch * self.row_bytes() / 2**30:.1f} GiB for its KV cache and "
+                f"activations, {getattr(self, 'free_bytes', 0) / 2**30:.1f} GiB free after the weights: the sweep "
+                "ends there")
+
+    def time(self, batch: int, timing: dict) -> dict:
+        """A warm-up generation (compiles, captures), then whole generations until the time budget is spent."""
+        prompt = _prompts(batch, self.prompt, self.args.vocab, self.device, self.seed + 7)
+        t0 = time.perf_counter()
+        self.generation(prompt)
+        compile_s = time.perf_counter() - t0
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        ttfts, gaps, start = [], [], time.perf_counter()
+        budget_s = timing.get("rep_ms", 1000.0) * 1e-3
+        while len(ttfts) < MIN_REPEATS or (time.perf_counter() - start < budget_s and len(ttfts) < MAX_REPEATS):
+            ttft, itl = self.generation(prompt)
+            ttfts.append(ttft)
+            gaps += itl
+        peak = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
+        return {"ttft": Measurement(ttfts), "itl": Measurement(gaps), "compile_s": compile_s, "peak_mem_gib": peak,
+                "generations": len(ttfts)}
+
+
+class PlainSession(Session):
+    """tcperf's Llama decoder (tcperf.generate.model) and the hand loop (tcperf.generate.loop)."""
+
+    def build(self) -> None:
+        self.args = hf.args_of(self.src) if self.src["kind"] != "factory" else None
+        if self.args is not None:
+            self.model = plain.build(self.args, self.device, self.r.act, self.seed)
+        else:
+            self.model = _factory_transformer(self.src, self.device, self.r.act)
+            self.args = self.model.args
+        ref = self.reference() if self.r.name != "bf16" else None
+        self.notes += quant.quantize(self.model, self.r)
+        self.accuracy = self.check(ref)
+
+    def reference(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """bf16's tokens (prompt + greedy) and its teacher-forced logits at the generated positions."""
+        p, n = self.acc_lengths()
+        ref = plain.build(self.args, self.device, torch.bfloat16, self.seed) if self.r.act != torch.bfloat16 \
+            else _copy(self.model)
+        ref.setup_caches(ACC_ROWS, p + n)
+        prompt = _prompts(ACC_ROWS, p, self.args.vocab, self.device, self.seed + 1)
+        tokens = torch.cat([prompt, loop.generate(ref, prompt, n)], dim=1)
+        logits = loop.teacher_forced_logits(ref, tokens)[:, p - 1:-1]
+        del ref
+        return tokens, logits
+
+    def check(self, ref) -> dict:
+        p, n = self.acc_lengths()
+        if ref is None:                         # bf16 is the reference: run it to have the figures, error 0
+            ref = self.reference()
+        self.model.setup_caches(ACC_ROWS, p + n, self.r.kv_dtype)
+        logits = loop.teacher_forced_logits(self.model, ref[0])[:, p - 1:-1]
+        return compare(logits, ref[1], self.r.tolerance)
+
+    def fitting_batch(self, wanted: int) -> int:
+        batch = super().fitting_batch(wanted)
+        self.model.setup_caches(max(batch, 1), self.prompt + self.output, self.r.kv_dtype)
+        self.step = loop.compiled_step(self.model, self.device, self.compile)
+        return batch
+
+    def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
+        """One prefill and output - 1 decode steps, a mark after each: (TTFT ms, the steps' ms)."""
+        marks = Marks(self.device, self.output + 1)
+        marks.mark()
+        token = loop.prefill(self.model, prompt)
+        marks.mark()
+        pos = torch.tensor([prompt.shape[1]], device=self.device)
+        for _ in range(self.output - 1):
+            token = self.step(token, pos)
+            pos += 1
+            marks.mark()
+        ms = marks.intervals()
+        return ms[0], ms[1:]
+
+
+class HfSession(Session):
+    """A transformers causal LM (or a factory's) and transformers' generate with a static cache."""
+
+    def build(self) -> None:
+        self.model = hf.build_hf(self.src, self.device, self.r.act, self.seed)
+        self.args = hf.dims_args(self.model)
+        ref = self.reference() if self.r.name != "bf16" else None
+        self.notes += quant.quantize(self.model, self.r)
+        self.accuracy = self.check(ref)
+
+    def reference(self):
+        p, n = self.acc_lengths()
+        ref = hf.build_hf(self.src, self.device, torch.bfloat16, self.seed) if self.r.act != torch.bfloat16 \
+            else _copy(self.model)
+        prompt = _prompts(ACC_ROWS, p, self.args.vocab, self.device, self.seed + 1)
+        with torch.no_grad():
+            tokens = torch.cat([prompt, hf.hf_generate(ref, prompt, n, compile=False)], dim=1)
+            logits = hf.logits_of(ref, tokens)[:, p - 1:-1].float()
+        del ref
+        return tokens, logits
+
+    def check(self, ref) -> dict:
+        p, _ = self.acc_lengths()
+        ref = ref or self.reference()
+        with torch.no_grad():
+            logits = hf.logits_of(self.model, ref[0])[:, p - 1:-1]
+        return compare(logits, ref[1], self.r.tolerance)
+
+    def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
+        with torch.no_grad():
+            return hf.timed_generate(self.model, prompt, self.output, self.compile)
+
+
+def _copy(model):
+    import copy
+    return copy.deepcopy(model)
+
+
+def _factory_transformer(src: dict, device, dtype) -> plain.Transformer:
+    from ..errors import UserError
+    lm = hf.load_factory(src["name"])
+    if not isinstance(lm, plain.Transformer):
+        raise UserError("the plain loop runs tcperf.generate.model.Transformer; this factory's model runs in the "
+                        "hf loop (--loop hf)")
+    return lm.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+class Marks:
+    """Time marks along the loop: CUDA events recorded on the stream (created before the loop, so their creation
+    is not timed), or perf_counter on a CPU; intervals() in ms."""
+
+    def __init__(self, device: torch.device, n: int):
+        self.cuda = device.type == "cuda"
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(n)] if self.cuda else []
+        self.times: list[float] = []
+        self.i = 0
+
+    def mark(self) -> None:
+        if self.cuda:
+            self.events[self.i].record()
+            self.i += 1
+        else:
+            self.times.append(time.perf_counter())
+
+    def intervals(self) -> list[float]:
+        if not self.cuda:
+            return [(b - a) * 1e3 for a, b in zip(self.times, self.times[1:])]
+        torch.cuda.synchronize()                # sync point: read the events once all have completed
+        used = self.events[:self.i]
+        return [a.elapsed_time(b) for a, b in zip(used, used[1:])]
+
+
+# --- the row ----------------------------------------------------------------------------------------------------
+def _percentiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return xs[0], xs[0]
+    q = statistics.quantiles(xs, n=100, method="inclusive")
+    return q[89], q[98]
+
+
+def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) -> dict:
+    """The row's numbers: latencies with their spread, tokens/s, bytes and achieved bandwidth, prefill TFLOPS and
+    MFU, the roofline's crossing batch, accuracy."""
+    itl, ttft = t["itl"], t["ttft"]
+    p90, p99 = _percentiles(itl.samples_ms)
+    context = accounting.mean_context(s.prompt, s.output)
+    step = accounting.decode_step(accounting.at_batch(s.dims, batch), batch, context)
+    gbps = step["bytes"] / (itl.median_ms * 1e-3) / 1e9
+    prefill_flops = accounting.prefill_flops(s.dims, batch, s.prompt)
+    peak, peak_source = engine.peak_tflops(s.r.peak, device, ceilings)
+    bandwidth, bw_source = _bandwidth(ceilings, device)
+    prefill_tflops = prefill_flops / (ttft.median_ms * 1e-3) / 1e12
+    m = row["metrics"]
+    m.update(
+        ttft_ms={"median": ttft.median_ms, "iqr": ttft.iqr_ms, "n": ttft.n},
+        itl_ms={"median": itl.median_ms, "p90": p90, "p99": p99, "iqr": itl.iqr_ms, "mean": itl.mean_ms, "n": itl.n},
+        tokens_s_user=1e3 / itl.mean_ms, tokens_s_total=batch * 1e3 / itl.mean_ms,
+        decode={**step, "context": context, "gbps": gbps, "tflops": step["flops"] / (itl.median_ms * 1e-3) / 1e12,
+                "bw_share": gbps / ceilings["bandwidth"] if ceilings.get("bandwidth") else None},
+        prefill={"ms": ttft.median_ms, "iqr": ttft.iqr_ms, "flops": prefill_flops, "tflops": prefill_tflops,
+                 "mfu": prefill_tflops / peak if peak else None},
+        peak={"precision": s.r.peak, "tflops": peak, "source": peak_source, "bandwidth_gbs": bandwidth,
+              "bandwidth_source": bw_source},
+        roofline_batch=accounting.roofline_batch(s.dims, context, peak, bandwidth) if peak and bandwidth else None,
+        dims=s.dims, compile_s=t["compile_s"], peak_mem_gib=t["peak_mem_gib"], generations=t["generations"],
+        accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s", throughput=batch * 1e3 / itl.mean_ms)
+    if not ceilings.get("bandwidth"):
+        m["notes"].append("no copy bandwidth stored for this device (run `tcperf ceilings`): no bandwidth share")
+    row.update(status="ok", samples=itl.samples_ms[:4000], **itl.summary(), flops=step["flops"], bytes=step["bytes"],
+               tflops=m["decode"]["tflops"], gbps=gbps, error=s.accuracy["rel_error"])
+    for name, meas in (("inter-token latency", itl), ("time to first token", ttft)):
+        if meas.unstable:
+            row["warnings"].append(f"{name} unstable: IQR/median = {meas.spread:.0%}")
+    if not s.accuracy["passed"]:
+        a = s.accuracy
+        row.update(status="wrong", message=f"logits' relative error {a['rel_error']:.3g} > tolerance "
+                                            f"{a['tolerance']:.3g} against bf16 (top-1 {a['top1_agree']:.0%})")
+    return row
+
+
+def _bandwidth(ceilings: dict, device) -> tuple[float | None, str | None]:
+    if ceilings.get("bandwidth"):
+        return float(ceilings["bandwidth"]), "measured copy bandwidth"
+    if device.type != "cuda":
+        return None, None
+    value = peaks.datasheet(torch.cuda.get_device_name(device)).get("bandwidth_gbs")
+    return (value, "datasheet bandwidth") if value else (None, None)
