@@ -55,9 +55,9 @@ def rank(r: RecipeResult) -> tuple:
 
 
 def default_jobs(device) -> int:
-    """Workers preparing at once: a quarter of the cores on a GPU machine (each compile uses several), at most 4."""
+    """Workers preparing at once: a third of the cores on a GPU machine (each compile uses several), at most 6."""
     cores = os.cpu_count() or 2
-    return max(1, min(4, cores // 4)) if device.type == "cuda" else max(1, min(2, cores))
+    return max(1, min(6, cores // 3)) if device.type == "cuda" else max(1, min(2, cores))
 
 
 @dataclass
