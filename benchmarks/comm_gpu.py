@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -58,6 +59,7 @@ def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> No
     if rank == 0:
         with open(out_file, "w") as f:
             json.dump(times, f)
+    dist.barrier()                  # no rank tears down gloo/NCCL while another is mid-collective
     dist.destroy_process_group()
 
 
@@ -119,8 +121,9 @@ def child_json(cmd: list[str], timeout: float) -> dict:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise TimeoutError(f"{' '.join(args[:3])}...: over {timeout:.0f} s, killed") from None
-    if proc.returncode != 0:
-        raise RuntimeError(f"exit {proc.returncode}: {err.strip()[-600:]}")
+    if proc.returncode != 0:      # a rank's own words (gloo's "terminate called ..." among them), then the tail
+        said = [line for line in err.splitlines() if re.search(r"terminate|what\(\)|Error|error", line)][:4]
+        raise RuntimeError(f"exit {proc.returncode}: {' | '.join(said)[:600]} ... {err.strip()[-400:]}")
     return json.loads(out)
 
 

@@ -87,6 +87,7 @@ def plain_rank(rank: int, world: int, port: int, row: dict, kind: str, config: s
         with open(out_file, "w") as f:
             json.dump({"step_ms": step_ms, "repeats_ms": times, "throughput": world * items / (step_ms * 1e-3),
                        "world": world}, f)
+    dist.barrier()                  # no rank tears down gloo/NCCL while another is mid-collective
     dist.destroy_process_group()
 
 

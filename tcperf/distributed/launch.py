@@ -259,6 +259,7 @@ def _rank_main(index: int, job: dict, events) -> None:
         if index == 0:
             events.put(("result", index, i, result))
     events.put(("done", index, None, None))
+    dist.barrier()                  # no rank tears down gloo/NCCL while another is mid-collective
     dist.destroy_process_group()
 
 
