@@ -131,7 +131,7 @@ def test_the_grid_builds_tiers_on_passing_recipes_and_prunes_on_kernel_time():
     assert "fp16+compile" not in done
     # fp32's GEMMs alone (9 ms) exceed the best step: its compile tier is pruned, with the reason
     assert done["fp32+compile"] == "skipped" and "fp32+compile" in s.pruned
-    assert "fp32+cuda_graphs" not in done
+    assert done["fp32+cuda_graphs"] == "skipped" and "fp32+cuda_graphs" in s.pruned
     # every passing 16-bit recipe got both tiers
     for name in ("compile", "cuda_graphs", "bf16+compile", "bf16+cuda_graphs"):
         assert done[name] == "ok"
@@ -166,6 +166,29 @@ def test_misaligned_gemms_lower_the_bound_compile_must_beat():
     s = search.Search(ScriptedBench(table), jobs=1, padding={"fp32": 0.95})
     results = s.run([Item("fp32"), Item("bf16")])
     assert {r.recipe: r.status for r in results}["fp32+compile"] == "ok"
+
+
+def test_a_recipes_compiled_tiers_are_queued_together_and_compiled_evidence_tightens_them():
+    """Graphs need not wait for X+compile: they compile side by side, and X+compile's kernels, when measured first,
+    prune X+cuda_graphs as before."""
+    table = {**TABLE, "tf32+compile": (3.5, 3.0, 3.4, True)}
+    s = search.Search(ScriptedBench(table), jobs=1)
+    tf32 = search.candidate(Item("tf32"))
+    above = s._above(tf32, s_result("tf32", 4.0), {"matmul_ms": 3.0})
+    assert [(c.label, c.bound_ms) for c in above] == [("tf32+compile", 3.0), ("tf32+cuda_graphs", 3.0)]
+    s._add(above)
+    s._above(above[0], s_result("tf32+compile", 3.5), {"kernel_ms": 3.4})
+    graphs = next(c for c in s.queue if c.label == "tf32+cuda_graphs")
+    assert graphs.bound_ms == 3.4 and graphs.bound_from == "tf32+compile's kernels"
+    # the whole grid: a best step of 1.2 ms prunes tf32's graphs on either evidence
+    results = {r.recipe: r for r in search.Search(ScriptedBench(table), jobs=4).run(
+        [Item(n) for n in ("tf32", "amp_bf16", "bf16")])}
+    assert results["bf16+cuda_graphs"].status == "ok"
+
+
+def s_result(label: str, ms: float):
+    from tcperf.advisor.measure import RecipeResult
+    return RecipeResult(label, "ok", timing={"mean_ms": ms, "median_ms": ms})
 
 
 def test_given_recipes_get_no_tiers_above_them():

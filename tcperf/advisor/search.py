@@ -4,15 +4,18 @@ CUDA graphs}, and for training a CUDA graph of the whole step, then a runoff amo
 
 Each recipe runs in a worker of its own (tcperf.runner.Session) that prepares it and checks its accuracy; up to
 `jobs` workers prepare at once (torch.compile is mostly CPU work, and Inductor's cache is shared between them), while
-the parent times one prepared recipe at a time on the GPU. A compiled tier is built on top of a recipe only after
-that recipe passed its accuracy check, and only when the evidence leaves it a chance:
+the parent times one prepared recipe at a time on the GPU. The compiled tiers of a recipe (torch.compile, CUDA
+graphs, and for training the whole-step graph) are queued together once that recipe passed its accuracy check, so
+their compiles run side by side rather than one after the other, most promising first; each is started only when
+the evidence leaves it a chance:
 
-    torch.compile of X   is pruned when X's eager GEMM/conv/attention kernels alone take longer than the best step
-                         so far (compile hands those to the same libraries and cannot fuse them away), less the
+    any compiled tier    is pruned when X's eager GEMM/conv/attention kernels alone take longer than the best step
+    of X                 so far (compile hands those to the same libraries and cannot fuse them away), less the
                          share of GEMM FLOPs in layers that miss Tensor Core alignment at X's precision (Inductor
                          may pad those, so their eager time is no floor);
-    CUDA graphs of X     is pruned when X+compile's kernels alone take longer than the best step so far (graphs
-                         remove the launch gaps, not kernel time); likewise the whole-step graph (training).
+    CUDA graphs of X     when X+compile is measured before they start: pruned when X+compile's kernels alone take
+                         longer than the best step so far (graphs remove the launch gaps, not kernel time);
+                         likewise the whole-step graph (training).
 
 A margin of PRUNE_MARGIN keeps near misses in. The workers of the leading recipes stay alive, so the runoff times
 what was compiled without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
@@ -55,9 +58,10 @@ def rank(r: RecipeResult) -> tuple:
 
 
 def default_jobs(device) -> int:
-    """Workers preparing at once: a third of the cores on a GPU machine (each compile uses several), at most 6."""
+    """Workers preparing at once: half the cores on a GPU machine (tracing is one core's work; Inductor's kernel
+    compiles share the rest), at most 8."""
     cores = os.cpu_count() or 2
-    return max(1, min(6, cores // 3)) if device.type == "cuda" else max(1, min(2, cores))
+    return max(1, min(8, cores // 2)) if device.type == "cuda" else max(1, min(2, cores))
 
 
 @dataclass
@@ -136,7 +140,7 @@ class Search:
             if c.label not in self.seen:
                 self.seen.add(c.label)
                 self.queue.append(c)
-        self.queue.sort(key=lambda c: (TIERS.index(c.tier), c.bound_ms or 0.0))
+        self.queue.sort(key=lambda c: (c.tier != "eager", c.bound_ms or 0.0, TIERS.index(c.tier)))
 
     # --- starting a recipe -----------------------------------------------------------------------------------
     def _launch(self) -> None:
@@ -199,20 +203,29 @@ class Search:
 
     def _above(self, cand: Candidate, r: RecipeResult, metrics: dict) -> list[Candidate]:
         """The tiers that sit on top of a passing recipe, each with the bound the evidence gives it."""
+        graphs = ["cuda_graphs"] + (["step_graph"] if self.bench.mode == "train" else [])
         if cand.tier == "eager":
             rec = recipemod.get(cand.item.recipe)
-            extras = [] if rec.fp8 or rec.int8 else ["compile"]
+            extras = [] if rec.fp8 or rec.int8 else ["compile", *graphs]
             aligned = 1.0 - self.padding.get(rec.peak_precision, 0.0)
             bound = metrics["matmul_ms"] * aligned if metrics.get("matmul_ms") else None
             src = f"{r.recipe}'s GEMM/conv kernels (eager)" + \
                 (f", those of aligned shapes ({aligned:.0%} of the GEMM FLOPs)," if aligned < 1 else "")
         elif cand.tier == "compile":
-            extras, bound, src = ["cuda_graphs"], metrics.get("kernel_ms"), f"{r.recipe}'s kernels"
-            if self.bench.mode == "train":
-                extras.append("step_graph")
+            extras, bound, src = graphs, metrics.get("kernel_ms"), f"{r.recipe}'s kernels"
         else:
             return []
-        return [self._on_top(cand, extra, bound, src) for extra in extras]
+        above = [self._on_top(cand, extra, bound, src) for extra in extras]
+        self._tighten(above)
+        return above
+
+    def _tighten(self, above: list[Candidate]) -> None:
+        """A tier already queued on weaker evidence takes the compiled step's bound, when that is tighter."""
+        queued = {c.label: c for c in self.queue}
+        for c in above:
+            old = queued.get(c.label)
+            if old is not None and c.bound_ms is not None and c.bound_ms > (old.bound_ms or 0.0):
+                old.bound_ms, old.bound_from = c.bound_ms, c.bound_from
 
     def _on_top(self, cand: Candidate, extra: str, bound, src: str) -> Candidate:
         name = recipemod.on_top(cand.root, extra)
