@@ -2,7 +2,7 @@
 # One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests ceilings run fidelity suites models overhead lab
 #                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, their tests) ttt
-#                                            smoke (two advise runs through the CLI)
+#                                            smoke (two advise runs through the CLI) generate
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
 # $OUT/session.tar.gz at the end (the device tool brings back few files).
 set -u
@@ -49,6 +49,7 @@ for s in "$@"; do
                   stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-}
                   stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         smoke)    stage smoke ${SMOKE_LIMIT:-300} bash -c "time python3 -m tcperf advise examples/awkward_mlp.py:factory; time python3 -m tcperf advise examples/linear_head.py:factory --mode train --json > $OUT/files/linear_head_train.json" ;;
+        generate) stage generate ${GENERATE_LIMIT:-450} python3 benchmarks/generate_gpu.py --out "$OUT/files/generate" --db "$TCPERF_DB" ${GENERATE_ARGS:-} ;;
         ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
         *)        echo "unknown stage $s" ;;
