@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import pickle
 import queue
 import socket
 import time
@@ -153,32 +154,60 @@ def _launch(cases: list[dict], nproc: int, job: dict, emit) -> tuple[int, dict |
 
 def _follow(ranks, events, progress: "_Progress", cases: list[dict], emit) -> tuple[int, dict | None]:
     finished = 0
-    while True:
-        try:
-            kind, who, i, payload = events.get(timeout=POLL_S)
-        except queue.Empty:
-            kind = None
+    raised: list[int] = []          # ranks in the order they said they raised
+
+    def take(event) -> None:
+        nonlocal finished
+        kind, who, i, payload = event
         if kind == "result":
             emit(_with_identity(payload, cases[i]))
             finished = i + 1
-        elif kind is not None:
+        elif kind == "raised":
+            raised.append(who)
+        else:
             progress.heard(who, kind, payload)
+
+    def raised_in_order() -> list[int]:
+        _drain(events, take)
+        return raised
+
+    while True:
+        try:
+            take(events.get(timeout=POLL_S))
+        except queue.Empty:
+            pass
         if progress.all_done():
             return finished, None
-        failure = _exited(ranks) or progress.stuck()
+        failure = _exited(ranks, raised_in_order) or progress.stuck()
         if failure:
             return finished, {"i": progress.case, **failure}
 
 
-def _exited(ranks) -> dict | None:
-    """The failure of a rank that raised or died (the others are stopped by join), else None."""
+def _drain(events, take) -> None:
+    """Every event the ranks sent before they stopped (all ranks are joined when this is called)."""
+    while True:
+        try:
+            take(events.get_nowait())
+        except queue.Empty:
+            return
+
+
+def _exited(ranks, raised) -> dict | None:
+    """The failure of a rank that raised or died (the others are stopped by join), else None. When several ranks
+    raised, the first to say so is named: torch names the lowest, often a peer that lost it in a collective (gloo:
+    'Connection closed by peer'). `raised()` gives the ranks in the order they said they raised."""
     from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
     try:
         ranks.join(timeout=0, grace_period=GRACE_S)
     except ProcessRaisedException as e:
-        lines = [line for line in str(e).strip().splitlines() if line.strip()]
-        status = "oom" if "out of memory" in str(e).lower() else "error"
-        return {"status": status, "message": f"rank {e.error_index}: {lines[-1].strip() if lines else 'raised'}"[:400]}
+        index, text = e.error_index, str(e)
+        first = next((r for r in raised() if os.access(ranks.error_files[r], os.R_OK)), index)
+        if first != index:
+            with open(ranks.error_files[first], "rb") as fh:
+                index, text = first, str(pickle.load(fh))
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        status = "oom" if "out of memory" in text.lower() else "error"
+        return {"status": status, "message": f"rank {index}: {lines[-1].strip() if lines else 'raised'}"[:400]}
     except ProcessExitedException as e:
         return {"status": "error", "message": f"rank {e.error_index}: died ({e})"[:400]}
     return None
@@ -255,7 +284,11 @@ def _rank_main(index: int, job: dict, events) -> None:
     device = join_world(job["device"], job["timeout"] + STARTUP_S)
     for i, case in enumerate(job["cases"]):
         events.put(("case", index, None, i))
-        result = task_of(case)(case, device, job)
+        try:
+            result = task_of(case)(case, device, job)
+        except Exception:
+            events.put(("raised", index, i, None))    # before this rank exits and its peers fail in turn
+            raise
         if index == 0:
             events.put(("result", index, i, result))
     events.put(("done", index, None, None))
