@@ -50,6 +50,7 @@ def tcperf(db: str, *argv: str, timeout: int = 480) -> dict | None:
 
 
 def generate(db: str, out: str, *argv: str) -> list[dict]:
+    """One `tcperf generate` call; its own plot goes under `out` (main() draws all the rows in one at the end)."""
     rows = tcperf(db, "generate", "llama-1b", "--json", "--plot-dir", out, *argv)["results"]
     for r in rows:
         m = r.get("metrics") or {}
@@ -170,13 +171,13 @@ def main() -> int:
         tcperf(db, "ceilings", "--precision", "bf16", "--size", plan["size"])
     bandwidth = Store.open(db).ceilings(gpu).get("bandwidth")
     print(f"ceilings: {Store.open(db).ceilings(gpu)}  ({time.time() - t0:.0f} s)", flush=True)
-    targets = generate(db, a.out, "--precision", plan["precisions"], "--kv", "bf16", "--batch", "1", "--prompt",
+    targets = generate(db, os.path.join(a.out, "targets"), "--precision", plan["precisions"], "--kv", "bf16", "--batch", "1", "--prompt",
                        "128", "--output", plan["output"], "--loop", "plain", "--rep-ms", plan["rep_ms"])
     print(f"batch 1 done ({time.time() - t0:.0f} s)", flush=True)
-    sweep = generate(db, a.out, "--precision", "bf16", "--kv", "bf16", "--batch", plan["sweep"], "--prompt", "64",
+    sweep = generate(db, os.path.join(a.out, "sweep"), "--precision", "bf16", "--kv", "bf16", "--batch", plan["sweep"], "--prompt", "64",
                      "--output", plan["sweep_output"], "--loop", "plain", "--no-compile", "--rep-ms", "300")
     print(f"sweep done ({time.time() - t0:.0f} s)", flush=True)
-    hf_rows = generate(db, a.out, "--precision", "bf16", "--kv", "bf16", "--batch", "1", "--prompt", "128",
+    hf_rows = generate(db, os.path.join(a.out, "hf"), "--precision", "bf16", "--kv", "bf16", "--batch", "1", "--prompt", "128",
                        "--output", "64", "--loop", "hf", "--rep-ms", "500") if plan["hf"] else []
     hand = hand_loop()
     results = {"gpu": gpu, "quick": a.quick, "ceilings": Store.open(db).ceilings(gpu),
@@ -194,6 +195,8 @@ def main() -> int:
           f"wall {results['wall_s']:.0f} s")
     with open(os.path.join(a.out, "generate_gpu.json"), "w") as f:
         json.dump(results, f, indent=2, default=str)
+    from tcperf.commands.generate import plot
+    print(f"plot: {plot(targets + sweep + hf_rows, 'llama-1b', a.out)}")
     return 0
 
 
