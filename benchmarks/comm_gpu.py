@@ -54,7 +54,7 @@ def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> No
     for size in SIZES[kind]:
         x = torch.ones(size // 4, dtype=torch.float32, device=device)
         iters = loop_iters(x, device, LOOP_MS[kind])
-        times[size] = statistics.median(slowest(loop_ms(x, device, iters), device) for _ in range(REPEATS)) * 1e-3
+        times[size] = statistics.median(slowest(all_reduce_ms(x, device, iters), device) for _ in range(REPEATS)) * 1e-3
         del x
     if rank == 0:
         with open(out_file, "w") as f:
@@ -63,22 +63,27 @@ def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> No
     dist.destroy_process_group()
 
 
-def loop_ms(x: torch.Tensor, device, iters: int) -> float:
-    """nccl-tests' loop: a warm-up, then `iters` all-reduces between two events; ms a call."""
-    for _ in range(WARMUP):
-        dist.all_reduce(x)
+def loop_ms(step, device, iters: int) -> float:
+    """`iters` calls of step() back to back between two CUDA events (perf_counter on a CPU): ms a call."""
     if device.type != "cuda":
         t0 = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(x)
+            step()
         return (time.perf_counter() - t0) * 1e3 / iters
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(iters):
-        dist.all_reduce(x)
+        step()
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / iters
+
+
+def all_reduce_ms(x: torch.Tensor, device, iters: int) -> float:
+    """nccl-tests' loop: a warm-up, then `iters` all-reduces between two events; ms a call."""
+    for _ in range(WARMUP):
+        dist.all_reduce(x)
+    return loop_ms(lambda: dist.all_reduce(x), device, iters)
 
 
 def slowest(value: float, device) -> float:
@@ -89,7 +94,7 @@ def slowest(value: float, device) -> float:
 
 def loop_iters(x: torch.Tensor, device, loop_ms_budget: float) -> int:
     """Calls a loop makes (the same on every rank): the budget over the slowest rank's time for a short loop."""
-    return int(min(2000, max(5, loop_ms_budget / max(slowest(loop_ms(x, device, 3), device), 1e-4))))
+    return int(min(2000, max(5, loop_ms_budget / max(slowest(all_reduce_ms(x, device, 3), device), 1e-4))))
 
 
 def plain(world: int, kind: str, folder: str) -> dict:

@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from comm_gpu import child_json, recorder, tcperf  # noqa: E402  (commands run with a timeout, killed whole; parts)
+from comm_gpu import child_json, loop_ms, recorder, slowest, tcperf  # noqa: E402  (commands run with a timeout, killed whole; parts)
 
 WITHIN, TARGET = 0.03, 0.97
 WARMUP = {"gpu": 5, "cpu": 2}
@@ -130,28 +130,6 @@ def fsdp2(model):
         fully_shard(block, mp_policy=policy, reshard_after_forward=i < len(model.blocks) - 1)
     fully_shard(model, mp_policy=policy)
     return model
-
-
-def loop_ms(step, device, steps: int) -> float:
-    """`steps` steps between two events (perf_counter on a CPU): ms a step."""
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return (time.perf_counter() - t0) * 1e3 / steps
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(steps):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / steps
-
-
-def slowest(value: float, device) -> float:
-    t = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
 
 
 def plain_main(a) -> int:
