@@ -59,6 +59,17 @@ def test_compile_and_graphs_sit_on_top_of_any_recipe():
         recipes.get("fp8+compile")                  # fp8 is compiled already
 
 
+def test_a_compile_under_autocast_turns_aotautograds_cache_off(monkeypatch):
+    """Its key held whether autocast was on, not its dtype: amp_bf16 + compile was served amp_fp16's graph."""
+    import torch._functorch.config as functorch_config
+    monkeypatch.setattr(functorch_config, "enable_autograd_cache", True)
+    model, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    recipes.prepare(model, "tf32+compile", "infer", x, "cpu")
+    assert functorch_config.enable_autograd_cache                # no autocast: nothing to guard
+    recipes.prepare(model, "compile", "infer", x, "cpu")
+    assert not functorch_config.enable_autograd_cache
+
+
 def test_what_a_recipe_needs_is_read_off_the_model():
     """channels_last needs 2-D convolutions; the Linear swaps need Linear layers carrying the FLOPs (the numbers
     are said), whatever else the model holds."""
