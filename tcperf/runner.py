@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -223,6 +224,7 @@ class Session:
         job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True,
                "no_preload": not preload, "cases": [case], **(extra or {})}
         self.case, self.ended, self.up = case, None, False
+        self.up_at: float | None = None        # perf_counter when the worker had imported torch
         self.worker = _Worker(job, env)
 
     def call(self, name: str, timeout: float, **args) -> dict:
@@ -230,6 +232,7 @@ class Session:
         if self.ended is None and not self.up:
             self._expect("up", STARTUP_TIMEOUT)
             self.up = self.ended is None
+            self.up_at = time.perf_counter()
         if self.ended is not None:
             return dict(self.ended)
         self.worker._send(json.dumps({"call": name, "args": args}) + "\n")

@@ -92,6 +92,7 @@ def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, d
         plan = measure.candidates(mode, device, _with_baseline(recipes))
         facts = bench.probe([name for name, why in plan if not why])
         phases["probe_s"] = time.perf_counter() - started
+        phases.update({f"probe_{stage}_s": s for stage, s in facts.times.items()})
         notes = _notes(device) + bench.notes + facts.notes
         layers = facts.layers
         lint.flag(layers, measure.lint_precisions(mode, recipes), _sm_count(device))

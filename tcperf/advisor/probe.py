@@ -13,6 +13,7 @@ spec. Without a worker (a model pickle cannot carry), the same Probe runs in thi
 from __future__ import annotations
 
 import functools
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +38,7 @@ class Facts:
     skips: dict                   # recipe -> why it does not apply to this model (None: it applies)
     notes: list = field(default_factory=list)
     source: dict | None = None    # what later workers load
+    times: dict = field(default_factory=dict)   # "start" (the worker up) and each stage -> seconds it took
 
 
 def user_errors(method):
@@ -110,11 +112,15 @@ class Probe:
 def run_probe(case: dict, device, *, timeout: float, isolate: bool = True) -> Facts:
     """Every stage in turn (in a worker when isolate), each under `timeout`; UserError naming the stage that
     failed."""
+    t0 = time.perf_counter()
     call = _worker_calls(case, device, timeout) if isolate else _local_calls(case, device)
+    times = {"start": time.perf_counter() - t0}
     try:
         found, notes = {}, []
         for stage in STAGES:
+            t0 = time.perf_counter()
             row = call(stage)
+            times[stage] = time.perf_counter() - t0
             if row["status"] != "ok":
                 raise UserError(_failure(stage, row, timeout))
             metrics = dict(row.get("metrics") or {})
@@ -123,7 +129,7 @@ def run_probe(case: dict, device, *, timeout: float, isolate: bool = True) -> Fa
     finally:
         call(None)
     return Facts(found["name"], found["kind"], [lint.Layer(**d) for d in found["layers"]], found["skips"],
-                 notes, found["source"])
+                 notes, found["source"], times)
 
 
 def _worker_calls(case: dict, device, timeout: float):

@@ -100,6 +100,7 @@ class Search:
         self.alive: dict[str, tuple] = {}      # leader label -> (session, result)
         self.pruned, self.untried, self.decision = [], [], {}
         self.phases: dict[str, float] = {}
+        self.timeline: dict[str, dict] = {}    # label -> seconds after the search began: launched, opened, timed
 
     # --- the loop ---------------------------------------------------------------------------------------------
     def run(self, items: list[Item], after_eager=None) -> list[RecipeResult]:
@@ -153,6 +154,7 @@ class Search:
                 continue
             self.running += 1
             self.eager_open += cand.tier == "eager"
+            self.timeline[cand.label] = {"tier": cand.tier, "launched": self._now()}
             threading.Thread(target=self._open, args=(cand,), daemon=True,
                              name=f"tcperf-{cand.tier}-{cand.label}").start()
 
@@ -164,6 +166,10 @@ class Search:
             row = session.call("open", self.bench.timeout)
         except Exception as e:       # noqa: BLE001 - the parent must always get an answer
             row = {"precision": cand.label, "status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
+        up = getattr(session, "up_at", None)
+        if up is not None:
+            self.timeline[cand.label]["up"] = round(up - self.started, 2)
+        self.timeline[cand.label]["opened"] = self._now()
         self.ready.put((cand, session, row, time.perf_counter() - t0))
 
     def _prune_reason(self, cand: Candidate) -> str | None:
@@ -188,6 +194,7 @@ class Search:
             t0 = time.perf_counter()
             row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
             wall += time.perf_counter() - t0
+        self.timeline[cand.label]["timed"] = self._now()
         self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
         r = RecipeResult.from_row(row)
         r.base = r.base or cand.item.base
@@ -272,6 +279,9 @@ class Search:
         return window
 
     # --- time ------------------------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return round(time.perf_counter() - self.started, 2)
+
     def guess(self, tier: str) -> float:
         """A recipe's expected wall time (prepare, check, time): the median of its kind so far."""
         kind = "eager" if tier == "eager" else "compile"
@@ -292,4 +302,4 @@ class Search:
 
     def summary(self) -> dict:
         return {"jobs": self.jobs, "budget_s": self.budget, "pruned": self.pruned, "not_tried": self.untried,
-                "runoff": self.decision, **self.phases}
+                "runoff": self.decision, "timeline": self.timeline, **self.phases}

@@ -91,7 +91,7 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
          "passing": [r.recipe for r in results if r.passes],
          "failing": {r.recipe: r.message for r in results if r.status in ("fails", "error", "oom")},
          "fixes": fix_rows(fixes), "snippets": {}}
-    v["search"] = {k: search[k] for k in ("jobs", "budget_s", "pruned", "not_tried") if k in search}
+    v["search"] = {k: search[k] for k in ("jobs", "budget_s", "pruned", "not_tried", "timeline") if k in search}
     if chosen and decision.get("pick") == chosen.recipe:
         v.update(runoff=decision, margin=runoff.sentence(decision))
     if chosen:
