@@ -220,11 +220,16 @@ class Session:
     """
 
     def __init__(self, case: dict, device, *, env: dict | None = None, extra: dict | None = None,
-                 preload: bool = True):
-        job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True,
-               "no_preload": not preload, "cases": [case], **(extra or {})}
+                 preload: bool = True, spare: "_Worker | None" = None):
+        """spare: a worker from Spares, already up, that becomes this session."""
         self.case, self.ended, self.up = case, None, False
         self.up_at: float | None = None        # perf_counter when the worker had imported torch
+        if spare is not None:
+            spare._send(json.dumps({"case": case}) + "\n")
+            self.worker = spare
+            return
+        job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True,
+               "no_preload": not preload, "cases": [case], **(extra or {})}
         self.worker = _Worker(job, env)
 
     def call(self, name: str, timeout: float, **args) -> dict:
@@ -251,8 +256,86 @@ class Session:
             raise RuntimeError(f"worker protocol: expected {kind!r}, got {event}")
         return event
 
+    def pause(self) -> None:
+        """Stop the worker's process (SIGSTOP) so that it launches nothing on the GPU while another is timed."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig) -> None:
+        worker = self.worker
+        if worker is not None and worker.proc.poll() is None:
+            try:
+                worker.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
     def close(self) -> None:
         if self.worker is not None:
+            self.resume()                   # a stopped process would not read the end of its input
             self.worker.close()
             self.worker = None
             self.ended = self.ended or _failed(self.case, "error", "the worker was closed")
+
+
+class Spares:
+    """Session workers started ahead of need: each imports torch, makes its CUDA context and starts the profiler at
+    once, loads the model into host memory when told its source (preload), and becomes a Session the moment a case
+    needs one; every spare taken is replaced. On an H200 a worker took 16-19 s from its start to its first command
+    while eight others compiled (the advisor, 2026-11-24): this takes that off the path of every recipe.
+
+        spares = Spares(device, 8, env)
+        spares.preload(case)                 # the model's source: the spares load it now
+        session = spares.session(case)       # a Session, as Session(case, device, env=env) but already up
+        spares.close()
+    """
+
+    def __init__(self, device, count: int, env: dict | None = None):
+        self.device, self.count, self.env = device, count, env
+        self.job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True, "spare": True,
+                    "profile": True, "cases": []}
+        self.template: dict | None = None
+        self.lock = threading.Lock()
+        self.idle = [self._start() for _ in range(count)]
+
+    def _start(self) -> "_Worker":
+        worker = _Worker(self.job, self.env)
+        if self.template is not None:
+            worker._send(json.dumps({"preload": self.template}) + "\n")
+        return worker
+
+    def preload(self, case: dict) -> None:
+        """Tell every spare, now and later, the case whose model to load into host memory."""
+        with self.lock:
+            self.template = case
+            for worker in self.idle:
+                worker._send(json.dumps({"preload": case}) + "\n")
+
+    def resize(self, count: int) -> None:
+        """Keep at most `count` spares (a large model: each holds a copy in host memory)."""
+        with self.lock:
+            self.count = count
+            while len(self.idle) > count:
+                self.idle.pop().close()
+
+    def session(self, case: dict) -> Session:
+        with self.lock:
+            spare = None
+            while self.idle and spare is None:
+                spare = self.idle.pop(0)
+                if spare.proc.poll() is not None:        # died while waiting: not worth a recipe
+                    spare.close()
+                    spare = None
+            if self.count:
+                self.idle.append(self._start())
+        if spare is None:
+            return Session(case, self.device, env=self.env, extra={"profile": True})
+        return Session(case, self.device, spare=spare)
+
+    def close(self) -> None:
+        with self.lock:
+            self.count = 0
+            for worker in self.idle:
+                worker.close()
+            self.idle = []

@@ -15,7 +15,9 @@ A session (job["session"]: the advisor's search) keeps one object alive across c
     {"call": "open"}                      -> the object `case["task"](case, device, job)` is made (a recipe prepared)
     {"call": "time", "args": {...}}       -> its method time(**args), and so on
 with {"event": "start"} then {"event": "reply", "result": {...}}; a command that raises is a reply with status
-error / oom, and the object stays for the next. End of stdin ends the worker.
+error / oom, and the object stays for the next. End of stdin ends the worker. A spare (job["spare"]) is a session
+started before its case is known: it imports torch and readies the GPU, loads a model when sent {"preload": case},
+and becomes the session of the case it is sent as {"case": case}.
 """
 from __future__ import annotations
 
@@ -142,6 +144,9 @@ def main() -> None:
     if not job.get("no_preload"):
         _preload(job["cases"])
     device = _ready_device(torch.device(job["device"]), job.get("profile", False))
+    if job.get("spare"):
+        case = _await_case()
+        return _session(channel, case, device, job) if case is not None else None
     if job.get("session"):
         return _session(channel, job["cases"][0], device, job)
     if sys.stdin.readline().strip() != "go":
@@ -153,6 +158,18 @@ def main() -> None:
         result.setdefault("metrics", {})["wall_s"] = time.perf_counter() - t0   # where a run's time goes
         _emit(channel, {"event": "result", "i": i, "result": result})
     _emit(channel, {"event": "done"})
+
+
+def _await_case() -> dict | None:
+    """A spare (tcperf.runner.Spares) waits for its case: {"preload": case} loads that case's model into host memory
+    meanwhile; {"case": case} makes it a session of that case. None when the parent closes it first."""
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "preload" in message:
+            _preload([message["preload"]])
+        elif "case" in message:
+            return message["case"]
+    return None
 
 
 def _session(channel, case: dict, device, job: dict) -> None:

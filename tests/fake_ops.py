@@ -50,3 +50,27 @@ NAN = Scale("nan", "nan")
 CRASH = Scale("crash", "crash")
 HANG = Scale("hang", "hang")
 OOM = Scale("oom", "oom")
+
+
+# --- a session's object, for tcperf.runner.Session and Spares --------------------------------------------------
+PRELOADED: dict = {}
+
+
+def preload(case):
+    """What a worker loads while it waits: here, a note that it did."""
+    PRELOADED[case["source"]["name"]] = os.getpid()
+
+
+class Held:
+    """One object kept alive in a session worker: says whether its model was preloaded, and counts its calls."""
+
+    def __init__(self, case, device, job):
+        self.case, self.calls = case, 0
+
+    def row(self):
+        return {"op": "held", "shape": {}, "precision": "fp32", "status": "ok",
+                "metrics": {"preloaded": self.case["source"]["name"] in PRELOADED, "pid": os.getpid()}}
+
+    def count(self):
+        self.calls += 1
+        return {**self.row(), "metrics": {"calls": self.calls}}

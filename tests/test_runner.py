@@ -1,5 +1,8 @@
 """The runner against real worker processes: correctness gates timing, and a case that crashes, hangs or runs
 out of memory is recorded while the run goes on."""
+import os
+import time
+
 import pytest
 import torch
 
@@ -72,3 +75,45 @@ def test_precisions_run_in_separate_workers_without_leaking():
 def test_worker_that_cannot_start_fails_every_case_clearly():
     r = run_cases([{"op": "no_such_module:X", "shape": {"n": 1}, "precision": "fp32"}], CPU, timing=FAST)
     assert r[0]["status"] == "error" and "No module named" in r[0]["message"]
+
+
+# --- sessions started ahead of need ------------------------------------------------------------------------------
+def held_case(name="m"):
+    return {"op": "held", "shape": {}, "precision": "fp32", "task": "fake_ops:Held", "source": {"name": name}}
+
+
+def process_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_spare_loads_the_model_it_is_told_and_becomes_a_session_at_once():
+    from tcperf.runner import Spares
+    spares = Spares(CPU, 1)
+    try:
+        spares.preload(held_case())
+        session = spares.session(held_case())
+        assert len(spares.idle) == 1                       # the one taken is replaced
+        row = session.call("open", 60)
+        assert row["status"] == "ok" and row["metrics"]["preloaded"]
+        assert session.call("count", 60)["metrics"]["calls"] == 1
+        session.close()
+    finally:
+        spares.close()
+    assert spares.idle == []
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_a_paused_session_is_stopped_until_resumed():
+    from tcperf.runner import Session
+    session = Session(held_case(), CPU)
+    try:
+        assert session.call("open", 60)["status"] == "ok"
+        pid = session.worker.proc.pid
+        session.pause()
+        time.sleep(0.2)
+        assert process_state(pid) == "T"
+        session.resume()
+        assert session.call("count", 60)["metrics"]["calls"] == 1
+    finally:
+        session.close()

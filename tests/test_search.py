@@ -96,6 +96,12 @@ class Script:
             return {"status": "ok", "mean_ms": step}
         return row
 
+    def pause(self):
+        self.log.append(("pause", self.label))
+
+    def resume(self):
+        self.log.append(("resume", self.label))
+
     def close(self):
         self.log.append(("close", self.label))
 
@@ -163,9 +169,57 @@ def test_after_eager_runs_once_every_eager_recipe_is_in():
 def test_misaligned_gemms_lower_the_bound_compile_must_beat():
     """Inductor may pad a misaligned GEMM: the eager time of those layers is no floor for the compiled step."""
     table = {**TABLE, "fp32": (10.0, 9.0, 9.8, True), "fp32+compile": (1.0, 0.5, 0.9, True)}
-    s = search.Search(ScriptedBench(table), jobs=1, padding={"fp32": 0.95})
+    layers = [gemm(95.0, issues={"fp32": {}}), gemm(5.0)]
+    s = search.Search(ScriptedBench(table), jobs=1, layers=layers)
     results = s.run([Item("fp32"), Item("bf16")])
     assert {r.recipe: r.status for r in results}["fp32+compile"] == "ok"
+
+
+def gemm(flops: float, kind: str = "gemm", issues=None):
+    from tcperf.advisor.lint import Layer
+    return Layer("m", "Linear", kind, {}, 1, flops, issues or {})
+
+
+def test_convolutions_bound_nothing_unless_the_recipe_is_already_channels_last():
+    """Inductor lays convolutions out channels-last itself: NCHW eager conv time is no floor for a compiled step."""
+    layers = [gemm(80.0, "conv"), gemm(20.0)]
+    assert search.loose_share(layers, "tf32", channels_last=False) == pytest.approx(0.8)
+    assert search.loose_share(layers, "tf32", channels_last=True) == 0.0
+    assert search.loose_share([gemm(80.0, "conv", {"bf16": {}}), gemm(20.0)], "bf16", True) == pytest.approx(0.8)
+
+
+class Gated(Script):
+    """A session whose "open" waits for a gate (a recipe still compiling while another is timed)."""
+
+    def __init__(self, label, table, log, gates):
+        super().__init__(label, table, log)
+        self.gates = gates
+
+    def call(self, name, timeout, **args):
+        if name == "open" and self.label == "slow":
+            self.gates["slow opening"].set()
+            self.gates["release"].wait(10)
+        if name == "open" and self.label == "fast":
+            self.gates["slow opening"].wait(10)
+        row = super().call(name, timeout, **args)
+        if name == "time" and self.label == "fast":
+            self.gates["release"].set()
+        return row
+
+
+def test_workers_still_preparing_are_stopped_while_a_recipe_is_timed():
+    """The GPU runs only the recipe being timed: a worker compiling meanwhile is paused, and resumed after."""
+    import threading
+    gates = {"slow opening": threading.Event(), "release": threading.Event()}
+    table = {"fast": (1.0, 0.5, 0.9, True), "slow": (2.0, 1.0, 1.8, True)}
+    bench = ScriptedBench(table)
+    bench.open = lambda item: Gated(item.label or item.recipe, table, bench.log, gates)
+    s = search.Search(bench, jobs=2, grow=False)
+    s.run([Item("fp32", (), "fast", "fp32"), Item("tf32", (), "slow", "tf32")])
+    log = bench.log
+    timed = log.index(("time", "fast"))
+    assert log.index(("pause", "slow")) < timed < log.index(("resume", "slow"))
+    assert ("pause", "fast") not in log            # nothing else was preparing while "slow" was timed
 
 
 def test_a_recipes_compiled_tiers_are_queued_together_and_compiled_evidence_tightens_them():

@@ -87,8 +87,11 @@ def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, d
             on_result(r)
 
     phases: dict[str, float] = {}
+    jobs = jobs or default_jobs(device)
     with measure.Bench(mode, device, tol, steps, spec=None if target else spec, target=target, timeout=timeout,
                        isolate=isolate, on_result=got) as bench:
+        bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // jobs))}
+        bench.start_spares(jobs)          # while the probe looks at the model, the recipes' workers start
         plan = measure.candidates(mode, device, _with_baseline(recipes))
         facts = bench.probe([name for name, why in plan if not why])
         phases["probe_s"] = time.perf_counter() - started
@@ -97,8 +100,7 @@ def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, d
         layers = facts.layers
         lint.flag(layers, measure.lint_precisions(mode, recipes), _sm_count(device))
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
-                        grow=not recipes, padding=_padding(layers))
-        bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // search.jobs))}
+                        grow=not recipes, layers=layers)
         found: dict = {}
         items = _first(plan, facts, search)
 
@@ -136,15 +138,6 @@ def _first(plan, facts, search: Search) -> list[measure.Item]:
         else:
             items.append(measure.Item(name))
     return items
-
-
-def _padding(layers: list) -> dict[str, float]:
-    """Per GEMM precision, the share of the forward's GEMM FLOPs in layers that miss its alignment: torch.compile
-    may pad those (Inductor's pad_mm; on an H200 it ran a 50257-wide head at the aligned speed), so their eager time
-    is no floor for the compiled step."""
-    total = sum(l.flops * l.count for l in layers) or 1.0
-    precisions = {p for l in layers for p in l.issues}
-    return {p: sum(l.flops * l.count for l in layers if p in l.issues) / total for p in precisions}
 
 
 def _in_order(results: list[measure.RecipeResult], plan) -> list[measure.RecipeResult]:

@@ -13,6 +13,7 @@ window's median reports whichever it caught) and profiled for its Tensor Core sh
 """
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -176,6 +177,7 @@ class Bench:
         self.reference_file = engine.reference_path(self.folder, "fp32", mode)
         self.name = spec.name if spec is not None else None
         self.source = {"kind": "file", "target": target} if target else self._pickled() if isolate else None
+        self.spares = None          # tcperf.runner.Spares: workers started ahead of the recipes (start_spares)
 
     def _pickled(self) -> dict | None:
         try:
@@ -189,7 +191,26 @@ class Bench:
         return self
 
     def __exit__(self, *exc):
+        if self.spares is not None:
+            self.spares.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+    def start_spares(self, count: int) -> None:
+        """Start `count` workers now (torch imported, the GPU readied) for the recipes to come; they load the model
+        once the probe has saved it (preload_spares). Only with workers, on a GPU."""
+        if self.source is not None and self.device.type == "cuda" and count > 0:
+            from ..runner import Spares
+            self.spares = Spares(self.device, count, self.env)
+
+    def _preload_spares(self) -> None:
+        """The spares load the model the probe saved, as many as host memory holds a quarter of."""
+        if self.spares is None:
+            return
+        path = self.source.get("state") or self.source.get("path")
+        size = os.path.getsize(path) if path and os.path.exists(path) else 0
+        if size:
+            self.spares.resize(max(1, min(self.spares.count, int(0.25 * _free_memory() / size))))
+        self.spares.preload({"source": self.source, "task": "tcperf.engine:RecipeSession"})
 
     def probe(self, names: list[str]):
         """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that
@@ -204,6 +225,7 @@ class Bench:
         self.name = facts.name
         if self.source is not None:
             self.source = facts.source
+            self._preload_spares()
         return facts
 
     def case(self, item: Item, task: str = engine.TASK) -> dict:
@@ -220,8 +242,10 @@ class Bench:
         case = self.case(item, "tcperf.engine:RecipeSession")
         if self.source is None:
             return _LocalSession({**case, "spec": self.spec}, self.device)
+        if self.spares is not None:
+            return self.spares.session(case)
         from ..runner import Session
-        return Session(case, self.device, env=self.env)
+        return Session(case, self.device, env=self.env, extra={"profile": self.device.type == "cuda"})
 
     def report(self, r: RecipeResult) -> None:
         if self.on_result:
@@ -248,8 +272,26 @@ class _LocalSession:
         return _guarded(self.case, self.device,
                         lambda: _command(self.held, self.case, self.device, {}, {"call": name, "args": args}))
 
+    def pause(self) -> None:      # nothing runs here while the parent times: it is the parent
+        pass
+
+    def resume(self) -> None:
+        pass
+
     def close(self) -> None:
         self.held.clear()
+
+
+def _free_memory() -> int:
+    """Bytes of host memory available now (MemAvailable; a large guess where the system does not say)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 40
 
 
 def skipped(name: str, why: str) -> RecipeResult:

@@ -11,14 +11,19 @@ the evidence leaves it a chance:
 
     any compiled tier    is pruned when X's eager GEMM/conv/attention kernels alone take longer than the best step
     of X                 so far (compile hands those to the same libraries and cannot fuse them away), less the
-                         share of GEMM FLOPs in layers that miss Tensor Core alignment at X's precision (Inductor
-                         may pad those, so their eager time is no floor);
+                         share of GEMM FLOPs in layers whose eager time is no floor: those that miss Tensor Core
+                         alignment at X's precision (Inductor may pad them) and, unless X is channels_last, the
+                         convolutions (Inductor lays them out channels-last itself: timm's EfficientNet-B0 ran
+                         tf32 + compile at 6.2 ms on an H200, where tf32's eager conv kernels took 12 ms);
     CUDA graphs of X     when X+compile is measured before they start: pruned when X+compile's kernels alone take
                          longer than the best step so far (graphs remove the launch gaps, not kernel time);
                          likewise the whole-step graph (training).
 
-A margin of PRUNE_MARGIN keeps near misses in. The workers of the leading recipes stay alive, so the runoff times
-what was compiled without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
+A margin of PRUNE_MARGIN keeps near misses in. Evidence is only as good as the GPU was quiet: while the parent times
+and profiles a recipe, the workers still preparing theirs are stopped (SIGSTOP, then SIGCONT), since their checks,
+cuDNN's autotuning and Inductor's benchmarks share the GPU (on an H200, EfficientNet's fp32 + compile timed at 54 ms
+beside them and 11 ms alone). The workers of the leading recipes stay alive, so the runoff times what was compiled
+without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
 time and says which were not tried.
 
     search = Search(bench, jobs=4, budget=90, progress=show)
@@ -36,9 +41,10 @@ from .. import recipes as recipemod
 from . import runoff
 from .measure import Bench, Item, RecipeResult
 
-GRID_TIMING = {"warmup_ms": 100.0, "rep_ms": 500.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
+GRID_TIMING = {"warmup_ms": 100.0, "rep_ms": 300.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
                "max_reps": 100_000}
 PRUNE_MARGIN = 0.03     # a bound must exceed the best step by this share to prune
+DRAIN_S = 0.05          # after stopping the workers, for the kernels they queued to finish
 LEAD_MARGIN = 0.25      # recipes within this share of the best grid time go to the runoff ...
 MAX_LEADERS = 5         # ... at most this many
 FIRST_GUESS_S = {"eager": 10.0, "compile": 40.0}   # a recipe's wall time before one of its kind has finished
@@ -55,6 +61,16 @@ def rank(r: RecipeResult) -> tuple:
     rec = recipemod.get(r.runs)
     extras = rec.channels_last + 2 * bool(r.keep_fp32) + 3 * (rec.fp8 or rec.int8)
     return TIERS.index(tier_of(r.runs)), extras
+
+
+def loose_share(layers: list, precision: str, channels_last: bool) -> float:
+    """The share of a forward's GEMM FLOPs in layers whose eager kernel time is no floor for torch.compile at this
+    precision: those that miss its alignment (Inductor may pad them), and the convolutions unless the recipe is
+    already channels_last (Inductor changes their layout)."""
+    total = sum(l.flops * l.count for l in layers) or 1.0
+    loose = sum(l.flops * l.count for l in layers
+                if precision in l.issues or (l.kind == "conv" and not channels_last))
+    return loose / total
 
 
 def default_jobs(device) -> int:
@@ -84,11 +100,11 @@ def candidate(item: Item) -> Candidate:
 
 class Search:
     def __init__(self, bench: Bench, *, jobs: int | None = None, budget: float | None = None, progress=None,
-                 log=None, started: float | None = None, grow: bool = True, padding: dict | None = None):
-        """grow: build the compiled tiers (False: only the recipes given); padding: GEMM precision -> share of the
-        GEMM FLOPs that miss its alignment (tcperf.advisor.api._padding)."""
+                 log=None, started: float | None = None, grow: bool = True, layers: list | None = None):
+        """grow: build the compiled tiers (False: only the recipes given); layers: the shape lint's (tcperf.advisor.
+        lint.Layer), for the share of GEMM FLOPs whose eager time bounds nothing (loose_share)."""
         self.bench, self.timed, self.grow = bench, bench.device.type == "cuda", grow
-        self.padding = padding or {}
+        self.layers = layers or []
         self.jobs = jobs or default_jobs(bench.device)
         self.budget, self.started = budget, started or time.perf_counter()
         self.progress, self.log = progress or (lambda *a: None), log or (lambda text: None)
@@ -98,6 +114,10 @@ class Search:
         self.ready: queue.Queue = queue.Queue()
         self.running, self.eager_open, self.walls = 0, 0, {"eager": [], "compile": []}
         self.alive: dict[str, tuple] = {}      # leader label -> (session, result)
+        self.opening: set = set()              # sessions preparing their recipe now (they may use the GPU)
+        self.stopped: set = set()              # ... those stopped while the parent times
+        self.quiet = False                     # the parent is timing: a session that starts now waits
+        self.lock = threading.Lock()
         self.pruned, self.untried, self.decision = [], [], {}
         self.phases: dict[str, float] = {}
         self.timeline: dict[str, dict] = {}    # label -> seconds after the search began: launched, opened, timed
@@ -163,9 +183,17 @@ class Search:
         session = row = None
         try:
             session = self.bench.open(cand.item)
+            with self.lock:
+                self.opening.add(session)
+                if self.quiet:
+                    session.pause()
+                    self.stopped.add(session)
             row = session.call("open", self.bench.timeout)
         except Exception as e:       # noqa: BLE001 - the parent must always get an answer
             row = {"precision": cand.label, "status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
+        finally:
+            with self.lock:
+                self.opening.discard(session)
         up = getattr(session, "up_at", None)
         if up is not None:
             self.timeline[cand.label]["up"] = round(up - self.started, 2)
@@ -192,7 +220,11 @@ class Search:
     def _done(self, cand: Candidate, session, row: dict, wall: float) -> None:
         if session is not None and row.get("status") == "ok" and self.timed:
             t0 = time.perf_counter()
-            row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
+            self._stop_others()
+            try:
+                row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
+            finally:
+                self._resume_others()
             wall += time.perf_counter() - t0
         self.timeline[cand.label]["timed"] = self._now()
         self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
@@ -202,6 +234,21 @@ class Search:
         if r.passes and self.timed and self.grow:
             self._add(self._above(cand, r, row.get("metrics") or {}))
         self._keep(r, session)
+
+    def _stop_others(self) -> None:
+        """Stop every worker still preparing, so that the GPU runs only the recipe being timed."""
+        with self.lock:
+            self.quiet, self.stopped = True, set(self.opening)
+            for s in self.stopped:
+                s.pause()
+        if self.stopped:
+            time.sleep(DRAIN_S)
+
+    def _resume_others(self) -> None:
+        with self.lock:
+            for s in self.stopped:
+                s.resume()
+            self.quiet, self.stopped = False, set()
 
     def _record(self, r: RecipeResult) -> None:
         self.results.append(r)
@@ -214,10 +261,10 @@ class Search:
         if cand.tier == "eager":
             rec = recipemod.get(cand.item.recipe)
             extras = [] if rec.fp8 or rec.int8 else ["compile", *graphs]
-            aligned = 1.0 - self.padding.get(rec.peak_precision, 0.0)
+            aligned = 1.0 - loose_share(self.layers, rec.peak_precision, rec.channels_last)
             bound = metrics["matmul_ms"] * aligned if metrics.get("matmul_ms") else None
             src = f"{r.recipe}'s GEMM/conv kernels (eager)" + \
-                (f", those of aligned shapes ({aligned:.0%} of the GEMM FLOPs)," if aligned < 1 else "")
+                (f", those compile cannot change ({aligned:.0%} of the GEMM FLOPs)," if aligned < 1 else "")
         elif cand.tier == "compile":
             extras, bound, src = graphs, metrics.get("kernel_ms"), f"{r.recipe}'s kernels"
         else:
