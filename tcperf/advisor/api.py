@@ -90,7 +90,8 @@ def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, d
     jobs = jobs or default_jobs(device)
     with measure.Bench(mode, device, tol, steps, spec=None if target else spec, target=target, timeout=timeout,
                        isolate=isolate, on_result=got) as bench:
-        bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": str(max(1, (os.cpu_count() or 2) // jobs))}
+        cores = str(max(1, (os.cpu_count() or 2) // jobs))     # each worker's share of the cores
+        bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": cores, "OMP_NUM_THREADS": cores}
         bench.start_spares(jobs)          # while the probe looks at the model, the recipes' workers start
         plan = measure.candidates(mode, device, _with_baseline(recipes))
         facts = bench.probe([name for name, why in plan if not why])

@@ -6,9 +6,10 @@ the advice with one line naming the stage (exit 2), before anything is stored as
 
     facts = run_probe(source, case, device, timeout=600)     # Facts(name, kind, layers, skips, notes)
 
-`source` is tcperf.spec's: {"kind": "file", "target": "model.py:factory", "state": PATH} (the probe calls the
-factory and writes the weights and inputs to PATH, so every later worker measures the very same model) or a pickled
-spec. Without a worker (a model pickle cannot carry), the same Probe runs in this process.
+`source` is tcperf.spec's: {"kind": "file", "target": "model.py:factory"}: the probe calls the factory and pickles
+what it returned, so every later worker measures the very same model ({"kind": "pickle", ...}; where pickle cannot
+carry it, {"kind": "file", ..., "state": PATH}: the workers call the factory and load the weights and inputs
+saved at PATH). Without a worker (a model pickle cannot carry), the same Probe runs in this process.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ class Probe:
             spec, source = self.case["spec"], {"kind": "local"}
         elif source["kind"] == "file":
             spec = load.load_spec(source["target"])
-            source = save_source(spec, self.case["folder"], source["target"])   # the weights every worker uses
+            source = _saved(spec, self.case["folder"], source["target"])      # what every worker loads
         else:
             spec = load_source(source, "cpu")
         self.spec = load.on_device(spec, self.device)
@@ -107,6 +108,16 @@ class Probe:
                                     self.case["steps"])
         note = engine.reference_note(ref)
         return self.row(notes=[note] if note else [])
+
+
+def _saved(spec, folder: str, target: str) -> dict:
+    """The model pickled whole where pickle can carry it (a worker then loads it without calling the factory: on an
+    H200, eight workers calling a transformers factory at once took 11-19 s to build and load a 134M model), else
+    the factory with the weights and inputs it made here."""
+    try:
+        return save_source(spec, folder)
+    except Exception:            # noqa: BLE001 - a lambda, a local class: the workers call the factory
+        return save_source(spec, folder, target)
 
 
 def run_probe(case: dict, device, *, timeout: float, isolate: bool = True) -> Facts:
