@@ -131,9 +131,12 @@ class _Worker:
 
     def __init__(self, job: dict, env: dict | None = None):
         self.stderr = tempfile.TemporaryFile(mode="w+")
+        # a session's worker leads a process group of its own, with Inductor's compile workers: pause() stops them
+        # all, close() ends them all
+        self.group = bool(job.get("session"))
         self.proc = subprocess.Popen([sys.executable, "-m", "tcperf.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                     env={**_worker_env(), **(env or {})})
+                                     env={**_worker_env(), **(env or {})}, start_new_session=self.group)
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self._send(json.dumps(job) + "\n")   # it imports torch, then waits for go()
@@ -199,8 +202,20 @@ class _Worker:
         self.stderr.seek(max(0, size - chars))
         return self.stderr.read()
 
+    def signal(self, sig) -> None:
+        """Send `sig` to the worker (and to its process group, when it leads one)."""
+        try:
+            if self.group:
+                os.killpg(self.proc.pid, sig)
+            elif self.proc.poll() is None:
+                self.proc.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def close(self):
         self._send("", close=True)
+        if self.group:
+            self.signal(signal.SIGKILL)      # its compile workers too
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -257,19 +272,16 @@ class Session:
         return event
 
     def pause(self) -> None:
-        """Stop the worker's process (SIGSTOP) so that it launches nothing on the GPU while another is timed."""
+        """Stop the worker and its compile workers (SIGSTOP) so that they use neither the GPU nor the CPU while
+        another recipe is timed (a step whose host work sets its pace slows down beside busy cores)."""
         self._signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
 
     def _signal(self, sig) -> None:
-        worker = self.worker
-        if worker is not None and worker.proc.poll() is None:
-            try:
-                worker.proc.send_signal(sig)
-            except ProcessLookupError:
-                pass
+        if self.worker is not None:
+            self.worker.signal(sig)
 
     def close(self) -> None:
         if self.worker is not None:

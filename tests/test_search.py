@@ -299,3 +299,12 @@ def test_a_model_that_fails_before_the_recipes_is_one_line(tmp_path, factory, st
     if db.exists():
         import sqlite3
         assert sqlite3.connect(db).execute("select count(*) from results").fetchone()[0] == 0
+
+
+def test_grown_tiers_wait_for_every_eager_recipe_so_the_best_eager_step_prunes_first():
+    s = search.Search(ScriptedBench(TABLE), jobs=8)
+    results = {r.recipe: r for r in s.run([Item(n) for n in ("fp32", "tf32", "amp_bf16", "bf16", "fp16")])}
+    assert results["fp32+compile"].status == "skipped"
+    eager_done = max(t["timed"] for t in s.timeline.values() if t["tier"] == "eager" and "timed" in t)
+    grown = [t["launched"] for t in s.timeline.values() if t["tier"] != "eager"]
+    assert grown and min(grown) >= eager_done
