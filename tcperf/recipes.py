@@ -192,13 +192,30 @@ class NotApplicable(Exception):
 
 
 # --- fp8 and int8 Linear layers (inference) ---------------------------------------------------------------------
-class Fp8Linear(nn.Module):
+class _QuantLinear(nn.Module):
+    """What the quantized layers keep of nn.Linear's face, for model code that reads it: in_features, out_features
+    and `weight`, a stand-in of the layer's shape in its output dtype (bf16) that costs no memory (one zero,
+    expanded). transformers' T5 reads `wo.weight.dtype` to cast its input; code that computes with the values gets
+    zeros, and the recipe's accuracy check fails it."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("_zero", torch.zeros((), dtype=torch.bfloat16, device=linear.weight.device),
+                             persistent=False)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self._zero.expand(self.out_features, self.in_features)
+
+
+class Fp8Linear(_QuantLinear):
     """y = x W^T + b with x and W in float8_e4m3fn, one float32 scale per tensor (the activation's taken from its
     amax at every call), through torch._scaled_mm, bf16 out. W is stored (N, K) row-major, so W^T is the
     column-major (K, N) operand cuBLASLt requires."""
 
     def __init__(self, linear: nn.Linear):
-        super().__init__()
+        super().__init__(linear)
         w = linear.weight.detach().float()                                         # (N, K)
         self.register_buffer("w_scale", (w.abs().amax() / F8_MAX).clamp(min=1e-12))
         self.register_buffer("w8", (w / self.w_scale).to(torch.float8_e4m3fn))
@@ -214,13 +231,13 @@ class Fp8Linear(nn.Module):
         return y.view(*x.shape[:-1], y.shape[-1])
 
 
-class Int8Linear(nn.Module):
+class Int8Linear(_QuantLinear):
     """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
     taken at every call), int32 accumulation through torch._int_mm, bf16 out. _int_mm needs M > 16: smaller
     calls fall back to the dequantized weight."""
 
     def __init__(self, linear: nn.Linear):
-        super().__init__()
+        super().__init__(linear)
         w = linear.weight.detach().float()                                         # (N, K)
         scale = (w.abs().amax(dim=1) / I8_MAX).clamp(min=1e-12)                    # (N,)
         self.register_buffer("w_scale", scale)

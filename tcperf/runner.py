@@ -343,7 +343,19 @@ class Spares:
                 self.idle.append(self._start())
         if spare is None:
             return Session(case, self.device, env=self.env, extra={"profile": True})
+        spare.signal(signal.SIGCONT)            # taken while the spares were stopped: the search decides
         return Session(case, self.device, spare=spare)
+
+    def pause(self) -> None:
+        """Stop the idle spares (they may be importing or loading, on the CPU a timed step needs)."""
+        with self.lock:
+            for worker in self.idle:
+                worker.signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with self.lock:
+            for worker in self.idle:
+                worker.signal(signal.SIGCONT)
 
     def close(self) -> None:
         with self.lock:

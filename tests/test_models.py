@@ -125,3 +125,24 @@ def test_swap_linears_keeps_misaligned_layers_and_says_so():
     assert "1 Linear layers converted" in notes[0] and "2 32->30" in notes[0]
     with pytest.raises(recipes.NotApplicable, match="no nn.Linear"):
         recipes.swap_linears(nn.Sequential(nn.Linear(30, 30)), recipes.Int8Linear, "fp8")
+
+
+def test_int8_layers_stand_in_for_linear_where_model_code_reads_weight():
+    """transformers' T5 reads wo.weight.dtype in its feed-forward: the swapped layers answer (shape, bf16)."""
+    pytest.importorskip("transformers")
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent / "thirdparty" / "hf_t5.py"
+    spec = importlib.util.spec_from_file_location("hf_t5_for_int8", path)
+    hf_t5 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hf_t5)
+    made = hf_t5.factory_infer()
+    model = made["model"].eval()
+    with torch.no_grad():
+        want = model(**made["inputs"]).logits
+        recipes.swap_linears(model, recipes.Int8Linear, "int8")
+        wo = model.encoder.block[0].layer[1].DenseReluDense.wo
+        assert isinstance(wo, recipes.Int8Linear) and wo.weight.shape == (32, 64)
+        assert wo.weight.dtype == torch.bfloat16 and wo.weight.untyped_storage().nbytes() == 2
+        got = model(**made["inputs"]).logits
+    assert _rel(got, want) < 0.1

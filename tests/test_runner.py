@@ -117,3 +117,19 @@ def test_a_paused_session_is_stopped_until_resumed():
         assert session.call("count", 60)["metrics"]["calls"] == 1
     finally:
         session.close()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_idle_spares_stop_and_go_on_and_one_taken_while_stopped_runs():
+    from tcperf.runner import Spares
+    spares = Spares(CPU, 1)
+    try:
+        spares.pause()
+        time.sleep(0.2)
+        assert process_state(spares.idle[0].proc.pid) == "T"
+        session = spares.session(held_case())          # taken while stopped: it runs
+        assert session.call("open", 60)["status"] == "ok"
+        spares.resume()
+        session.close()
+    finally:
+        spares.close()

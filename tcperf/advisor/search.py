@@ -20,8 +20,9 @@ the evidence leaves it a chance:
                          likewise the whole-step graph (training).
 
 A margin of PRUNE_MARGIN keeps near misses in. Evidence is only as good as the GPU was quiet: while the parent times
-and profiles a recipe, the workers still preparing theirs are stopped (SIGSTOP, then SIGCONT), since their checks,
-cuDNN's autotuning and Inductor's benchmarks share the GPU (on an H200, EfficientNet's fp32 + compile timed at 54 ms
+and profiles a recipe, the workers still preparing theirs and the idle spares are stopped (SIGSTOP, then SIGCONT),
+since their checks, cuDNN's autotuning and Inductor's benchmarks share the GPU, and their compiles and imports the
+CPU a host-bound step needs (on an H200, EfficientNet's fp32 + compile timed at 54 ms
 beside them and 11 ms alone). The workers of the leading recipes stay alive, so the runoff times what was compiled
 without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
 time and says which were not tried.
@@ -118,6 +119,7 @@ class Search:
         self.opening: set = set()              # sessions preparing their recipe now (they may use the GPU)
         self.stopped: set = set()              # ... those stopped while the parent times
         self.quiet = False                     # the parent is timing: a session that starts now waits
+        self.spares = getattr(bench, "spares", None)   # tcperf.runner.Spares: stopped too while the parent times
         self.lock = threading.Lock()
         self.pruned, self.untried, self.decision = [], [], {}
         self.phases: dict[str, float] = {}
@@ -255,10 +257,14 @@ class Search:
             self.quiet, self.stopped = True, set(self.opening)
             for s in self.stopped:
                 s.pause()
+        if self.spares is not None:
+            self.spares.pause()
         if self.stopped:
             time.sleep(DRAIN_S)
 
     def _resume_others(self) -> None:
+        if self.spares is not None:
+            self.spares.resume()
         with self.lock:
             for s in self.stopped:
                 s.resume()
