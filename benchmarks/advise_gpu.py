@@ -41,7 +41,7 @@ and 0.72 ms for a while (benchmarks/step_timing.py); a loop of 5 x 20 calls caug
 the fast one, and they disagreed by 44%.
 
     python benchmarks/advise_gpu.py [--cases llama_infer,...] [--repeats N] [--hand-seconds S] [--out DIR]
-                                    [--db PATH] [--timeout S] [--size gpu|cpu] [--check-build]
+                                    [--db PATH] [--timeout S] [--deadline S] [--size gpu|cpu] [--check-build]
 
 Cases (random weights at seed 0, nothing downloaded):
     linear_head_infer, linear_head_train   examples/linear_head.py: nn.Linear(4096, 50257) head, batch 24
@@ -71,7 +71,11 @@ a 10-minute limit, run one case per invocation with the same --out (advise_gpu.j
 pieces; a case run again replaces its row), e.g.
     python benchmarks/advise_gpu.py --cases llama_infer --out out/advise
     python benchmarks/advise_gpu.py --cases llama_infer --repeats 3 --hand-seconds 0.5 --out out/advise
-Each case's row is written as soon as it is done. --timeout S is passed to the advisor (per recipe). A case that
+Each case's row is written as soon as it is done. --timeout S is passed to the advisor (per recipe). --deadline S
+(seconds after the invocation starts) ends a hand grid that would run past a call's limit: no row starts after it,
+the rows not reached are named, and the case is INCOMPLETE rather than killed unwritten (a check that failed on
+the rows reached still makes it FAIL). The advisor's picks are timed right after the eager rows, so a cut grid
+still times them. A case that
 raises (timm missing, say) is an error row and the next case runs. Prints a table; exits 1 if any case of this
 invocation fails; stores each advice as an "advise" run in --db. --check-build builds every selected case on the
 CPU (--size cpu: the tiny twins), runs it once (the loss too for training) and checks that the advisor's workers
@@ -533,6 +537,7 @@ class Bench:
     check: object
     advice: object
     seconds: float
+    deadline: float | None = None   # perf_counter after which no row starts
 
 
 def advisor_row(advice, name: str):
@@ -543,6 +548,10 @@ def by_hand_one(b: Bench, h: Hand) -> dict:
     r = advisor_row(b.advice, h.recipe)
     row = {"recipe": h.recipe, "runs": h.runs, "keep_fp32": list(h.keep), "advisor_status": r.status if r else None,
            "advisor_ms": r.step_ms if r else None}
+    if b.deadline is not None and time.perf_counter() > b.deadline:
+        row.update(passes=None, not_reached=True, why="not reached before --deadline")
+        print(f"  by hand {row['recipe']}: not reached before --deadline", flush=True)
+        return row
     try:
         t0 = time.perf_counter()
         step = prepare(b.model, b.spec, h.runs, b.mode, b.device, h.keep)
@@ -560,7 +569,7 @@ def by_hand_one(b: Bench, h: Hand) -> dict:
     return row
 
 
-def make_bench(model, spec, advices, mode, device, seconds) -> Bench:
+def make_bench(model, spec, advices, mode, device, seconds, deadline=None) -> Bench:
     model, tol = model.to(device), advices[0].tolerance
     if mode == "infer":
         ref = infer_reference(model, spec, device)
@@ -568,13 +577,13 @@ def make_bench(model, spec, advices, mode, device, seconds) -> Bench:
     else:
         ref = train_reference(model, spec, device)
         check = lambda step: check_train(step, ref, tol)      # noqa: E731
-    return Bench(model, spec, mode, device, check, advices[0], seconds)
+    return Bench(model, spec, mode, device, check, advices[0], seconds, deadline)
 
 
-def by_hand(model, spec, advices, mode, device, seconds) -> tuple[list[dict], list[str]]:
-    """The grid timed by hand: eager first, then the compiled forms the pruning rules leave, then any pick not yet
-    timed. -> (one row a recipe, what was pruned)."""
-    b = make_bench(model, spec, advices, mode, device, seconds)
+def by_hand(model, spec, advices, mode, device, seconds, deadline=None) -> tuple[list[dict], list[str]]:
+    """The grid timed by hand: eager first, then the compiled forms the pruning rules leave (the advisor's picks
+    first), then any pick not yet timed. -> (one row a recipe, what was pruned)."""
+    b = make_bench(model, spec, advices, mode, device, seconds, deadline)
     eager, pruned = skipped_here(eager_grid(model, mode), mode, device)
     rows = [by_hand_one(b, h) for h in eager]
     compiled, notes = compiled_grid(rows, advices, mode)
@@ -582,6 +591,8 @@ def by_hand(model, spec, advices, mode, device, seconds) -> tuple[list[dict], li
     pruned += notes + skipped
     for note in pruned:
         print(f"  pruned {note}", flush=True)
+    picks = {a.verdict.get("recommended") for a in advices}
+    compiled.sort(key=lambda h: h.recipe not in picks)          # stable: the grid's order otherwise
     rows += [by_hand_one(b, h) for h in compiled]
     rows += [by_hand_one(b, h) for h in pick_entries(advices, {r["recipe"] for r in rows})]
     return rows, pruned
@@ -642,7 +653,7 @@ def one(case: str, device, args) -> dict:
     advices, advise_s, run_ids = advise_repeats(spec, model, mode, device, case, args)
     spec.model = None
     t0 = time.perf_counter()
-    hand, pruned = by_hand(model, spec, advices, mode, device, args.hand_seconds)
+    hand, pruned = by_hand(model, spec, advices, mode, device, args.hand_seconds, args.deadline_at)
     row = summarize(case, mode, advices, hand, advise_s)
     row.update(pruned=pruned, hand_s=time.perf_counter() - t0, case_s=time.perf_counter() - t_case,
                run_ids=run_ids, size=args.size, hand_seconds=args.hand_seconds)
@@ -685,13 +696,17 @@ def summarize(case, mode, advices, hand, advise_s) -> dict:
     spread = spread_of(picks)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     ok = checks(case, picks, sick, spread, gpu)
+    unreached = [h["recipe"] for h in hand if h.get("not_reached")]
+    if any(p["recommended"] in unreached for p in picks):
+        ok.update(ratio=None, pick_passes=None, repeats=None)     # not shown either way
+    verdict = "FAIL" if any(v is False for v in ok.values()) else "INCOMPLETE" if unreached else "PASS"
     first = picks[0]
     return {"case": case, "mode": mode, "recommended": first["recommended"], "advisor_ms": first["advisor_ms"],
             "tolerance": advices[0].tolerance, "hand_ms_recommended": first["hand_ms"],
             "recommended_passes_by_hand": first["passes"], "best_by_hand": best["recipe"] if best else None,
             "best_hand_ms": best["ms"] if best else None, "ratio": min((p["ratio"] or 0) for p in picks),
             "picks": picks, "repeat_spread": spread, "advise_s": advise_s, "healthy_failing": sick, "checks": ok,
-            "verdict": "PASS" if all(v is not False for v in ok.values()) else "FAIL", "hand": hand,
+            "verdict": verdict, "not_reached": unreached, "hand": hand,
             "advice": [a.to_dict() if hasattr(a, "to_dict") else None for a in advices]}
 
 
@@ -753,7 +768,11 @@ def print_details(r: dict) -> None:
         print(f"{r['case']}: pruned: " + "; ".join(r["pruned"]))
     for name in r["healthy_failing"]:
         print(f"FAIL {r['case']}: healthy recipe called failing: {name}")
+    if r.get("not_reached"):
+        print(f"INCOMPLETE {r['case']}: not reached before --deadline: {', '.join(r['not_reached'])}")
     for p in r.get("picks", []):
+        if p["recommended"] in r.get("not_reached", ()):
+            continue
         if p["ratio"] is None or p["ratio"] < TARGET:
             print(f"FAIL {r['case']}: repeat {p['repeat']}'s pick {p['recommended']} is {_f(p['ratio']) or '?'} "
                   f"of {r['best_by_hand']}'s speed")
@@ -840,8 +859,11 @@ def parse_args(argv=None):
     ap.add_argument("--size", choices=("gpu", "cpu"), default="gpu",
                     help="the factory-file cases' size: gpu (default) or cpu (their tiny twins); others have one")
     ap.add_argument("--check-build", action="store_true", help="build and run each case once on the CPU")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds after the start: no hand row starts "
+                    "later; the case is INCOMPLETE, naming the rows not reached")
     args = ap.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    args.deadline_at = time.perf_counter() + args.deadline if args.deadline else None
     unknown = [c for c in args.cases if c not in ALL_CASES]
     if unknown:
         ap.error(f"unknown case(s) {', '.join(unknown)}; choose from: {', '.join(ALL_CASES)}")

@@ -39,7 +39,7 @@ for s in "$@"; do
         models)   stage models ${MODELS_LIMIT:-560} python3 benchmarks/models_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${MODELS_ARGS:-} ;;
         overhead) stage overhead ${OVERHEAD_LIMIT:-300} python3 benchmarks/overhead.py --out "$OUT/files" ${QUICK:+--quick} ${OVERHEAD_ARGS:-} ;;
         lab)      stage lab ${LAB_LIMIT:-300} python3 benchmarks/lab_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
-        advise)   stage advise ${ADVISE_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${ADVISE_ARGS:-} ;;
+        advise)   stage advise ${ADVISE_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --deadline $(( ${ADVISE_LIMIT:-360} - 45 )) ${ADVISE_ARGS:-} ;;
         advise2)  stage advise2 ${ADVISE2_LIMIT:-360} python3 benchmarks/advise_gpu.py --out "$OUT/files/advise2" --db "$TCPERF_DB" ${ADVISE2_ARGS:-} ;;
         steptiming) stage steptiming ${STEP_LIMIT:-300} python3 benchmarks/step_timing.py --out "$OUT/files" ${STEP_ARGS:-} ;;
         ttt)      stage ttt ${TTT_LIMIT:-560} bash -c "python3 -m pytest -m gpu -p no:cacheprovider -rs --timeout 240 tests/test_train_to_target.py; python3 benchmarks/train_to_target_gpu.py --out \"$OUT/files/ttt\" --db \"$TCPERF_DB\" ${TTT_ARGS:-}" ;;

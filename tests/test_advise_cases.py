@@ -98,3 +98,17 @@ def test_checks_ratio_and_repeats():
     assert row["verdict"] == "PASS" and row["repeat_spread"] == pytest.approx(1.02), row["checks"]
     row = ag.summarize("llama_infer", "infer", [_advice("compile"), _advice("tf32")], hand, [50.0, 60.0])
     assert row["checks"]["ratio"] is False and row["checks"]["repeats"] is False and row["verdict"] == "FAIL"
+
+
+def test_a_hand_grid_cut_by_the_deadline_is_incomplete_and_names_what_it_missed():
+    import time as _time
+    b = ag.Bench(None, None, "infer", None, None, _advice("compile"), 0.5, deadline=_time.perf_counter() - 1)
+    row = ag.by_hand_one(b, ag.Hand("int8", "int8"))                 # nothing prepared: the deadline passed
+    assert row["not_reached"] and row["passes"] is None
+    hand = [{"recipe": "compile", "ms": 1.0, "passes": True}, {"recipe": "tf32", "ms": 2.0, "passes": True}, row]
+    r = ag.summarize("t5_infer", "infer", [_advice("compile")], hand, [50.0])
+    assert r["verdict"] == "INCOMPLETE" and r["not_reached"] == ["int8"] and r["ratio"] == 1.0
+    r = ag.summarize("t5_infer", "infer", [_advice("tf32")], hand, [50.0])
+    assert r["verdict"] == "FAIL"                                   # a check failed on the rows reached
+    r = ag.summarize("t5_infer", "infer", [_advice("int8")], hand, [50.0])
+    assert r["verdict"] == "INCOMPLETE" and r["checks"]["ratio"] is None   # the pick itself was not reached
