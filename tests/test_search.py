@@ -308,3 +308,25 @@ def test_grown_tiers_wait_for_every_eager_recipe_so_the_best_eager_step_prunes_f
     eager_done = max(t["timed"] for t in s.timeline.values() if t["tier"] == "eager" and "timed" in t)
     grown = [t["launched"] for t in s.timeline.values() if t["tier"] != "eager"]
     assert grown and min(grown) >= eager_done
+
+
+def test_the_spares_are_closed_before_the_runoff():
+    class Spares:
+        def __init__(self, log):
+            self.log = log
+
+        def pause(self):
+            pass
+
+        def resume(self):
+            pass
+
+        def close(self):
+            self.log.append(("close", "spares"))
+
+    bench = ScriptedBench(TABLE)
+    bench.spares = Spares(bench.log)
+    s = search.Search(bench, jobs=2)
+    s.run([Item(n) for n in ("tf32", "amp_bf16", "bf16")])
+    first_window = next(i for i, (call, _) in enumerate(bench.log) if call == "window")
+    assert bench.log.index(("close", "spares")) < first_window

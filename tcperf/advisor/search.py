@@ -133,6 +133,8 @@ class Search:
         self._add([candidate(i) for i in items])
         try:
             self._drain(after_eager)
+            if self.spares is not None:       # no recipe will start now: spares starting up would share the CPU
+                self.spares.close()           # with the runoff's host-bound steps
             self.phases["grid_s"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             self._runoff()
