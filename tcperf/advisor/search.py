@@ -123,7 +123,8 @@ class Search:
         self.lock = threading.Lock()
         self.pruned, self.untried, self.decision = [], [], {}
         self.phases: dict[str, float] = {}
-        self.timeline: dict[str, dict] = {}    # label -> seconds after the search began: launched, opened, timed
+        self.timeline: dict[str, dict] = {}    # label -> seconds after the search began: launched, up (its worker),
+        #                                        opened (prepared, checked), timed (or done, where nothing was timed)
 
     # --- the loop ---------------------------------------------------------------------------------------------
     def run(self, items: list[Item], after_eager=None) -> list[RecipeResult]:
