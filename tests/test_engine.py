@@ -109,6 +109,32 @@ def test_a_degenerate_reference_compares_the_last_layers_input():
     assert fine["status"] == "ok" and 0 < fine["error"] < 0.05
 
 
+def nudge(model, mode):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1 + 1e-4)
+    return ["weights nudged"]
+
+
+SCRAMBLED_COMPILED = recipes.Recipe("scrambled_compiled", "fp32", compile=True, transform=f"{__name__}:scramble")
+NUDGED_COMPILED = recipes.Recipe("nudged_compiled", "fp32", compile=True, transform=f"{__name__}:nudge")
+
+
+def test_a_layer_swap_far_off_fails_before_its_compile(monkeypatch):
+    """fp8, int8 and transforms are checked without torch.compile first: far off, nothing is compiled; close, the
+    recipe compiles and is judged as compiled."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: compiled.append(kw) or model)
+    torch.manual_seed(0)
+    spec = Spec(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)), (torch.randn(8, 16),))
+    ref = engine.reference(spec, "infer", "cpu")
+    row = engine.measure(spec, SCRAMBLED_COMPILED, "infer", "cpu", ref=ref, tolerance=0.05, time_it=False)
+    assert row["status"] == "wrong" and row["metrics"]["checked"] == "eager" and not compiled
+    assert "checked before compiling" in row["message"] and row["error"] > 2 * 0.05
+    row = engine.measure(spec, NUDGED_COMPILED, "infer", "cpu", ref=ref, tolerance=0.05, time_it=False)
+    assert row["status"] == "ok" and "checked" not in row["metrics"] and len(compiled) == 1
+
+
 # --- fp16 weights, with fp32 islands --------------------------------------------------------------------------------
 class Energy(nn.Module):
     """An L2 norm taken the long way: its squares pass fp16's 65504 though its output is small."""
