@@ -301,6 +301,30 @@ def test_a_model_that_fails_before_the_recipes_is_one_line(tmp_path, factory, st
         assert sqlite3.connect(db).execute("select count(*) from results").fetchone()[0] == 0
 
 
+def test_the_probe_hands_the_saved_model_on_before_checking_it(monkeypatch):
+    """The spares start loading the model once the probe's first stage saved it, not after the probe's last."""
+    import torch
+    from tcperf.advisor import probe
+    from tcperf.spec import Spec
+    order = []
+    monkeypatch.setattr(probe.Probe, "check", lambda self: order.append("check") or self.row())
+    spec = Spec(torch.nn.Linear(4, 4), (torch.randn(2, 4),), name="lin")
+    case = {"spec": spec, "source": None, "mode": "infer", "reference": None, "steps": 2, "recipes": ["fp32"]}
+    monkeypatch.setattr(probe.Probe, "reference", lambda self: self.row())
+    probe.run_probe(case, "cpu", timeout=10, isolate=False, loaded=lambda source: order.append(source["name"]))
+    assert order == ["lin", "check"]
+
+
+def test_a_spare_imports_the_users_file_before_the_model_is_saved(tmp_path):
+    """What a spare does while the probe builds the model: the user's file, under the name pickles refer to it by."""
+    from tcperf import engine
+    from tcperf.spec import module_name
+    user = tmp_path / "user_model.py"
+    user.write_text("IMPORTED = True\n")
+    engine.preload({"source": {"kind": "imports", "files": [str(user)]}})
+    assert sys.modules[module_name(user)].IMPORTED
+
+
 def test_grown_tiers_wait_for_every_eager_recipe_so_the_best_eager_step_prunes_first():
     s = search.Search(ScriptedBench(TABLE), jobs=8)
     results = {r.recipe: r for r in s.run([Item(n) for n in ("fp32", "tf32", "amp_bf16", "bf16", "fp16")])}

@@ -22,7 +22,7 @@ import torch
 
 from .. import accuracy, engine
 from ..spec import Spec, save_source
-from .load import one_line
+from .load import one_line, split_target
 from .snippets import Setup
 
 DEFAULT_TOLERANCE = accuracy.DEFAULT_TOLERANCE   # output relative error / share of fp32's loss fall lost
@@ -201,6 +201,9 @@ class Bench:
         if self.source is not None and self.device.type == "cuda" and count > 0:
             from ..runner import Spares
             self.spares = Spares(self.device, count, self.env)
+            if self.source["kind"] == "file":      # the user's file (and transformers, timm ...) imported meanwhile
+                path, _ = split_target(self.source["target"])
+                self.spares.preload({"source": {"kind": "imports", "files": [str(path)]}, "task": engine.TASK})
 
     def _preload_spares(self) -> None:
         """The spares load the model the probe saved, as many as host memory holds a quarter of."""
@@ -214,19 +217,23 @@ class Bench:
 
     def probe(self, names: list[str]):
         """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that
-        failed. Afterwards every worker loads the weights the probe saved."""
+        failed. The spares load the model the probe saved as soon as it is saved (_loaded)."""
         from .probe import run_probe
         case = {"op": "advise.probe", "suite": "advise", "shape": {}, "precision": "probe", "source": self.source,
                 "mode": self.mode, "reference": self.reference_file, "steps": self.steps, "recipes": names,
                 "folder": self.folder}
         if self.source is None:
             case["spec"] = self.spec
-        facts = run_probe(case, self.device, timeout=self.timeout, isolate=self.source is not None)
+        facts = run_probe(case, self.device, timeout=self.timeout, isolate=self.source is not None,
+                          loaded=self._loaded)
         self.name = facts.name
-        if self.source is not None:
-            self.source = facts.source
-            self._preload_spares()
         return facts
+
+    def _loaded(self, source: dict) -> None:
+        """The probe saved the model (its first stage): the spares load it while the probe checks it."""
+        if self.source is not None:
+            self.source = source
+            self._preload_spares()
 
     def case(self, item: Item, task: str = engine.TASK) -> dict:
         cuda = self.device.type == "cuda"

@@ -120,9 +120,9 @@ def _saved(spec, folder: str, target: str) -> dict:
         return save_source(spec, folder, target)
 
 
-def run_probe(case: dict, device, *, timeout: float, isolate: bool = True) -> Facts:
+def run_probe(case: dict, device, *, timeout: float, isolate: bool = True, loaded=None) -> Facts:
     """Every stage in turn (in a worker when isolate), each under `timeout`; UserError naming the stage that
-    failed."""
+    failed. loaded(source): called once the model is saved for the workers, before the other stages."""
     t0 = time.perf_counter()
     call = _worker_calls(case, device, timeout) if isolate else _local_calls(case, device)
     times = {"start": time.perf_counter() - t0}
@@ -137,6 +137,8 @@ def run_probe(case: dict, device, *, timeout: float, isolate: bool = True) -> Fa
             metrics = dict(row.get("metrics") or {})
             notes += metrics.pop("notes", [])
             found.update(metrics)
+            if stage == "load" and loaded is not None:
+                loaded(found["source"])
     finally:
         call(None)
     return Facts(found["name"], found["kind"], [lint.Layer(**d) for d in found["layers"]], found["skips"],
