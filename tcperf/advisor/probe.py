@@ -66,16 +66,21 @@ class Probe:
 
     @user_errors
     def load(self) -> dict:
-        source = self.case.get("source")
+        source, t0 = self.case.get("source"), time.perf_counter()
+        parts = {}                               # seconds: the factory, saving the model, moving it to the device
         if source is None:                       # in this process: the spec itself (pickle cannot carry it)
             spec, source = self.case["spec"], {"kind": "local"}
         elif source["kind"] == "file":
             spec = load.load_spec(source["target"])
+            parts["factory"], t0 = time.perf_counter() - t0, time.perf_counter()
             source = _saved(spec, self.case["folder"], source["target"])      # what every worker loads
+            parts["save"], t0 = time.perf_counter() - t0, time.perf_counter()
         else:
             spec = load_source(source, "cpu")
         self.spec = load.on_device(spec, self.device)
-        return self.row(name=self.spec.name, source={**source, "name": self.spec.name}, notes=self._notes())
+        parts["to_device"] = time.perf_counter() - t0
+        return self.row(name=self.spec.name, source={**source, "name": self.spec.name}, notes=self._notes(),
+                        parts=parts)
 
     def _notes(self) -> list[str]:
         notes, train = [], self.case["mode"] == "train"
@@ -136,6 +141,7 @@ def run_probe(case: dict, device, *, timeout: float, isolate: bool = True, loade
                 raise UserError(_failure(stage, row, timeout))
             metrics = dict(row.get("metrics") or {})
             notes += metrics.pop("notes", [])
+            times.update({f"{stage}_{part}": t for part, t in metrics.pop("parts", {}).items()})
             found.update(metrics)
             if stage == "load" and loaded is not None:
                 loaded(found["source"])
