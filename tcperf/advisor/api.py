@@ -34,6 +34,9 @@ from .search import Search, default_jobs
 
 MODES = ("infer", "train")
 MAX_KEPT = 16           # more culprits than this and keeping them in fp32 is not a mixed recipe any more
+SPARES_PER_JOB = 2      # workers started ahead of the recipes, per parallel job: two waves (on an H200 with 8 jobs,
+#                         those replacing the eager wave's took 16 s to be ready beside the compiles; the compiled
+#                         tiers waited for them)
 
 
 def advise(model, example_inputs, *, loss_fn=None, metric_fn=None, mode: str = "infer", tolerance=None,
@@ -92,7 +95,7 @@ def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, d
                        isolate=isolate, on_result=got) as bench:
         cores = str(max(1, (os.cpu_count() or 2) // jobs))     # each worker's share of the cores
         bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": cores, "OMP_NUM_THREADS": cores}
-        bench.start_spares(jobs)          # while the probe looks at the model, the recipes' workers start
+        bench.start_spares(SPARES_PER_JOB * jobs)   # while the probe looks at the model, the recipes' workers start
         plan = measure.candidates(mode, device, _with_baseline(recipes))
         facts = bench.probe([name for name, why in plan if not why])
         phases["probe_s"] = time.perf_counter() - started
