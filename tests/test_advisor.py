@@ -269,6 +269,13 @@ def test_pytorch_snippets_run(recipe, mode):
         assert math.isfinite(float(ns["loss"].detach()))
 
 
+def test_the_whole_step_graph_snippet_captures_the_step_and_the_others_say_they_cannot():
+    setup = measure.setup_of("step_graph", "transformer")
+    code = plain(setup, "train")
+    assert "with torch.cuda.graph(graph):" in code and "graph.replay()" in code and "GradScaler" not in code
+    assert "no switch here" in lightning(setup, "train") and "no switch here" in accelerate(setup, "train")
+
+
 # --- the verdict on timed results (what a GPU run gives it) ----------------------------------------------------------
 def _timed(name, ms, status="ok", **kw):
     r = measure.RecipeResult(name, status, error=0.01, criterion="output rel. error", **kw)
@@ -410,3 +417,29 @@ def test_gpu_torchao_snippets_run_and_stay_close_to_fp32(cuda, recipe, mode):
         assert float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)) < 0.1
     else:
         assert float(ns["loss"]) == pytest.approx(ref_loss, rel=0.1)
+
+
+@pytest.mark.gpu
+def test_gpu_the_whole_step_graph_snippet_trains_as_the_plain_loop(cuda):
+    """The pasted step_graph snippet: three warm-up steps, the capture, then each call one replayed step; its loss
+    at the fourth step is the plain loop's fourth, within bf16's rounding."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.GELU(), nn.Linear(512, 10)).to(cuda)
+    x, y = torch.randn(64, 256, device=cuda), torch.randint(0, 10, (64,), device=cuda)
+    plain_model = copy.deepcopy(model)
+    opt = torch.optim.SGD(plain_model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(plain_model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    mine = copy.deepcopy(model)
+    ns = {"model": mine, "x": x, "y": y, "loss_fn": nn.functional.cross_entropy,
+          "optimizer": torch.optim.SGD(mine.parameters(), lr=0.05)}
+    exec(plain(measure.setup_of("step_graph", "transformer"), "train", "cuda"), ns)
+    fourth = float(ns["loss"])
+    fifth = float(ns["train_step"](x, y))
+    assert fourth == pytest.approx(losses[3], rel=0.02) and fifth == pytest.approx(losses[4], rel=0.02)
+

@@ -1,7 +1,7 @@
 """Ready-to-paste code for a recipe: plain PyTorch, PyTorch Lightning and HF Accelerate.
 
 A recipe is described by a `Setup` (TF32 on or off, autocast dtype, channels_last, torch.compile mode, fp8/int8
-Linear layers, modules kept in float32); each generator returns Python source that uses the names a training or
+Linear layers, modules kept in float32, a CUDA graph of the whole training step); each generator returns Python source that uses the names a training or
 inference script already has: `model`, `x` (an input batch), and in training `y`, `loss_fn`, `optimizer` and
 `train_loader`. The plain-PyTorch snippet runs as it is (tests/test_advisor.py executes it on a small model).
 
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from ..spec import map_tensors
 from .sensitive import _cast, keep_fp32
 
+_NO_STEP_GRAPH = ("# the whole-step CUDA graph measured has no switch here: this is the recipe without it (the "
+                  "plain PyTorch snippet has the graph)")
 LIGHTNING_PRECISION = {None: "32-true", "float16": "16-mixed", "bfloat16": "bf16-mixed"}
 LIGHTNING_TRUE = {"float16": "16-true", "bfloat16": "bf16-true"}     # weights cast, no autocast
 ACCELERATE_PRECISION = {None: "no", "float16": "fp16", "bfloat16": "bf16"}
@@ -31,6 +33,7 @@ class Setup:
     int8: bool = False                  # Linear layers in int8 (inference)
     keep_fp32: tuple = ()               # module names kept in float32 under autocast
     weights: str | None = None          # inference: the model cast to 'float16' | 'bfloat16'
+    step_graph: bool = False            # training: the whole step captured in one CUDA graph and replayed
 
     @property
     def scaler(self) -> bool:
@@ -96,6 +99,8 @@ def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
     if mode == "infer":
         lines += ["model.eval()", f"with torch.no_grad(){', ' + ctx if ctx else ''}:", "    outputs = model(x)"]
         return "\n".join(lines) + "\n"
+    if s.step_graph:
+        return "\n".join(lines + _step_graph_lines(ctx)) + "\n"
     if s.scaler:
         lines.append(f'scaler = torch.amp.GradScaler("{device_type}")  # fp16: scale the loss so small '
                      f"gradients do not flush to zero")
@@ -108,6 +113,41 @@ def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _step_graph_lines(ctx: str) -> list[str]:
+    """The training step captured whole (forward, backward, optimizer) in one CUDA graph, as torch.cuda.graphs'
+    whole-network example does it: warm-up steps on a side stream, the capture, then replays that read each batch
+    from the captured input tensors. No GradScaler: it reads the host every step."""
+    forward = ([f"with {ctx}:", "    {loss} = loss_fn(model(static_x), static_y)"] if ctx
+               else ["{loss} = loss_fn(model(static_x), static_y)"])
+    return [
+        'assert optimizer.defaults.get("capturable", True), "make the optimizer with capturable=True: its step '
+        'runs inside the CUDA graph"',
+        "static_x, static_y = x.clone(), y.clone()  # the graph reads its batch from these",
+        "side = torch.cuda.Stream()",
+        "side.wait_stream(torch.cuda.current_stream())",
+        "with torch.cuda.stream(side):  # warm-up steps (torch.compile compiles here; they train on this batch)",
+        "    for _ in range(3):",
+        "        optimizer.zero_grad(set_to_none=True)",
+        *("        " + line.format(loss="loss") for line in forward),
+        "        loss.backward()",
+        "        optimizer.step()",
+        "torch.cuda.current_stream().wait_stream(side)",
+        "graph = torch.cuda.CUDAGraph()",
+        "optimizer.zero_grad(set_to_none=True)",
+        "with torch.cuda.graph(graph):  # recorded, not run: forward, backward and the optimizer step",
+        *("    " + line.format(loss="static_loss") for line in forward),
+        "    static_loss.backward()",
+        "    optimizer.step()",
+        "", "",
+        "def train_step(x, y):",
+        "    static_x.copy_(x)",
+        "    static_y.copy_(y)",
+        "    graph.replay()",
+        "    return static_loss",
+        "", "",
+        "loss = train_step(x, y)"]
+
+
 def lightning(s: Setup, mode: str = "infer") -> str:
     """PyTorch Lightning: `precision=` and the matmul precision its Tensor Core warning asks about."""
     lines = [f"# tcperf advise: {s.name}", *_header(s, "import lightning as L"),
@@ -115,6 +155,8 @@ def lightning(s: Setup, mode: str = "infer") -> str:
              _flags(s)[0],
              *_model_lines(s, mode, "cuda"),
              f'trainer = L.Trainer(accelerator="gpu", devices=1, precision="{_lightning_precision(s)}")']
+    if s.step_graph and mode == "train":
+        lines.insert(-1, _NO_STEP_GRAPH)
     lines.append("trainer.fit(model, train_dataloaders=train_loader)" if mode == "train"
                  else "predictions = trainer.predict(model, dataloaders=loader)")
     return "\n".join(lines) + "\n"
@@ -133,6 +175,7 @@ def accelerate(s: Setup, mode: str = "infer") -> str:
              *_flags(s), *_model_lines(s, mode, "cuda", with_compile=False),
              f"accelerator = Accelerator({', '.join(args)})"]
     if mode == "train":
+        lines += [_NO_STEP_GRAPH] if s.step_graph else []
         lines += ["model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)",
                   "for x, y in train_loader:", "    optimizer.zero_grad()", "    loss = loss_fn(model(x), y)",
                   "    accelerator.backward(loss)", "    optimizer.step()"]
