@@ -354,3 +354,8 @@ def test_the_spares_are_closed_before_the_runoff():
     s.run([Item(n) for n in ("tf32", "amp_bf16", "bf16")])
     first_window = next(i for i, (call, _) in enumerate(bench.log) if call == "window")
     assert bench.log.index(("close", "spares")) < first_window
+
+
+def test_idle_spares_hold_a_bounded_share_of_the_gpus_memory():
+    from tcperf.advisor.measure import spare_limit
+    assert spare_limit(80e9) == 16 and spare_limit(24e9) == 4 and spare_limit(1e9) == 1

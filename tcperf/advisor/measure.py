@@ -29,6 +29,8 @@ DEFAULT_TOLERANCE = accuracy.DEFAULT_TOLERANCE   # output relative error / share
 TRAIN_STEPS = accuracy.DEFAULT_STEPS
 DEFAULT_TIMEOUT = 600.0     # seconds one recipe may take (torch.compile of a large model takes minutes)
 TIMING = engine.TIMING
+CONTEXT_BYTES = 600e6       # GPU memory a worker holds idle: its CUDA context, cuBLAS handle and the profiler, roughly
+SPARE_MEMORY_SHARE = 0.12   # idle spares hold at most this share of the GPU's memory (spare_limit)
 
 
 @dataclass
@@ -196,11 +198,13 @@ class Bench:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def start_spares(self, count: int) -> None:
-        """Start `count` workers now (torch imported, the GPU readied) for the recipes to come; they load the model
-        once the probe has saved it (preload_spares). Only with workers, on a GPU."""
+        """Start `count` workers now (torch imported, the GPU readied) for the recipes to come, no more than
+        spare_limit() allows; they load the model once the probe has saved it (preload_spares). Only with workers,
+        on a GPU."""
         if self.source is not None and self.device.type == "cuda" and count > 0:
             from ..runner import Spares
-            self.spares = Spares(self.device, count, self.env)
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            self.spares = Spares(self.device, min(count, spare_limit(total)), self.env)
             if self.source["kind"] == "file":      # the user's file (and transformers, timm ...) imported meanwhile
                 path, _ = split_target(self.source["target"])
                 self.spares.preload({"source": {"kind": "imports", "files": [str(path)]}, "task": engine.TASK})
@@ -287,6 +291,12 @@ class _LocalSession:
 
     def close(self) -> None:
         self.held.clear()
+
+
+def spare_limit(gpu_bytes: int) -> int:
+    """How many idle spares a GPU of this much memory keeps: their CUDA contexts (with cuBLAS and the profiler
+    started, CONTEXT_BYTES each) hold at most SPARE_MEMORY_SHARE of it (16 on an 80 GB GPU, 4 on a 24 GB one)."""
+    return max(1, int(SPARE_MEMORY_SHARE * gpu_bytes / CONTEXT_BYTES))
 
 
 def _free_memory() -> int:
