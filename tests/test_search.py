@@ -359,3 +359,11 @@ def test_the_spares_are_closed_before_the_runoff():
 def test_idle_spares_hold_a_bounded_share_of_the_gpus_memory():
     from tcperf.advisor.measure import spare_limit
     assert spare_limit(80e9) == 16 and spare_limit(24e9) == 4 and spare_limit(1e9) == 1
+
+
+def test_a_gpu_machine_prepares_five_recipes_for_every_eight_cores(monkeypatch):
+    import torch
+    monkeypatch.setattr(search.os, "cpu_count", lambda: 16)
+    assert search.default_jobs(torch.device("cuda")) == 10 and search.default_jobs(torch.device("cpu")) == 2
+    monkeypatch.setattr(search.os, "cpu_count", lambda: 4)
+    assert search.default_jobs(torch.device("cuda")) == 2

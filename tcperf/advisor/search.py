@@ -75,10 +75,11 @@ def loose_share(layers: list, precision: str, channels_last: bool) -> float:
 
 
 def default_jobs(device) -> int:
-    """Workers preparing at once: half the cores on a GPU machine (tracing is one core's work; Inductor's kernel
-    compiles share the rest), at most 8."""
+    """Workers preparing at once on a GPU machine: five for every eight cores, at most 10 (tracing is one core's
+    work; Inductor's kernel compiles share the rest). On an H200 with 16 cores, a 134M decoder's grid took 62.8 s
+    with 10 jobs and 75.5 s with 8, each from cold caches: the compiles took as long, fewer waited for a worker."""
     cores = os.cpu_count() or 2
-    return max(1, min(8, cores // 2)) if device.type == "cuda" else max(1, min(2, cores))
+    return max(1, min(10, cores * 5 // 8)) if device.type == "cuda" else max(1, min(2, cores))
 
 
 @dataclass

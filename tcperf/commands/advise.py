@@ -43,8 +43,8 @@ def add_parser(sub) -> None:
                    help="seconds the search may take: recipes that would not finish in time are not started, "
                         "and the advice names them (default: no limit)")
     p.add_argument("--jobs", type=int, default=None,
-                   help="recipes prepared (compiled) at once in parallel workers (default: half the "
-                        "cores, at most 8, on a GPU)")
+                   help="recipes prepared (compiled) at once in parallel workers (default: 5 for every 8 "
+                        "cores, at most 10, on a GPU)")
     add_device(p)
     add_db(p)
     add_json(p)
