@@ -93,6 +93,6 @@ def sentence(v: dict) -> str:
         return f"{head} (the only recipe in the runoff)"
     margin = (f"{v['margin']:.1%} +- {v['spread']:.1%} ahead of {v['runner_up']}" if v["margin"] >= 0 else
               f"{-v['margin']:.1%} +- {v['spread']:.1%} behind {v['runner_up']}, within the noise")
-    tie = (f"; tied with {', '.join(v['tied'])} within the noise, the simpler recipe is chosen"
+    tie = (f"; tied with {', '.join(v['tied'])} (within the noise or {TIE:.1%}), the simpler recipe is chosen"
            if v.get("tied") else "")
     return f"{head}, {margin} ({v['rounds']} interleaved rounds){tie}"
