@@ -233,16 +233,17 @@ class Fp8Linear(_QuantLinear):
 
 class Int8Linear(_QuantLinear):
     """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
-    taken at every call), int32 accumulation through torch._int_mm, bf16 out. _int_mm needs M > 16: smaller
-    calls fall back to the dequantized weight."""
+    taken at every call), int32 accumulation through torch._int_mm, bf16 out. W is stored (N, K) row-major, so W^T
+    is column-major: with a row-major B, _int_mm runs an sm80 WMMA kernel (129 TOPS at 8192^3 on an H200, against
+    922 column-major), and the advisor's int8 decoder step took 10.8 ms against bf16's 2.4. _int_mm needs M > 16:
+    smaller calls fall back to the dequantized weight."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__(linear)
         w = linear.weight.detach().float()                                         # (N, K)
         scale = (w.abs().amax(dim=1) / I8_MAX).clamp(min=1e-12)                    # (N,)
         self.register_buffer("w_scale", scale)
-        self.register_buffer("w8t", torch.round(w / scale[:, None]).clamp(-I8_MAX, I8_MAX).to(torch.int8)
-                             .t().contiguous())                                    # (K, N) row-major
+        self.register_buffer("w8", torch.round(w / scale[:, None]).clamp(-I8_MAX, I8_MAX).to(torch.int8))
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -250,9 +251,9 @@ class Int8Linear(_QuantLinear):
         if x2.shape[0] > 16:
             x_scale = (x2.abs().amax(dim=1, keepdim=True) / I8_MAX).clamp(min=1e-12)    # (M, 1)
             x8 = torch.round(x2 / x_scale).clamp(-I8_MAX, I8_MAX).to(torch.int8)
-            y = torch._int_mm(x8, self.w8t).float() * x_scale * self.w_scale        # int32 (M, N) -> float
+            y = torch._int_mm(x8, self.w8.t()).float() * x_scale * self.w_scale     # int32 (M, N) -> float
         else:
-            y = x2 @ (self.w8t.float() * self.w_scale)
+            y = x2 @ (self.w8.float() * self.w_scale[:, None]).t()
         if self.bias is not None:
             y = y + self.bias
         return y.to(torch.bfloat16).view(*x.shape[:-1], y.shape[-1])

@@ -109,6 +109,13 @@ def test_int8_linear_close_to_linear():
     assert _rel(recipes.Int8Linear(layer)(x[:4]), layer(x[:4])) < 0.02      # M <= 16: the fallback path
 
 
+def test_int8_linear_hands_int_mm_a_column_major_weight():
+    """cuBLASLt's int8 kernels take B column-major; a row-major B runs a WMMA kernel 7x slower on Hopper."""
+    layer, _ = _linear(64, 32)
+    b = recipes.Int8Linear(layer).w8.t()                  # the operand forward passes to torch._int_mm
+    assert b.shape == (64, 32) and b.stride() == (1, 64)
+
+
 def test_fp8_linear_close_to_linear():
     layer, x = _linear(64, 32)
     try:
