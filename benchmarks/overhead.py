@@ -1,7 +1,7 @@
 """tcperf's overhead on whole-model steps: ResNet-50 and GPT-2 training throughput as the model ladder measures it
 (tcperf.ladder.measure_cell: recipes.prepare's step, timed per step with CUDA events by tcperf.timing.time_fn)
-against a plain hand-written loop (the same model definition, fused AdamW, autocast, CUDA events around K steps)
-in the same process, alternating. Target: tcperf within 3% of the plain loop.
+against a plain hand-written loop (benchmarks/hand_loops.py: the same model definition, AdamW as the rung has it,
+autocast, CUDA events around K steps) in the same process, alternating. Target: tcperf within 3% of the plain loop.
 
     python benchmarks/overhead.py [--out DIR] [--rounds 3] [--steps 30] [--quick]
 
@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from hand_loops import plain_loop  # noqa: E402  (beside this script)
 from tcperf import env, ladder, models  # noqa: E402
 
 TARGET = 0.03
@@ -29,39 +30,6 @@ CASES = (  # model, tcperf recipe, batch, what the plain loop does the same way
     ("resnet50", "channels_last", 256, {"autocast": torch.bfloat16, "channels_last": True}),
     ("gpt2", "amp_bf16", 16, {"autocast": torch.bfloat16, "channels_last": False}),
 )
-
-
-def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device) -> float:
-    """Items/s of the hand-written loop: no tcperf code between the model and the clock."""
-    mod = models.get(name)
-    cfg = mod.CONFIGS[config]
-    torch.manual_seed(0)
-    model = mod.build(cfg).to(device)
-    inputs, targets = mod.make_batch(cfg, batch, device, torch.Generator(device=device).manual_seed(1))
-    if how["channels_last"]:
-        model = model.to(memory_format=torch.channels_last)
-        inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
-    opt = torch.optim.AdamW(model.parameters(), **mod.OPTIMIZER, fused=True)
-    torch.backends.cudnn.benchmark = True
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=how["autocast"]):
-            loss = mod.loss_fn(model(*inputs), targets)
-        loss.backward()
-        opt.step()
-
-    for _ in range(max(5, steps // 3)):
-        step()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(steps):
-        step()
-    end.record()
-    torch.cuda.synchronize()         # sync point: read the events once all steps are done
-    seconds = start.elapsed_time(end) / 1e3 / steps
-    return mod.items_per_batch(cfg, batch) / seconds
 
 
 def tcperf_cell(name: str, recipe: str, config: str, batch: int, rep_ms: float, device) -> dict:

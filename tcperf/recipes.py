@@ -8,12 +8,17 @@ int8: tcperf.engine decides that from the model itself), and the accuracy it mus
 LADDER is the default climb, each rung adding one thing to the one before:
 
     fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
-         -> compile -> cuda_graphs -> fp8 (torchao float8 training / torch._scaled_mm inference) -> int8 (inference)
+         -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
+         -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
+            inference) -> int8 (inference)
+
+Below the fused rung the optimizer is the model's as given (the ladder's models: AdamW as users write it, foreach).
 
 compile and CUDA graphs also sit on top of any other recipe by name: "bf16+compile", "tf32+cuda_graphs",
 "amp_fp16+compile", "fp8+cuda_graphs" (`on_top`). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for
 convolutions). For training, "X+step_graph" compiles X and captures the whole step, optimizer included, in one CUDA
-graph (torch.cuda.graphs' whole-network capture: no Python and no launches between replays).
+graph (torch.cuda.graphs' whole-network capture: no Python and no launches between replays), with the optimizer's
+fused kernel where its class has one.
 
     step = prepare(model, "compile", "train", (images,), "cuda", loss_fn=F.cross_entropy, targets=labels)
     loss = step()          # forward, loss, backward, optimizer step; the model is a deep copy
@@ -27,6 +32,7 @@ import copy
 import dataclasses
 import importlib
 import importlib.util
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -52,6 +58,7 @@ class Recipe:
     compile: bool = False               # torch.compile(dynamic=False); compile time is reported, never timed
     cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
     step_graph: bool = False            # training: the whole step (optimizer included) captured in one CUDA graph
+    fused: bool = False                 # training: the optimizer's fused kernel (fused=True), one launch a step
     fp8: bool = False                   # nn.Linear -> fp8 (torchao float8 training; torch._scaled_mm inference)
     int8: bool = False                  # nn.Linear -> int8 weights and activations through torch._int_mm
     weights: str | None = None          # inference: the model cast to this dtype ("bfloat16" | "float16")
@@ -79,7 +86,8 @@ class Recipe:
         parts = [f"{self.precision} weights" if self.weights else self.precision]
         if self.channels_last and convs:
             parts.append("channels_last")
-        parts += [name for name in ("compile", "cuda_graphs", "step_graph", "fp8", "int8") if getattr(self, name)]
+        parts += [name for name in ("compile", "fused", "cuda_graphs", "step_graph", "fp8", "int8")
+                  if getattr(self, name)]
         if self.transform:
             parts.append(self.transform.split(":")[-1])
         return " + ".join(parts)
@@ -108,16 +116,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            about="amp_bf16 (+ channels_last for convolutions) + torch.compile"),
     Recipe("cuda_graphs", "amp_bf16", channels_last=True, compile=True, cuda_graphs=True,
            about="compile with mode='reduce-overhead': the step replays CUDA graphs"),
-    Recipe("step_graph", "amp_bf16", channels_last=True, compile=True, step_graph=True, modes=("train",),
-           about="compile + the whole training step (optimizer included) replayed as one CUDA graph"),
+    Recipe("fused", "amp_bf16", channels_last=True, compile=True, fused=True, modes=("train",),
+           about="compile + the optimizer's fused kernel (fused=True: one launch updates every parameter)"),
+    Recipe("step_graph", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
+           modes=("train",), about="compile + fused optimizer + the whole training step replayed as one CUDA graph"),
     Recipe("fp8", "amp_bf16", compile=True, fp8=True, needs="linear", tolerance=0.25,
            about="nn.Linear layers in fp8"),
     Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), needs="linear", tolerance=0.25,
            about="nn.Linear layers in int8, inference only"),
 )}
 
-LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile",
-                     "cuda_graphs", "fp8", "int8"]
+LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile", "fused",
+                     "step_graph", "cuda_graphs", "fp8", "int8"]
 
 
 def get(name: str | Recipe) -> Recipe:
@@ -153,7 +163,7 @@ def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
     about = {"compile": "", "cuda_graphs": " (mode='reduce-overhead')",
              "step_graph": " + the whole training step in one CUDA graph"}[extra]
     return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs, step_graph=whole,
-                               modes=("train",) if whole else base.modes, about=f"{base.name} + torch.compile{about}")
+                               fused=base.fused or whole, modes=("train",) if whole else base.modes, about=f"{base.name} + torch.compile{about}")
 
 
 def parse_list(text: str) -> list[str]:
@@ -343,7 +353,7 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     example_inputs: a tensor or a tuple of positional inputs (moved to `device`; NHWC under channels_last).
     loss_fn: default cross-entropy when targets are class indices, else the mean square of the outputs.
     optimizer: None (AdamW, lr 1e-3, fused on CUDA), a callable params -> optimizer, or an optimizer whose class
-    and defaults are reused for the copy's parameters. wrap: applied to the copy before torch.compile and the
+    and defaults are reused for the copy's parameters (a recipe with `fused` rebuilds it with fused=True). wrap: applied to the copy before torch.compile and the
     optimizer see it (tcperf.distributed.parallel: DistributedDataParallel, FSDP2's fully_shard). Raises
     NotApplicable when the recipe finds nothing to do."""
     recipe, device = get(recipe), torch.device(device)
@@ -374,7 +384,7 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     if mode == "infer":
         run = _infer_run(runner, inputs, prec, device, recipe.cuda_graphs, guard)
         return Step(run, runner, recipe, mode, inputs, notes=notes)
-    opt = _optimizer(optimizer, m, device, capturable=recipe.step_graph)
+    opt = _optimizer(optimizer, m, device, capturable=recipe.step_graph, fused=recipe.fused)
     scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
     run = _train_run(runner, inputs, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard,
                      recipe.cuda_graphs)
@@ -447,24 +457,35 @@ def _default_loss(outputs, targets):
     return out.float().pow(2).mean()
 
 
-def _optimizer(optimizer, model: nn.Module, device: torch.device, capturable: bool = False) -> torch.optim.Optimizer:
-    """The step's optimizer; capturable: one whose step can be captured in a CUDA graph (its step count on the GPU)."""
+def _optimizer(optimizer, model: nn.Module, device: torch.device, capturable: bool = False,
+               fused: bool = False) -> torch.optim.Optimizer:
+    """The step's optimizer, rebuilt for the copy's parameters with what the recipe asks of it: capturable (its
+    step count on the GPU, so a CUDA graph can hold the step) and, on CUDA, fused (one kernel updates every
+    parameter: AdamW, Adam, SGD ...). NotApplicable for a class that has neither switch."""
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer is None:
-        extra = {"capturable": True} if capturable else {}
-        return torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda", **extra)
-    if isinstance(optimizer, torch.optim.Optimizer):
-        defaults = dict(optimizer.defaults)
-        if capturable:
-            if "capturable" not in defaults:
-                raise NotApplicable(f"{type(optimizer).__name__} cannot be captured in a CUDA graph")
-            defaults["capturable"] = True
-        return type(optimizer)(params, **defaults)
-    opt = optimizer(params)
-    if capturable and not opt.defaults.get("capturable"):
-        raise NotApplicable(f"the given {type(opt).__name__} is not capturable=True: a whole-step CUDA graph "
-                            f"cannot hold its step")
-    return opt
+        opt = torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda")
+    elif isinstance(optimizer, torch.optim.Optimizer):
+        opt = _rebuilt(optimizer, params)
+    else:
+        opt = optimizer(params)
+    wanted = {**({"capturable": True} if capturable else {}),
+              **({"fused": True} if fused and device.type == "cuda" else {})}
+    if all(opt.defaults.get(k) for k in wanted):
+        return opt
+    missing = [k for k in wanted if k not in opt.defaults]
+    if missing:
+        raise NotApplicable(f"{type(opt).__name__} has no {' and no '.join(f'{k}=True' for k in missing)}"
+                            f"{': a whole-step CUDA graph cannot hold its step' if 'capturable' in missing else ''}")
+    extra = {"foreach": None, "differentiable": False} if "fused" in wanted else {}
+    return _rebuilt(opt, params, **extra, **wanted)
+
+
+def _rebuilt(opt: torch.optim.Optimizer, params, **changes) -> torch.optim.Optimizer:
+    """A new optimizer of opt's class and settings over `params`. Only the settings its constructor takes: AdamW's
+    defaults hold `decoupled_weight_decay`, which AdamW() refuses (torch 2.13)."""
+    takes = inspect.signature(type(opt).__init__).parameters
+    return type(opt)(params, **{k: v for k, v in {**opt.defaults, **changes}.items() if k in takes})
 
 
 def _whole_step_graph(run, model: nn.Module, opt, device: torch.device, warmup: int = 3):

@@ -138,7 +138,7 @@ def builtin(name: str, config: str, batch: int, seed: int, device) -> Spec:
         model = mod.build(cfg)
     formula = getattr(mod, "flops", None)
     return Spec(model, tuple(inputs), {}, mod.loss_fn, None, name, targets,
-                optimizer=lambda params: models.make_optimizer(mod, params, device),
+                optimizer=lambda params: models.make_optimizer(mod, params),
                 items=mod.items_per_batch(cfg, batch), unit=mod.UNIT,
                 flops=(lambda mode: formula(cfg, batch, mode)) if formula else None)
 

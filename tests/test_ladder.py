@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import torch.nn as nn
 import torch
 
 from rich.console import Console
@@ -41,6 +42,8 @@ def test_every_rung_is_a_recipe_on_a_known_precision():
     ("fp8", "infer", "compute capability >= 8.9"),
     ("int8", "train", "applies to infer only"),
     ("int8", "infer", "need a CUDA GPU"),
+    ("fused", "infer", "applies to train only"),
+    ("step_graph", "train", "need a CUDA GPU"),
 ])
 def test_skip_reasons_on_cpu(recipe, mode, expect):
     why = recipes.RECIPES[recipe].skip_reason(mode, "cpu")
@@ -254,6 +257,23 @@ def test_bad_input_exits_2_with_one_line(argv, words, capsys, db_path):
     assert words in err and len(err.splitlines()) == 1
 
 
+def test_fused_rung_rebuilds_the_given_optimizer_with_its_fused_kernel():
+    """The rung adds fused=True to the optimizer as the model gives it (the ladder's: plain AdamW), keeping its
+    hyper-parameters; a class without a fused kernel makes the rung not applicable, and on a CPU nothing changes."""
+    model = nn.Linear(8, 8)
+    given = lambda params: torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.95))     # noqa: E731
+    opt = recipes._optimizer(given, model, torch.device("cuda"), fused=True)
+    assert opt.defaults["fused"] is True and opt.defaults["lr"] == 3e-4 and opt.defaults["betas"] == (0.9, 0.95)
+    whole = recipes._optimizer(given, model, torch.device("cuda"), capturable=True, fused=True)
+    assert whole.defaults["fused"] is True and whole.defaults["capturable"] is True
+    assert not recipes._optimizer(given, model, torch.device("cpu"), fused=True).defaults["fused"]
+    assert not recipes._optimizer(given, model, torch.device("cuda")).defaults["fused"]
+    with pytest.raises(recipes.NotApplicable, match="Adadelta has no fused=True"):
+        recipes._optimizer(lambda p: torch.optim.Adadelta(p), model, torch.device("cuda"), fused=True)
+    assert recipes.get("tf32+step_graph").fused and not recipes.get("tf32+compile").fused
+    assert recipes.RECIPES["fused"].describe("cnn") == "amp_bf16 + channels_last + compile + fused"
+
+
 # --- on a GPU -------------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_resnet50_cell(cuda):
@@ -272,6 +292,7 @@ def test_gpu_resnet50_cell(cuda):
         reason="torch 2.11 inductor: stride assertion in convolution_backward for DCGAN with channels_last "
                "(seen on an H200, 2026-11-22; the ladder records it as an error and goes on)", strict=False)),
     ("resnet50", "cuda_graphs", "infer"),
+    ("resnet50", "fused", "train"), ("gpt2", "step_graph", "train"),
 ])
 def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
     r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})

@@ -34,7 +34,7 @@ def test_module_shape(name):
 def test_train_and_infer_small(name, recipe):
     mod, cfg, model, inputs, targets = _small(name)
     train = recipes.prepare(model, recipe, "train", inputs, "cpu", loss_fn=mod.loss_fn, targets=targets,
-                            optimizer=lambda p: models.make_optimizer(mod, p, "cpu"))
+                            optimizer=lambda p: models.make_optimizer(mod, p))
     before = [p.detach().clone() for p in train.model.parameters()]
     losses = [train().item() for _ in range(3)]
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -47,7 +47,7 @@ def test_train_and_infer_small(name, recipe):
 
 def test_plain_train_step_and_infer():
     mod, cfg, model, inputs, targets = _small("gpt2")
-    opt = models.make_optimizer(mod, model.parameters(), "cpu")
+    opt = models.make_optimizer(mod, model.parameters())
     first = models.train_step(mod, model, inputs, targets, opt).item()
     for _ in range(5):
         last = models.train_step(mod, model, inputs, targets, opt).item()

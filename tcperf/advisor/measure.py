@@ -104,7 +104,8 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = ()) -> Setup:
     return Setup(name=r.describe(kind) + (" + fp32 modules" if keep else ""), tf32=p.tf32,
                  autocast=str(p.autocast).replace("torch.", "") if p.autocast is not None else None,
                  channels_last=r.channels_last and kind == "cnn", compile=compile_mode, fp8=r.fp8, int8=r.int8,
-                 keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph)
+                 keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
+                 fused=r.fused)
 
 
 def lowp_of(name: str) -> tuple[str, bool] | None:

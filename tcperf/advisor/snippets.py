@@ -18,6 +18,8 @@ from .sensitive import _cast, keep_fp32
 
 _NO_STEP_GRAPH = ("# the whole-step CUDA graph measured has no switch here: this is the recipe without it (the "
                   "plain PyTorch snippet has the graph)")
+_FUSED = ("# make the optimizer with fused=True where its class has it (AdamW, Adam, SGD): one kernel updates every "
+          "parameter")
 LIGHTNING_PRECISION = {None: "32-true", "float16": "16-mixed", "bfloat16": "bf16-mixed"}
 LIGHTNING_TRUE = {"float16": "16-true", "bfloat16": "bf16-true"}     # weights cast, no autocast
 ACCELERATE_PRECISION = {None: "no", "float16": "fp16", "bfloat16": "bf16"}
@@ -35,6 +37,7 @@ class Setup:
     keep_fp32: tuple = ()               # module names kept in float32 under autocast
     weights: str | None = None          # inference: the model cast to 'float16' | 'bfloat16'
     step_graph: bool = False            # training: the whole step captured in one CUDA graph and replayed
+    fused: bool = False                 # training: the optimizer made with fused=True
 
     @property
     def scaler(self) -> bool:
@@ -100,6 +103,8 @@ def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
     if mode == "infer":
         lines += ["model.eval()", f"with torch.no_grad(){', ' + ctx if ctx else ''}:", "    outputs = model(x)"]
         return "\n".join(lines) + "\n"
+    if s.fused:
+        lines.append(_FUSED)
     if s.step_graph:
         return "\n".join(lines + _step_graph_lines(ctx)) + "\n"
     if s.scaler:
