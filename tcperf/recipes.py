@@ -202,7 +202,7 @@ class NotApplicable(Exception):
 
 
 # --- fp8 and int8 Linear layers (inference) ---------------------------------------------------------------------
-class _QuantLinear(nn.Module):
+class QuantLinear(nn.Module):
     """What the quantized layers keep of nn.Linear's face, for model code that reads it: in_features, out_features
     and `weight`, a stand-in of the layer's shape in its output dtype (bf16) that costs no memory (one zero,
     expanded). transformers' T5 reads `wo.weight.dtype` to cast its input; code that computes with the values gets
@@ -211,15 +211,16 @@ class _QuantLinear(nn.Module):
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("_zero", torch.zeros((), dtype=torch.bfloat16, device=linear.weight.device),
-                             persistent=False)
 
     @property
     def weight(self) -> torch.Tensor:
-        return self._zero.expand(self.out_features, self.in_features)
+        """Made when read, on the layer's device: no buffer, so it is neither saved nor counted as bytes read."""
+        held = next(self.buffers(), None)
+        zero = torch.zeros((), dtype=torch.bfloat16, device=held.device if held is not None else None)
+        return zero.expand(self.out_features, self.in_features)
 
 
-class Fp8Linear(_QuantLinear):
+class Fp8Linear(QuantLinear):
     """y = x W^T + b with x and W in float8_e4m3fn, one float32 scale per tensor (the activation's taken from its
     amax at every call), through torch._scaled_mm, bf16 out. W is stored (N, K) row-major, so W^T is the
     column-major (K, N) operand cuBLASLt requires."""
@@ -241,7 +242,7 @@ class Fp8Linear(_QuantLinear):
         return y.view(*x.shape[:-1], y.shape[-1])
 
 
-class Int8Linear(_QuantLinear):
+class Int8Linear(QuantLinear):
     """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
     taken at every call), int32 accumulation through torch._int_mm, bf16 out. W is stored (N, K) row-major, so W^T
     is column-major: with a row-major B, _int_mm runs an sm80 WMMA kernel (129 TOPS at 8192^3 on an H200, against

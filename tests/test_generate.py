@@ -246,3 +246,15 @@ def test_compiled_decode_on_cuda(cuda, name):
             for b in (1, 4)]
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("message") for r in rows]
     assert rows[0]["metrics"]["decode"]["gbps"] > 0
+
+
+def test_quantized_layers_keep_linears_face():
+    """Model code reads `layer.weight.dtype` (transformers' T5 casts its input to it): every quantized layer has a
+    bf16 stand-in of nn.Linear's shape, and it is not counted as bytes a decode step reads."""
+    lin = torch.nn.Linear(256, 64, bias=False).to(torch.bfloat16)
+    layers = [quant.Int8WeightOnlyLinear(lin), quant.Int4WeightOnlyLinear(lin, 32)]
+    layers += [quant.Fp8Linear(lin, rowwise=True)] if quant.F8 is not None else []
+    for layer in layers:
+        assert layer.weight.shape == (64, 256) and layer.weight.dtype == torch.bfloat16
+        assert (layer.in_features, layer.out_features) == (256, 64)
+        assert all(t.numel() > 1 for t in layer.buffers())          # no one-element stand-in among the buffers

@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..recipes import QuantLinear
 
 F8 = getattr(torch, "float8_e4m3fn", None)
 F8_MAX = 448.0
@@ -133,19 +134,20 @@ def int8_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.round(w.float() / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
 
 
-class Int8WeightOnlyLinear(nn.Module):
+class Int8WeightOnlyLinear(QuantLinear):
     """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2; the widening to bf16 and the scale are
-    fused into the matmul by torch.compile (eager widens the whole weight first: compile it)."""
+    fused into the matmul by torch.compile (eager widens the whole weight first: compile it). Like every layer
+    here, `weight` is a bf16 stand-in of nn.Linear's shape (tcperf.recipes.QuantLinear) for model code that reads
+    its dtype; the int8 values are `w8`."""
 
     def __init__(self, linear: nn.Linear):
-        super().__init__()
+        super().__init__(linear)
         q, scales = int8_quantize(linear.weight.detach())
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("weight", q)
+        self.register_buffer("w8", q)
         self.register_buffer("scales", scales.to(torch.bfloat16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight.to(x.dtype)) * self.scales
+        return F.linear(x, self.w8.to(x.dtype)) * self.scales
 
 
 # --- int4 weight-only (groups) ----------------------------------------------------------------------------------
@@ -184,21 +186,21 @@ def int4_pack(q: torch.Tensor, device: torch.device) -> torch.Tensor:
     return torch._convert_weight_to_int4pack_for_cpu(q, tiles)
 
 
-class Int4WeightOnlyLinear(nn.Module):
-    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group."""
+class Int4WeightOnlyLinear(QuantLinear):
+    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group (`packed`)."""
 
     def __init__(self, linear: nn.Linear, group: int):
-        super().__init__()
+        super().__init__(linear)
         w = linear.weight.detach()
         q, scales, zeros = int4_quantize(w, group)
-        self.group, self.in_features, self.out_features = group, linear.in_features, linear.out_features
-        self.register_buffer("weight", int4_pack(q.to(w.device), w.device))
+        self.group = group
+        self.register_buffer("packed", int4_pack(q.to(w.device), w.device))
         self.register_buffer("scales_and_zeros", pack_scales_and_zeros(scales, zeros).to(w.device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
         mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
-        y = mm(x2, self.weight, self.group, self.scales_and_zeros)
+        y = mm(x2, self.packed, self.group, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 
@@ -210,13 +212,13 @@ def fp8_quantize(t: torch.Tensor, rowwise: bool) -> tuple[torch.Tensor, torch.Te
     return (t.float() / scale).to(F8), scale
 
 
-class Fp8Linear(nn.Module):
+class Fp8Linear(QuantLinear):
     """y = x W^T in e4m3 through torch._scaled_mm (bf16 out); W's scales made once, x's at every call."""
 
     def __init__(self, linear: nn.Linear, rowwise: bool):
-        super().__init__()
+        super().__init__(linear)
         w8, w_scale = fp8_quantize(linear.weight.detach(), rowwise)
-        self.rowwise, self.in_features, self.out_features = rowwise, linear.in_features, linear.out_features
+        self.rowwise = rowwise
         self.register_buffer("w8", w8)                                        # (N, K): w8.t() is column-major
         self.register_buffer("w_scale", w_scale.reshape(1, -1) if rowwise else w_scale)   # (1, N) or ()
 
