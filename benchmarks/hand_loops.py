@@ -3,11 +3,12 @@ The yardstick of benchmarks/overhead.py (tcperf's overhead) and benchmarks/model
 
     how = {"autocast": torch.bfloat16, "channels_last": True, "compile": True, "fused": True, "graph": True}
     items_per_s = plain_loop("resnet50", "full", 256, how, steps=30, device=torch.device("cuda"))
+    windows = plain_loop(..., windows=3)      # [items/s, items/s, items/s]: one build and compile, 3 windows
 
 how: autocast (a dtype or None), channels_last, compile (torch.compile of the model), fused (AdamW with fused=True;
 else as users write it, foreach), graph (the whole step, optimizer included, captured in one CUDA graph after
-warm-up on a side stream, as torch.cuda.graphs documents; needs compile or eager, capturable AdamW). Timed as one
-CUDA-event window around `steps` back-to-back steps after warm-up.
+warm-up on a side stream, as torch.cuda.graphs documents; capturable AdamW). Timed as CUDA-event windows, each
+around `steps` back-to-back steps, after warm-up.
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from tcperf import models  # noqa: E402
 WARMUP = 5
 
 
-def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device) -> float:
-    """Items/s of the hand-written loop."""
+def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device, windows: int | None = None):
+    """Items/s of the hand-written loop; with `windows`, a list of that many windows' items/s."""
     mod = models.get(name)
     cfg = mod.CONFIGS[config]
     torch.manual_seed(0)
@@ -51,6 +52,12 @@ def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device
         step = _captured(step, device)
     for _ in range(max(WARMUP, steps // 3)):
         step()
+    rates = [mod.items_per_batch(cfg, batch) / _window(step, steps) for _ in range(windows or 1)]
+    return rates if windows else rates[0]
+
+
+def _window(step, steps: int) -> float:
+    """Seconds a step over one CUDA-event window of `steps` back-to-back steps."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -58,8 +65,7 @@ def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device
         step()
     end.record()
     torch.cuda.synchronize()         # sync point: read the events once all steps are done
-    seconds = start.elapsed_time(end) / 1e3 / steps
-    return mod.items_per_batch(cfg, batch) / seconds
+    return start.elapsed_time(end) / 1e3 / steps
 
 
 def _captured(step, device):

@@ -4,7 +4,7 @@ channels_last (inference); every cell in a worker process (one per recipe and mo
 in one run, printed as ladder tables, checked against the targets.
 
     python benchmarks/models_gpu.py [--out DIR] [--db PATH] [--rep-ms 600] [--quick] [--models resnet50,gpt2]
-                                    [--modes train]
+                                    [--modes train] [--recipes fp32,compile,fused,step_graph] [--no-hand]
 
 Targets on an H200: ResNet-50 training, best rung >= 7,500 img/s at batch 256; GPT-2 small training (16 x 1024) best
 rung >= 500k tokens/s and amp_bf16 >= 320k; each best rung at least as fast as the plain hand loops timed in the
@@ -61,8 +61,8 @@ HAND = {  # model -> the plain loops the best training rung is held against (han
              "compile + fused + step graph": {"autocast": torch.bfloat16, "compile": True, "fused": True,
                                               "graph": True}},
 }
-HAND_STEPS = 50
-HAND_ROUNDS = 2
+HAND_STEPS = 40
+HAND_WINDOWS = 3
 
 
 def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
@@ -106,7 +106,8 @@ def checks(rows: list[dict]) -> dict:
 
 
 def hand_loops(rows: list[dict], device, models_wanted, config: str) -> dict:
-    """Each model's hand loops (HAND), HAND_ROUNDS rounds apart, against the ladder's best training rung."""
+    """Each model's hand loops (HAND: one build and compile each, HAND_WINDOWS windows) against the ladder's best
+    training rung; a hand loop is judged by its best window, as the ladder's rung by its mean."""
     out = {}
     for name, loops in HAND.items():
         best = max((r for r in rows if r["shape"].get("model") == name and r["shape"].get("mode") == "train"
@@ -114,14 +115,13 @@ def hand_loops(rows: list[dict], device, models_wanted, config: str) -> dict:
         if name not in models_wanted or best is None:
             continue
         batch = best["shape"]["batch"]
-        times = {label: [] for label in loops}
-        for _ in range(HAND_ROUNDS):
-            for label, how in loops.items():
-                try:
-                    times[label].append(plain_loop(name, config, batch, how, HAND_STEPS, device))
-                except Exception as e:                       # recorded for this loop, the others go on
-                    print(f"  hand {name} {label}: {type(e).__name__}: {e}"[:200], flush=True)
-                torch.cuda.empty_cache()
+        times = {}
+        for label, how in loops.items():
+            try:
+                times[label] = plain_loop(name, config, batch, how, HAND_STEPS, device, windows=HAND_WINDOWS)
+            except Exception as e:                       # recorded for this loop, the others go on
+                print(f"  hand {name} {label}: {type(e).__name__}: {e}"[:200], flush=True)
+            torch.cuda.empty_cache()
         hand = {label: max(v) for label, v in times.items() if v}
         if not hand:
             continue
@@ -145,6 +145,7 @@ def main() -> int:
     ap.add_argument("--models", default="resnet50,gpt2,lstm,dcgan", help="a subset, e.g. resnet50,gpt2")
     ap.add_argument("--modes", default="train,infer", help="train, infer or both (default)")
     ap.add_argument("--no-hand", action="store_true", help="skip the hand loops after the ladder")
+    ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("models_gpu.py needs a CUDA GPU", file=sys.stderr)
@@ -159,7 +160,12 @@ def main() -> int:
     t0 = time.time()
     status = "interrupted"
     try:
-        rows = run_ladders(store, run_id, QUICK if args.quick else FULL, "small" if args.quick else "full",
+        plans = QUICK if args.quick else FULL
+        if args.recipes:
+            keep = set(recipes.parse_list(args.recipes))
+            plans = {mode: {m: [r for r in names if r in keep] for m, names in plan.items()}
+                     for mode, plan in plans.items()}
+        rows = run_ladders(store, run_id, plans, "small" if args.quick else "full",
                            device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
                            args.modes.split(","))
         status = "done"
