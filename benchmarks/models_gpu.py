@@ -5,6 +5,7 @@ in one run, printed as ladder tables, checked against the targets.
 
     python benchmarks/models_gpu.py [--out DIR] [--db PATH] [--rep-ms 600] [--quick] [--models resnet50,gpt2]
                                     [--modes train] [--recipes fp32,compile,fused,step_graph] [--no-hand]
+                                    [--profile]
 
 Targets on an H200: ResNet-50 training, best rung >= 7,500 img/s at batch 256; GPT-2 small training (16 x 1024) best
 rung >= 500k tokens/s and amp_bf16 >= 320k; each best rung at least as fast as the plain hand loops timed in the
@@ -75,7 +76,7 @@ def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
 
 
 def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep_ms: float, ceilings: dict,
-                models_wanted, modes) -> list[dict]:
+                models_wanted, modes, profile: bool = False) -> list[dict]:
     rows = []
 
     def keep(r: dict) -> None:
@@ -84,11 +85,17 @@ def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep
         m = r.get("metrics") or {}
         print(f"  {r['shape'].get('model')} {r['shape'].get('mode')} {r['precision']}: {r['status']} "
               f"{m.get('throughput') or 0:,.0f} {m.get('unit', '')} {r.get('message') or ''}"[:160], flush=True)
+        if m.get("kernel_ms"):
+            print(f"    profile: step {r.get('mean_ms') or 0:.2f} ms, kernels {m['kernel_ms']:.2f} ms (GPU busy "
+                  f"{m.get('gpu_busy') or 0:.0%}), matmul/conv {m.get('matmul_ms') or 0:.2f} ms, Tensor Core share "
+                  f"{m.get('tc_share') or 0:.0%}", flush=True)
+            for k in m.get("kernels") or []:
+                print(f"      {k['time_us'] / 3e3:7.2f} ms a step (of 3 profiled)  {k['name'][:110]}", flush=True)
 
     for mode in modes:
         t0 = time.time()
         ladder.climb(mode_cases(mode, plans.get(mode, {}), config, models_wanted), device, on_result=keep,
-                     timeout=600, timing=TimingConfig(rep_ms=rep_ms), ceilings=ceilings)
+                     timeout=600, timing=TimingConfig(rep_ms=rep_ms), ceilings=ceilings, profile=profile)
         print(f"{mode}: {time.time() - t0:.0f} s", flush=True)
     return rows
 
@@ -146,6 +153,8 @@ def main() -> int:
     ap.add_argument("--modes", default="train,infer", help="train, infer or both (default)")
     ap.add_argument("--no-hand", action="store_true", help="skip the hand loops after the ladder")
     ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph")
+    ap.add_argument("--profile", action="store_true", help="profile each cell after its timing: GPU busy, Tensor "
+                    "Core share, matmul time, the largest kernels (what holds a rung below its target)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("models_gpu.py needs a CUDA GPU", file=sys.stderr)
@@ -167,7 +176,7 @@ def main() -> int:
                      for mode, plan in plans.items()}
         rows = run_ladders(store, run_id, plans, "small" if args.quick else "full",
                            device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
-                           args.modes.split(","))
+                           args.modes.split(","), profile=args.profile)
         status = "done"
     finally:
         store.finish_run(run_id, status)

@@ -60,19 +60,22 @@ def cell_task(case: dict, device, job: dict) -> dict:
     return measure_cell(shape["model"], shape["mode"], case["precision"], shape["batch"], device,
                         config=case.get("config", "full"), steps=case.get("steps", DEFAULT_STEPS),
                         seed=case.get("seed", 0), timing=job.get("timing"), ceilings=job.get("ceilings"),
-                        reference=case.get("reference"), oom_above=case.get("oom_above"))
+                        reference=case.get("reference"), oom_above=case.get("oom_above"),
+                        profile=bool(job.get("profile")))
 
 
 # --- one cell ---------------------------------------------------------------------------------------------------
 def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = "full", steps: int = DEFAULT_STEPS,
                  seed: int = 0, timing: dict | None = None, ceilings: dict | None = None,
-                 reference: str | dict | None = None, oom_above: int | None = None, check: bool = True) -> dict:
+                 reference: str | dict | None = None, oom_above: int | None = None, check: bool = True,
+                 profile: bool = False) -> dict:
     """One model x mode x recipe x batch cell -> a result dict in the store's format (op "model").
 
     reference: the fp32 reference (a dict from engine.reference, or the path of a file an earlier cell saved it
     in); made in the cell when missing. oom_above: simulate running out of memory above this batch (tests of
     --batch auto on a CPU). check=False: throughput only (no accuracy check, no FLOP count): the probes of
-    --batch auto."""
+    --batch auto. profile: torch.profiler over a few steps after the timing (Tensor Core share, GPU busy, kernel
+    and matmul time a step, the largest kernels: tcperf.engine)."""
     mod, rec, device = models.get(model), recipes.get(recipe), torch.device(device)
     result = _base(model, mode, rec, batch, mod, config)
     why = rec.skip_reason(mode, device)
@@ -86,7 +89,7 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
     cell = spec.builtin(model, config, batch, seed, device)
     given = {"ref": reference} if isinstance(reference, dict) else {"reference_file": reference}
     row = engine.measure(cell, rec, mode, device, **given, steps=steps, timing=_timing(timing), check=check,
-                         flops=check, ceilings=ceilings)
+                         flops=check, ceilings=ceilings, profile=profile)
     row["metrics"] = {**result["metrics"], **row["metrics"]}
     return {**result, **row}
 
