@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from tcperf import cli
+from tcperf import cli, recipes
 from tcperf.distributed import launch, overlap, parallel
 from tcperf.distributed.overlap import Kernel
 from tcperf.errors import UserError
@@ -280,3 +280,8 @@ def test_ddp_benchmark_bad_row_is_one_line():
     done = subprocess.run([sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt3-ddp"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "unknown row 'gpt3-ddp'" in done.stderr
+
+
+def test_the_whole_step_graph_rung_is_not_applicable_across_ranks():
+    with pytest.raises(recipes.NotApplicable, match="whole-step CUDA graph across ranks"):
+        parallel.wrap(torch.nn.Linear(4, 4), parallel.PARALLELS["ddp"], recipes.get("step_graph"))

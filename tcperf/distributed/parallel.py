@@ -160,6 +160,9 @@ def cell_task(case: dict, device, job: dict) -> dict:
 
 def wrap(model: torch.nn.Module, parallel: Parallel, rec: recipes.Recipe) -> torch.nn.Module:
     """DDP around the model, or FSDP2 on its blocks then on the model, with `parallel`'s options under `rec`."""
+    if rec.step_graph:
+        raise recipes.NotApplicable("a whole-step CUDA graph across ranks (the collectives inside the capture) is "
+                                    "not measured: its one-GPU figure is the ladder's")
     opts = parallel.options(rec)
     if parallel.kind == "ddp":
         device = next(model.parameters()).device
