@@ -163,7 +163,8 @@ def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
     about = {"compile": "", "cuda_graphs": " (mode='reduce-overhead')",
              "step_graph": " + the whole training step in one CUDA graph"}[extra]
     return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs, step_graph=whole,
-                               fused=base.fused or whole, modes=("train",) if whole else base.modes, about=f"{base.name} + torch.compile{about}")
+                               fused=base.fused or whole, modes=("train",) if whole else base.modes,
+                               about=f"{base.name} + torch.compile{about}")
 
 
 def parse_list(text: str) -> list[str]:
@@ -354,9 +355,9 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     example_inputs: a tensor or a tuple of positional inputs (moved to `device`; NHWC under channels_last).
     loss_fn: default cross-entropy when targets are class indices, else the mean square of the outputs.
     optimizer: None (AdamW, lr 1e-3, fused on CUDA), a callable params -> optimizer, or an optimizer whose class
-    and defaults are reused for the copy's parameters (a recipe with `fused` rebuilds it with fused=True). wrap: applied to the copy before torch.compile and the
-    optimizer see it (tcperf.distributed.parallel: DistributedDataParallel, FSDP2's fully_shard). Raises
-    NotApplicable when the recipe finds nothing to do."""
+    and defaults are reused for the copy's parameters (a recipe with `fused` rebuilds it with fused=True).
+    wrap: applied to the copy before torch.compile and the optimizer see it (tcperf.distributed.parallel:
+    DistributedDataParallel, FSDP2's fully_shard). Raises NotApplicable when the recipe finds nothing to do."""
     recipe, device = get(recipe), torch.device(device)
     if mode not in MODES:
         raise choices("mode", mode, MODES)
@@ -462,7 +463,8 @@ def _optimizer(optimizer, model: nn.Module, device: torch.device, capturable: bo
                fused: bool = False) -> torch.optim.Optimizer:
     """The step's optimizer, rebuilt for the copy's parameters with what the recipe asks of it: capturable (its
     step count on the GPU, so a CUDA graph can hold the step) and, on CUDA, fused (one kernel updates every
-    parameter: AdamW, Adam, SGD ...). NotApplicable for a class that has neither switch."""
+    parameter: AdamW, Adam, SGD ...). NotApplicable for a class without the switch asked for, but for fused in
+    a whole-step graph (capturable), which takes the fused kernel where the class has one (NAdam, RAdam: not)."""
     params = [p for p in model.parameters() if p.requires_grad]
     if optimizer is None:
         opt = torch.optim.AdamW(params, lr=1e-3, fused=device.type == "cuda")
@@ -472,6 +474,8 @@ def _optimizer(optimizer, model: nn.Module, device: torch.device, capturable: bo
         opt = optimizer(params)
     wanted = {**({"capturable": True} if capturable else {}),
               **({"fused": True} if fused and device.type == "cuda" else {})}
+    if capturable and "fused" not in opt.defaults:
+        wanted.pop("fused", None)
     if all(opt.defaults.get(k) for k in wanted):
         return opt
     missing = [k for k in wanted if k not in opt.defaults]

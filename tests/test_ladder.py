@@ -270,6 +270,9 @@ def test_fused_rung_rebuilds_the_given_optimizer_with_its_fused_kernel():
     assert not recipes._optimizer(given, model, torch.device("cuda")).defaults["fused"]
     with pytest.raises(recipes.NotApplicable, match="Adadelta has no fused=True"):
         recipes._optimizer(lambda p: torch.optim.Adadelta(p), model, torch.device("cuda"), fused=True)
+    graphed = recipes._optimizer(lambda p: torch.optim.NAdam(p), model, torch.device("cuda"), capturable=True,
+                                 fused=True)       # a whole-step graph takes fused where the class has it
+    assert graphed.defaults["capturable"] and "fused" not in graphed.defaults
     assert recipes.get("tf32+step_graph").fused and not recipes.get("tf32+compile").fused
     assert recipes.RECIPES["fused"].describe("cnn") == "amp_bf16 + channels_last + compile + fused"
 
