@@ -135,7 +135,8 @@ def find_max_batch(fits, start: int = 1, limit: int = AUTO_LIMIT) -> int:
 
 
 def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int = AUTO_LIMIT, **kw) -> dict:
-    """The cell at the largest batch that fits, with the throughput of every batch tried (metrics.batch_curve).
+    """The cell at the largest batch that fits, with the throughput of every batch tried (metrics.batch_curve) and
+    the batch that gave the most items a second (metrics.fastest_batch).
     Each probe is a short throughput-only cell; with a torch.compile recipe every probe compiles afresh, so give
     such a search a long --timeout."""
     curve: list[dict] = []
@@ -162,9 +163,15 @@ def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int
         return {**result, "status": "oom", "message": f"batch {start} does not fit"}
     result = _final_cell(model, mode, rec, device, best, curve, kw)
     result["shape"]["batch"] = "auto"
-    result["metrics"].update(batch_curve=sorted(curve, key=lambda p: p["batch"]),
+    result["metrics"].update(batch_curve=sorted(curve, key=lambda p: p["batch"]), fastest_batch=fastest(curve),
                              label=f"{model} {mode} b=auto({result['metrics']['batch']})")
     return result
+
+
+def fastest(curve: list[dict]) -> int | None:
+    """The batch of the curve with the most items a second: past it a larger batch only fills memory."""
+    ok = [p for p in curve if p["status"] == "ok" and p.get("throughput")]
+    return max(ok, key=lambda p: p["throughput"])["batch"] if ok else None
 
 
 def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict) -> dict:

@@ -202,7 +202,15 @@ def test_batch_auto_on_a_simulated_oom():
     curve = {p["batch"]: p for p in m["batch_curve"]}
     assert set(curve) == {1, 2, 4, 8, 6, 5} and curve[8]["status"] == curve[6]["status"] == "oom"
     assert all(curve[b]["throughput"] > 0 for b in (1, 2, 4, 5))
+    assert m["fastest_batch"] == max((1, 2, 4, 5), key=lambda b: curve[b]["throughput"])
     assert "accuracy" in m
+
+
+def test_the_fastest_batch_is_the_one_with_the_most_items_a_second():
+    curve = [{"batch": 64, "status": "ok", "throughput": 900.0}, {"batch": 128, "status": "ok", "throughput": 950.0},
+             {"batch": 256, "status": "ok", "throughput": 940.0}, {"batch": 512, "status": "oom", "throughput": None}]
+    assert ladder.fastest(curve) == 128
+    assert ladder.fastest([{"batch": 1, "status": "oom", "throughput": None}]) is None
 
 
 # --- the climb, through worker processes --------------------------------------------------------------------------

@@ -186,8 +186,9 @@ def print_ladder(results: list[dict], out) -> None:
             if curve:
                 points = ", ".join(f"{p['batch']}: {p['throughput']:,.0f}" if p.get("throughput")
                                    else f"{p['batch']}: {p['status']}" for p in curve)
-                out.print(f"  {r['precision']}: largest batch {r['metrics'].get('batch')}; "
-                          f"{r['metrics'].get('unit', '')} by batch: {points}")
+                out.print(f"  {r['precision']}: largest batch {r['metrics'].get('batch')}, fastest per item at "
+                          f"batch {r['metrics'].get('fastest_batch')}; {r['metrics'].get('unit', '')} by batch: "
+                          f"{points}")
         if nproc:
             out.print(scaling_lines(rows))
 
