@@ -185,6 +185,8 @@ def _feature_reason(r: Recipe, mode: str, device: torch.device) -> str | None:
         return "CUDA graphs need a CUDA GPU"
     if r.step_graph and precision.get(r.precision).autocast == torch.float16:
         return "GradScaler reads found_inf on the host every step: a whole-step CUDA graph cannot hold it"
+    if r.fused and device.type != "cuda":
+        return "the optimizers' fused kernels (fused=True) need a CUDA GPU: on a CPU this is the rung below again"
     if r.fp8:
         if device.type != "cuda":
             return "fp8 Tensor Core GEMMs need a CUDA GPU of compute capability >= 8.9"

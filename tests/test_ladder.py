@@ -43,6 +43,7 @@ def test_every_rung_is_a_recipe_on_a_known_precision():
     ("int8", "train", "applies to infer only"),
     ("int8", "infer", "need a CUDA GPU"),
     ("fused", "infer", "applies to train only"),
+    ("fused", "train", "fused kernels (fused=True) need a CUDA GPU"),
     ("step_graph", "train", "need a CUDA GPU"),
 ])
 def test_skip_reasons_on_cpu(recipe, mode, expect):
