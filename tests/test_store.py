@@ -130,6 +130,27 @@ def test_a_tcperf_01_store_opens_upgraded(tmp_path):
     assert run == max(ids) + 1 and Store(db).upgraded == (HEAD, HEAD)
 
 
+class Contended:
+    """A sqlite3 connection whose switch to WAL meets another process making the same new file: 'locked' twice."""
+    def __init__(self, path, failures=2, error="database is locked"):
+        self.conn, self.failures, self.error = sqlite3.connect(path), failures, error
+
+    def execute(self, sql):
+        if sql == "PRAGMA journal_mode=WAL" and self.failures:
+            self.failures -= 1
+            raise sqlite3.OperationalError(self.error)
+        return self.conn.execute(sql)
+
+
+def test_switching_a_new_file_to_wal_waits_out_another_process(tmp_path):
+    from tcperf.store.location import _wal
+    conn = Contended(tmp_path / "new.db")
+    _wal(conn)
+    assert conn.failures == 0 and conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _wal(Contended(tmp_path / "other.db", error="disk I/O error"))
+
+
 def test_a_file_that_is_not_a_database_is_a_user_error(tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_text("this is not sqlite " * 100)
