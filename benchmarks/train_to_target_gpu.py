@@ -48,7 +48,8 @@ def table(rows: list[dict], clock_name: str) -> list[dict]:
         for recipe, runs in by_recipe.items():
             s = stats.summarize(runs, clock, target, False, None)
             out.append({"target_bpb": target, "recipe": recipe, "median_s": s.get("median_s"),
-                        "reached": f"{s['reached']}/{s['runs']}", "steps": s.get("steps"), "times_s": s["times_s"]})
+                        "reached": f"{s['reached']}/{s['runs']}", "steps": s.get("steps"), "times_s": s["times_s"],
+                        "split": s.get("split") if s.get("split_at") == "target" else None})
     return out
 
 
@@ -138,7 +139,9 @@ def main() -> int:
               f"epoch {r['epoch_s']} s; compile {r['compile_s']} s {r['message']}")
     for r in per_target:
         print(f"bpb {r['target_bpb']}: {r['recipe']:>10} median {r['median_s'] or float('nan'):.1f} s, "
-              f"reached {r['reached']}, steps {r['steps']}")
+              f"reached {r['reached']}, steps {r['steps']}"
+              + ("; " + ", ".join(f"{k[:-2]} {v:.1f} s" for k, v in r["split"].items() if v is not None)
+                 if r["split"] else ""))
     for c in result["checks"]:
         print(f"check at bpb {c['target_bpb']}: {c['best']} {c['speedup_vs_fp32']:.2f}x vs fp32 (>= 3x: "
               f"{c['speedup_ok']}), steps {c['steps_vs_fp32']:+.1%} (within 10%: {c['steps_ok']}); {c['tell_apart']}")

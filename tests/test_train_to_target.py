@@ -104,6 +104,23 @@ def test_summary_takes_the_first_evaluation_at_the_target_and_counts_misses():
     assert len(row["samples"]) == 2
 
 
+def test_the_split_is_taken_at_the_target_and_adds_up_to_each_clock():
+    rows = [_run(10.0), _run(20.0), _run(30.0)]
+    for r in rows:
+        r["metrics"]["compile_s"] = 0.3
+    s = stats.summarize(rows, clock.get("dawnbench"), target=1.0, higher=False, usd_per_hour=None)
+    assert s["split_at"] == "target"
+    assert s["split"] == pytest.approx({"prep_s": 1.0, "warmup_s": 0.5, "compile_s": 0.3, "train_s": 20.0,
+                                        "eval_s": 0.3})
+    parts = s["split"]
+    for name, counted in (("train", parts["train_s"]), ("dawnbench", parts["prep_s"] + parts["warmup_s"]
+                          + parts["train_s"]), ("mlperf", parts["warmup_s"] + parts["train_s"] + parts["eval_s"])):
+        times = [stats.time_to_target(r["metrics"], 1.0, False, clock.get(name)) for r in rows]
+        assert sorted(times)[1] == pytest.approx(counted)       # one run each side: the medians add up
+    missed = stats.summarize([_run(5.0, status="not_reached")], clock.get("train"), 1.0, False, None)
+    assert missed["split_at"] == "end" and missed["split"]["train_s"] == pytest.approx(5.0 / 3)
+
+
 def test_a_recipe_that_never_reaches_is_reported_not_dropped():
     rows = [_run(5.0, status="not_reached"), _run(5.0, status="diverged")]
     row = stats.summary_row("fp8", rows, {"workload": "w", "bpb": 1.0, "clock": "train"}, clock.get("train"),
@@ -270,10 +287,13 @@ def test_cpu_default_reaches_its_target_and_show_compare_report_read_it(capsys, 
     run = [r for r in rows if r["op"] == "totarget.run"][0]
     assert run["metrics"]["time_to_target"]["mlperf"] >= run["metrics"]["time_to_target"]["train"]
     assert "bpb 3.4" in out and "1/1" in out
+    assert "where the time went" in out and "training steps*" in out and "data prep*" in out
+    assert "evaluations*" not in out                               # the dawnbench clock leaves them off
     assert run_cli(["show"], capsys)[1].count("fp32") >= 1
     assert run_cli(["compare", "1", "1"], capsys)[0] == 0
     code, out, _ = run_cli(["report", "--out", str(tmp_path / "r.html"), "--png", str(tmp_path / "png")], capsys)
     assert code == 0 and "totarget" in out and (tmp_path / "png" / "convergence-run1.png").exists()
+    assert "of it compiling" in (tmp_path / "r.html").read_text()
 
 
 # --- GPU ------------------------------------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def _s(value, unit: str = " s") -> str:
 def summary_table(rows: list[dict], title: str) -> Table:
     t = Table(title=title)
     for col in ("recipe", "status", "reached", "time to target (median ± IQR)", "min-max", "steps", "epochs",
-                "final", "throughput", "warm-up (compile)", "cost", "note"):
+                "final", "throughput", "cost", "note"):
         t.add_column(col, overflow="fold", justify="left" if col in ("recipe", "status", "note") else "right")
     for r in rows:
         m = r.get("metrics") or {}
@@ -128,8 +128,29 @@ def summary_table(rows: list[dict], title: str) -> Table:
                   f"{_s(m.get('min_s'), '')}-{_s(m.get('max_s'))}" if m.get("min_s") is not None else "",
                   _s(m.get("steps"), ""), _s(m.get("epochs"), ""), _s(m.get("final_metric"), ""),
                   f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
-                  f"{_s(m.get('warmup_s'))} ({_s(m.get('compile_s'))})" if m.get("warmup_s") is not None else "",
                   f"${m['usd']:.4f}" if m.get("usd") is not None else "", r.get("message") or "")
+    return t
+
+
+SPLIT_COLUMNS = (("prep_s", "data prep", "prep"), ("warmup_s", "warm-up steps", "warmup"),
+                 ("compile_s", "of it compiling", "warmup"), ("train_s", "training steps", None),
+                 ("eval_s", "evaluations", "evaluation"))
+
+
+def split_table(rows: list[dict], clock: clocks.Clock) -> Table | None:
+    """Where each recipe's time to target went (medians over its runs), the parts its clock counts marked *."""
+    rows = [r for r in rows if (r.get("metrics") or {}).get("split")]
+    if not rows:
+        return None
+    t = Table(title=f"where the time went (median s; * on the {clock.name} clock)")
+    t.add_column("recipe")
+    for _, head, part in SPLIT_COLUMNS:
+        t.add_column(head + ("*" if part is None or getattr(clock, part) else ""), justify="right")
+    t.add_column("measured to")
+    for r in rows:
+        m = r["metrics"]
+        t.add_row(r["precision"], *(_s(m["split"].get(key), "") for key, _, _ in SPLIT_COLUMNS),
+                  "the target" if m.get("split_at") == "target" else "the run's end (target not reached)")
     return t
 
 
@@ -157,5 +178,8 @@ def print_run(store: Store, run_id: int, out) -> None:
     out.print(summary_table(summary, title) if summary else f"{title}: no summary (the run was cut short); "
               f"{len(results)} seeded run(s) stored")
     out.print(f"  clock {clock.name}: {clock.about}")
+    split = split_table(summary, clock)
+    if split is not None:
+        out.print(split)
     for line in verdicts(summary):
         out.print("  " + line)

@@ -7,6 +7,7 @@ summary rows (`tcperf train-to-target`, ops totarget.run and totarget.recipe).
 from __future__ import annotations
 
 from ..totarget.clock import CLOCKS, DEFAULT
+from ..totarget.stats import SPLIT
 from .charts import _figure, _png
 
 RUN, RECIPE = "totarget.run", "totarget.recipe"
@@ -52,7 +53,9 @@ def section(rd, page) -> str:
     body = [[r["precision"], r["status"], f"{(r['metrics'] or {}).get('reached', 0)}/{(r['metrics'] or {}).get('runs', 0)}",
              _num((r["metrics"] or {}).get("median_s"), suffix=" s"), _num((r["metrics"] or {}).get("iqr_s"), suffix=" s"),
              _num((r["metrics"] or {}).get("steps")), _num((r["metrics"] or {}).get("final_metric")),
-             _num((r["metrics"] or {}).get("compile_s"), suffix=" s"), r.get("message") or ""]
+             *(_num(((r["metrics"] or {}).get("split") or {}).get(k), suffix=" s") for k in SPLIT),
+             r.get("message") or ""]
             for r in rows if r["op"] == RECIPE]
-    heads = ["recipe", "status", "reached", "median time to target", "IQR", "steps", "final", "compile", "note"]
+    heads = ["recipe", "status", "reached", "median time to target", "IQR", "steps", "final", "data prep",
+             "warm-up", "of it compiling", "training", "evaluation", "note"]
     return f"<h3>{_e(rd.name)}: {_e(title)}</h3>{figure}{table(heads, body)}"

@@ -1,7 +1,8 @@
 """Time to target over N seeded runs, as the anchors report it: DAWNBench takes the first evaluation at the target;
 airbench reports the mean and spread over many runs and checks that the mean reaches the target. Per recipe: the
 median time to target and its spread (IQR, min-max) over the runs that reached it, the share that reached it,
-steps and epochs to target, the final metric, throughput, warm-up and compile time, and cost. Whether two recipes
+steps and epochs to target, the final metric, throughput, warm-up and compile time, cost, and the split of the
+time to target into data preparation, warm-up (compilation), training and evaluation, whichever the clock counts. Whether two recipes
 can be told apart is tcperf.compare's Mann-Whitney test on their times (it needs compare.MIN_SAMPLES runs a side).
 
     rows = [store rows of one recipe's runs]
@@ -58,6 +59,28 @@ def _speed(trace: list[dict], out: dict, task) -> dict:
             "compile_s": max(0.0, out["warmup_s"] - out["warmup_steps"] * step_s)}
 
 
+SPLIT = ("prep_s", "warmup_s", "compile_s", "train_s", "eval_s")
+
+
+def split(metrics: dict, point: dict) -> dict:
+    """Where a run's time up to a trace point went: data preparation, the warm-up steps (compilation within them),
+    the steady training steps and the evaluations; each clock counts some of these (clock.py)."""
+    return {"prep_s": metrics.get("prep_s") or 0.0, "warmup_s": point["warmup_s"],
+            "compile_s": metrics.get("compile_s"), "train_s": point["train_s"], "eval_s": point["eval_s"]}
+
+
+def _split_of(ran: list[dict], target: float, higher: bool) -> dict:
+    """The median split at the target over the runs that reached it; over the runs' ends when none did."""
+    points = [(r["metrics"], first_reach(r["metrics"]["trace"], target, higher)) for r in ran
+              if (r.get("metrics") or {}).get("trace")]
+    at = "target" if any(p for _, p in points) else "end"
+    points = [(m, p) for m, p in points if p] if at == "target" else [(m, m["trace"][-1]) for m, _ in points]
+    if not points:
+        return {}
+    parts = [split(m, p) for m, p in points]
+    return {"split": {k: _median(part[k] for part in parts) for k in SPLIT}, "split_at": at}
+
+
 def _median(values):
     values = [v for v in values if v is not None]
     return float(np.median(values)) if values else None
@@ -73,7 +96,8 @@ def summarize(rows: list[dict], clock: Clock, target: float, higher: bool, usd_p
            "final_metric": _median(((r.get("metrics") or {}).get("final_metric") for r in ran)),
            "throughput": _median(((r.get("metrics") or {}).get("throughput") for r in ran)),
            "compile_s": _median(((r.get("metrics") or {}).get("compile_s") for r in ran)),
-           "warmup_s": _median(((r.get("metrics") or {}).get("warmup_s") for r in ran))}
+           "warmup_s": _median(((r.get("metrics") or {}).get("warmup_s") for r in ran)),
+           **_split_of(ran, target, higher)}
     if times:
         q1, q3 = np.percentile(times, [25, 75])
         out.update(median_s=float(np.median(times)), iqr_s=float(q3 - q1), min_s=min(times), max_s=max(times),
