@@ -2,7 +2,7 @@
 together in one step.
 
 One training step is the usual pair of updates, written as one loss so that it runs through the same recipe
-machinery as every other model (one backward, one fused AdamW with DCGAN's lr 2e-4, betas 0.5/0.999 for both nets):
+machinery as every other model (one backward, one AdamW with DCGAN's lr 2e-4, betas 0.5/0.999 for both nets):
   D's loss  = BCE(D(real), 1) + BCE(D(fake.detach()), 0)     -> gradients reach D only
   G's loss  = BCE(D'(fake), 1), D' = D with detached weights  -> gradients reach G only
 so each net gets exactly its own gradient (the tests check it); both update at once, where the example updates D
