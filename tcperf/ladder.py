@@ -39,8 +39,15 @@ MIN_REPS = 5
 def cell_case(model: str, mode: str, recipe: str, batch, *, config: str = "full", steps: int = DEFAULT_STEPS,
               seed: int = 0, **extra) -> dict:
     """A runner case for one cell; batch is an int or "auto"."""
-    return {"op": "model", "suite": "models", "task": TASK, "shape": {"model": model, "mode": mode, "batch": batch},
+    return {"op": "model", "suite": "models", "task": TASK, "shape": shape_of(model, mode, batch, config),
             "precision": recipe, "config": config, "steps": steps, "seed": seed, **extra}
+
+
+def shape_of(model: str, mode: str, batch, config: str) -> dict:
+    """A cell's identity in the store; sizes changed from the named configuration ('full:dim=2048') are part of it,
+    so that `tcperf compare` never pairs a wider model with the stock one."""
+    changes = config.partition(":")[2]
+    return {"model": model, "mode": mode, "batch": batch, **({"sizes": changes} if changes else {})}
 
 
 def cells(model_names, mode: str, recipe_names, batches, **kw) -> list[dict]:
@@ -103,9 +110,11 @@ def _timing(timing: dict | None) -> dict:
 
 def _base(model: str, mode: str, rec, batch, mod, config: str) -> dict:
     rung = recipes.LADDER.index(rec.name) if rec.name in recipes.LADDER else None
-    return {"op": "model", "suite": "models", "shape": {"model": model, "mode": mode, "batch": batch},
+    changes = config.partition(":")[2]
+    return {"op": "model", "suite": "models", "shape": shape_of(model, mode, batch, config),
             "precision": rec.name, "tolerance": rec.tolerance, "warnings": [], "message": "",
-            "metrics": {"label": f"{model} {mode} b={batch}", "unit": mod.UNIT, "rung": rung,
+            "metrics": {"label": f"{model}{f'[{changes}]' if changes else ''} {mode} b={batch}", "unit": mod.UNIT,
+                        "rung": rung,
                         "recipe": rec.describe(mod.KIND), "config": config}}
 
 
@@ -193,15 +202,17 @@ def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict
 
 
 # --- the climb (parent side) ------------------------------------------------------------------------------------
-def _key(r: dict) -> tuple:
-    s = r.get("shape") or {}      # rows on N ranks (tcperf.distributed.parallel) climb apart from one GPU's
-    return s.get("model"), s.get("mode"), str(s.get("batch")), s.get("nproc"), s.get("parallel")
+def group_key(r: dict) -> tuple:
+    """The rows that climb one ladder together: same model, sizes, mode and batch (rows on N ranks, from
+    tcperf.distributed.parallel, climb apart from one GPU's)."""
+    s = r.get("shape") or {}
+    return s.get("model"), s.get("sizes"), s.get("mode"), str(s.get("batch")), s.get("nproc"), s.get("parallel")
 
 
 def add_speedups(result: dict, earlier: list[dict]) -> None:
     """speedup_fp32 and speedup_prev (throughput ratios) from the rows of the same model, mode and batch."""
     mine = (result.get("metrics") or {}).get("throughput")
-    same = [r for r in earlier if _key(r) == _key(result) and (r.get("metrics") or {}).get("throughput")]
+    same = [r for r in earlier if group_key(r) == group_key(result) and (r.get("metrics") or {}).get("throughput")]
     if not mine or not same:
         return
     fp32 = [r for r in same if r["precision"] == "fp32"]

@@ -251,8 +251,26 @@ def test_models_command_stores_and_prints(db_path, capsys):
     assert "amp_bf16" in text and "loss " in text and "(fp32 " in text
 
 
+def test_changed_sizes_build_that_model_and_climb_apart_from_the_stock_one(db_path, capsys):
+    cfg = models.config(models.get("gpt2"), "small:dim=32,layers=1")
+    assert cfg == {**models.get("gpt2").CONFIGS["small"], "dim": 32, "layers": 1}
+    assert models.get("gpt2").build(cfg).lm_head.weight.shape[1] == 32
+    rc = cli.main(["models", "gpt2", "--recipes", "fp32,amp_bf16", "--sizes", "dim=32,layers=1", "--batch", "2",
+                   "--steps", "2", "--rep-ms", "20", "--device", "cpu", "--db", db_path, "--json"])
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert rc == 0 and [r["shape"]["sizes"] for r in rows] == ["dim=32,layers=1"] * 2
+    assert rows[0]["flops"] < ladder.measure_cell("gpt2", "train", "fp32", 2, "cpu", config="small",
+                                                  steps=2)["flops"]                # a narrower, shallower model
+    assert rows[1]["metrics"]["prev"] == "fp32" and "[dim=32,layers=1]" in rows[1]["metrics"]["label"]
+    stock = {**rows[0], "shape": {k: v for k, v in rows[0]["shape"].items() if k != "sizes"}}
+    assert ladder.group_key(stock) != ladder.group_key(rows[0])
+
+
 @pytest.mark.parametrize("argv, words", [
     (["models", "vgg"], "unknown model 'vgg'"),
+    (["models", "gpt2", "--sizes", "width=4096"], "bad size change 'width=4096'"),
+    (["models", "gpt2,resnet50", "--sizes", "dim=64"], "one of resnet50's: narrow"),
+    (["models", "gpt2", "--sizes", "dim=-1"], "positive whole number"),
     (["models", "gpt2", "--recipes", "fp7"], "unknown recipe 'fp7'"),
     (["models", "gpt2", "--batch", "0"], "bad --batch"),
     (["models", "gpt2", "--batch", "big"], "bad --batch"),

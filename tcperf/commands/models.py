@@ -8,6 +8,7 @@ peak memory, MFU, compile time, accuracy.
     tcperf models resnet50 --mode train --batch 256
     tcperf models gpt2 --mode infer --recipes fp32,amp_bf16,compile --batch 8,16
     tcperf models lstm --batch auto                    # the largest batch that fits, throughput against batch
+    tcperf models gpt2 --recipes compile,fp8 --sizes dim=4096,heads=32,layers=2 --batch 8   # fp8 on wider layers
     tcperf models all --recipes fp32,amp_bf16 --device cpu   # the small configurations on a CPU
     tcperf models resnet50,gpt2 --recipes compile --nproc 2  # and on 2 GPUs: DDP (FSDP2 too for GPT-2), scaling
 
@@ -48,6 +49,9 @@ def add_parser(sub) -> None:
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="the small configurations (the default on a CPU)")
     size.add_argument("--full", action="store_true", help="the full-size models (the default on a GPU)")
+    p.add_argument("--sizes", default=None, metavar="KEY=N,...",
+                   help="change the configuration's sizes, e.g. dim=2048,heads=16,layers=4 for a wider, shallower "
+                        "GPT-2 (where fp8 starts to pay); the keys are the model's own")
     add_measuring(p)
     p.set_defaults(func=main, rep_ms=1000.0, timeout=600.0)
 
@@ -77,6 +81,10 @@ def main(args) -> int:
     device = envmod.parse_device(args.device)
     nproc = _nproc(args, batches, device)
     config = "small" if args.small or (device.type == "cpu" and not args.full) else "full"
+    if args.sizes:
+        config = f"{config}:{args.sizes}"
+        for name in names:
+            models.config(models.get(name), config)        # a key the model does not have: one line, exit 2
     if config == "small" and not args.small:
         err_console.print("No CUDA GPU: measuring the small model configurations on the CPU (--full to override).")
     cases = ladder.cells(names, args.mode, recipe_names, batches, config=config, steps=args.steps)
@@ -168,14 +176,12 @@ def print_ladder(results: list[dict], out) -> None:
     throughput against batch for --batch auto."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        s = r.get("shape") or {}
-        groups.setdefault((s.get("model"), s.get("mode"), str(s.get("batch")), s.get("nproc"), s.get("parallel")),
-                          []).append(r)
-    for (model, mode, batch, nproc, par), rows in groups.items():
+        groups.setdefault(ladder.group_key(r), []).append(r)
+    for (model, sizes, mode, batch, nproc, par), rows in groups.items():
         basis = next(((r["metrics"].get("mfu_basis") or {}).get("source") for r in rows
                       if (r.get("metrics") or {}).get("mfu_basis")), None)
-        title = f"{model} · {mode} · batch {batch}" + (f" a GPU · {nproc} ranks · {par}" if nproc else "") + \
-            (f" · MFU against the {basis}" if basis else "")
+        title = f"{model}{f' ({sizes})' if sizes else ''} · {mode} · batch {batch}" + \
+            (f" a GPU · {nproc} ranks · {par}" if nproc else "") + (f" · MFU against the {basis}" if basis else "")
         out.print(ladder_table(rows, title))
         runs = [f"{r['precision']} = {r['metrics']['recipe']}" for r in rows
                 if r["status"] != "skipped" and (r.get("metrics") or {}).get("recipe") not in (None, r["precision"])]

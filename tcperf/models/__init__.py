@@ -25,7 +25,7 @@ from types import ModuleType
 
 import torch
 
-from ..errors import choices
+from ..errors import UserError, choices
 
 _MODULES = {
     "resnet50": "tcperf.models.resnet50",
@@ -55,9 +55,23 @@ def parse_list(text: str) -> list[str]:
 
 
 def config(mod: ModuleType, name: str) -> dict:
-    if name not in mod.CONFIGS:
-        raise choices("model configuration", name, mod.CONFIGS)
-    return mod.CONFIGS[name]
+    """A configuration by name, or a named one with some sizes changed: "full:dim=2048,heads=16,layers=4"."""
+    base, _, changes = name.partition(":")
+    if base not in mod.CONFIGS:
+        raise choices("model configuration", base, mod.CONFIGS)
+    return {**mod.CONFIGS[base], **parse_changes(changes, mod.CONFIGS[base], mod.__name__.rpartition(".")[2])}
+
+
+def parse_changes(text: str, cfg: dict, model: str = "the model") -> dict:
+    """'dim=2048,heads=16' -> {"dim": 2048, "heads": 16}: whole numbers for the configuration's own keys only."""
+    out = {}
+    for item in (part.strip() for part in text.split(",") if part.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or key.strip() not in cfg or not value.strip().isdigit() or int(value) < 1:
+            raise UserError(f"bad size change {item!r}; give KEY=N with N a positive whole number and KEY one "
+                            f"of {model}'s: {', '.join(k for k, v in cfg.items() if isinstance(v, int))}")
+        out[key.strip()] = int(value)
+    return out
 
 
 def make_optimizer(mod: ModuleType, params) -> torch.optim.Optimizer:
