@@ -110,11 +110,11 @@ def _timing(timing: dict | None) -> dict:
 
 def _base(model: str, mode: str, rec, batch, mod, config: str) -> dict:
     rung = recipes.LADDER.index(rec.name) if rec.name in recipes.LADDER else None
-    changes = config.partition(":")[2]
-    return {"op": "model", "suite": "models", "shape": shape_of(model, mode, batch, config),
-            "precision": rec.name, "tolerance": rec.tolerance, "warnings": [], "message": "",
-            "metrics": {"label": f"{model}{f'[{changes}]' if changes else ''} {mode} b={batch}", "unit": mod.UNIT,
-                        "rung": rung,
+    shape = shape_of(model, mode, batch, config)
+    name = f"{model}[{shape['sizes']}]" if "sizes" in shape else model
+    return {"op": "model", "suite": "models", "shape": shape, "precision": rec.name, "tolerance": rec.tolerance,
+            "warnings": [], "message": "",
+            "metrics": {"label": f"{name} {mode} b={batch}", "unit": mod.UNIT, "rung": rung,
                         "recipe": rec.describe(mod.KIND), "config": config}}
 
 

@@ -121,6 +121,15 @@ def test_the_split_is_taken_at_the_target_and_adds_up_to_each_clock():
     assert missed["split_at"] == "end" and missed["split"]["train_s"] == pytest.approx(5.0 / 3)
 
 
+def test_a_summary_stored_before_the_split_gets_it_from_its_runs():
+    from tcperf.commands.train_to_target import _with_split
+    runs = [{**_run(10.0), "op": "totarget.run", "precision": "fp32"}, {**_run(20.0), "op": "totarget.run",
+                                                                          "precision": "fp32"}]
+    old = {"op": "totarget.recipe", "precision": "fp32", "metrics": {"median_s": 15.0}}
+    [done] = _with_split([old], runs, 1.0)
+    assert done["metrics"]["split_at"] == "target" and done["metrics"]["split"]["train_s"] == pytest.approx(15.0)
+
+
 def test_a_recipe_that_never_reaches_is_reported_not_dropped():
     rows = [_run(5.0, status="not_reached"), _run(5.0, status="diverged")]
     row = stats.summary_row("fp8", rows, {"workload": "w", "bpb": 1.0, "clock": "train"}, clock.get("train"),

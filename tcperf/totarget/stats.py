@@ -69,7 +69,7 @@ def split(metrics: dict, point: dict) -> dict:
             "compile_s": metrics.get("compile_s"), "train_s": point["train_s"], "eval_s": point["eval_s"]}
 
 
-def _split_of(ran: list[dict], target: float, higher: bool) -> dict:
+def split_of(ran: list[dict], target: float, higher: bool) -> dict:
     """The median split at the target over the runs that reached it; over the runs' ends when none did."""
     points = [(r["metrics"], first_reach(r["metrics"]["trace"], target, higher)) for r in ran
               if (r.get("metrics") or {}).get("trace")]
@@ -97,7 +97,7 @@ def summarize(rows: list[dict], clock: Clock, target: float, higher: bool, usd_p
            "throughput": _median(((r.get("metrics") or {}).get("throughput") for r in ran)),
            "compile_s": _median(((r.get("metrics") or {}).get("compile_s") for r in ran)),
            "warmup_s": _median(((r.get("metrics") or {}).get("warmup_s") for r in ran)),
-           **_split_of(ran, target, higher)}
+           **split_of(ran, target, higher)}
     if times:
         q1, q3 = np.percentile(times, [25, 75])
         out.update(median_s=float(np.median(times)), iqr_s=float(q3 - q1), min_s=min(times), max_s=max(times),
