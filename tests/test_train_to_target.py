@@ -122,11 +122,10 @@ def test_the_split_is_taken_at_the_target_and_adds_up_to_each_clock():
 
 
 def test_a_summary_stored_before_the_split_gets_it_from_its_runs():
-    from tcperf.commands.train_to_target import _with_split
     runs = [{**_run(10.0), "op": "totarget.run", "precision": "fp32"}, {**_run(20.0), "op": "totarget.run",
                                                                           "precision": "fp32"}]
     old = {"op": "totarget.recipe", "precision": "fp32", "metrics": {"median_s": 15.0}}
-    [done] = _with_split([old], runs, 1.0)
+    [done] = stats.with_split([old], runs, 1.0)
     assert done["metrics"]["split_at"] == "target" and done["metrics"]["split"]["train_s"] == pytest.approx(15.0)
 
 

@@ -154,17 +154,6 @@ def split_table(rows: list[dict], clock: clocks.Clock) -> Table | None:
     return t
 
 
-def _with_split(summary: list[dict], results: list[dict], target) -> list[dict]:
-    """Summaries stored before the split was kept get it from their seeded runs' traces."""
-    for r in summary:
-        m = r.get("metrics") or {}
-        runs = [x for x in results if x["op"] == "totarget.run" and x["precision"] == r["precision"]]
-        if "split" not in m and runs and target is not None:
-            higher = bool((runs[0].get("metrics") or {}).get("higher_is_better"))
-            r["metrics"] = {**m, **stats.split_of(runs, target, higher)}
-    return summary
-
-
 def verdicts(rows: list[dict]) -> list[str]:
     """Each recipe against the first (fp32 when it ran): the speed-up of the median and whether N tells them apart."""
     timed = [r for r in rows if (r.get("metrics") or {}).get("median_s")]
@@ -189,7 +178,7 @@ def print_run(store: Store, run_id: int, out) -> None:
     out.print(summary_table(summary, title) if summary else f"{title}: no summary (the run was cut short); "
               f"{len(results)} seeded run(s) stored")
     out.print(f"  clock {clock.name}: {clock.about}")
-    split = split_table(_with_split(summary, results, shape.get(metric)), clock)
+    split = split_table(stats.with_split(summary, results, shape.get(metric)), clock)
     if split is not None:
         out.print(split)
     for line in verdicts(summary):

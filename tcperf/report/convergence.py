@@ -7,7 +7,7 @@ summary rows (`tcperf train-to-target`, ops totarget.run and totarget.recipe).
 from __future__ import annotations
 
 from ..totarget.clock import CLOCKS, DEFAULT
-from ..totarget.stats import SPLIT
+from ..totarget.stats import SPLIT, with_split
 from .charts import _figure, _png
 
 RUN, RECIPE = "totarget.run", "totarget.recipe"
@@ -49,6 +49,7 @@ def section(rd, page) -> str:
         return ""
     name, value = _target(rows[0]["shape"])
     title = f"{rows[0]['shape'].get('workload')} to {name} {value}"
+    with_split([r for r in rows if r["op"] == RECIPE], rows, value)
     figure = page.chart(f"convergence-run{rd.run['id']}", chart(rows, title), f"{rd.name}: {title}")
     body = [[r["precision"], r["status"], f"{(r['metrics'] or {}).get('reached', 0)}/{(r['metrics'] or {}).get('runs', 0)}",
              _num((r["metrics"] or {}).get("median_s"), suffix=" s"), _num((r["metrics"] or {}).get("iqr_s"), suffix=" s"),

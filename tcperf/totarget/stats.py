@@ -2,8 +2,9 @@
 airbench reports the mean and spread over many runs and checks that the mean reaches the target. Per recipe: the
 median time to target and its spread (IQR, min-max) over the runs that reached it, the share that reached it,
 steps and epochs to target, the final metric, throughput, warm-up and compile time, cost, and the split of the
-time to target into data preparation, warm-up (compilation), training and evaluation, whichever the clock counts. Whether two recipes
-can be told apart is tcperf.compare's Mann-Whitney test on their times (it needs compare.MIN_SAMPLES runs a side).
+time to target into data preparation, warm-up (compilation), training and evaluation, whichever the clock counts.
+Whether two recipes can be told apart is tcperf.compare's Mann-Whitney test on their times (it needs
+compare.MIN_SAMPLES runs a side).
 
     rows = [store rows of one recipe's runs]
     s = summarize(rows, clock.get("dawnbench"), usd_per_hour=2.5)     # {"median_s": 61.2, "reached": 1.0, ...}
@@ -79,6 +80,17 @@ def split_of(ran: list[dict], target: float, higher: bool) -> dict:
         return {}
     parts = [split(m, p) for m, p in points]
     return {"split": {k: _median(part[k] for part in parts) for k in SPLIT}, "split_at": at}
+
+
+def with_split(summary: list[dict], rows: list[dict], target) -> list[dict]:
+    """Summary rows stored before the split was kept get it from their seeded runs' rows (op totarget.run)."""
+    for r in summary:
+        m = r.get("metrics") or {}
+        runs = [x for x in rows if x["op"] == "totarget.run" and x["precision"] == r["precision"]]
+        if "split" not in m and runs and target is not None:
+            higher = bool((runs[0].get("metrics") or {}).get("higher_is_better"))
+            r["metrics"] = {**m, **split_of(runs, target, higher)}
+    return summary
 
 
 def _median(values):
