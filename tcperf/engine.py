@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 
 from . import accuracy, env, peaks, recipes
-from .spec import Spec, callable_model, load_source, on_device, tensor_inputs
+from .source import import_files, load_source, on_device
+from .spec import Spec, callable_model, tensor_inputs
 
 TASK = "tcperf.engine:task"
 TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
@@ -47,9 +48,9 @@ def has_conv2d(model: torch.nn.Module) -> bool:
 
 def linear_share(spec: Spec, kind: str) -> tuple[float, float, int]:
     """(share of the forward's matmul/conv FLOPs in nn.Linear layers that `kind` ("fp8" | "int8") takes, the
-    forward's GFLOP, how many such layers), from one recorded forward (tcperf.advisor.lint)."""
-    from .advisor import lint
-    layers = lint.record(spec.model, spec.args, spec.kwargs)
+    forward's GFLOP, how many such layers), from one recorded forward (tcperf.layers)."""
+    from .layers import record
+    layers = record(spec.model, spec.args, spec.kwargs)
     total = sum(l.flops * l.count for l in layers)
     taken = set()
     for l in layers:
@@ -349,11 +350,11 @@ def peak_memory(device: torch.device, graphed: bool) -> int:
 
 
 def _profile(row: dict, step, device, step_ms: float) -> None:
-    from .advisor.share import gpu_busy, profile
+    from .kernels import gpu_busy, profile
     try:
-        share, kernels, kernel_ms, matmul_ms = profile(step, device)
-        row["metrics"].update(tc_share=share, kernels=kernels, gpu_busy=gpu_busy(kernel_ms, step_ms),
-                              kernel_ms=kernel_ms, matmul_ms=matmul_ms)
+        found = profile(step, device)
+        row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
+                              matmul_ms=found["matmul_ms"], gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
     except Exception as e:       # the profiler failing leaves the timing standing
         row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
                                       "tensor_core": False}]
@@ -424,7 +425,7 @@ def _release(device) -> None:
 # --- in a worker ----------------------------------------------------------------------------------------------------
 def recipe_case(source: dict, recipe: str, mode: str, *, op: str, shape: dict, reference: str,
                 label: str | None = None, **options) -> dict:
-    """A runner case for one recipe on the spec `source` names (tcperf.spec.save_source, builtin_source); its row's
+    """A runner case for one recipe on the spec `source` names (tcperf.source.save_source); its row's
     precision is `label` (a mixed recipe's name) or the recipe's. options: steps, tolerance, timing, time_it, keep,
     profile, flops, base, suite."""
     return {"op": op, "suite": options.pop("suite", op.split(".")[0]), "shape": shape, "precision": label or recipe,
@@ -439,9 +440,7 @@ def preload(case: dict) -> None:
     the user's libraries, calling the user's factory: seconds that would otherwise hold the GPU idle)."""
     source = case.get("source")
     if source and source["kind"] == "imports":       # the model is not saved yet: its files and libraries now
-        from .advisor.load import import_file
-        for file in source["files"]:
-            import_file(Path(file))
+        import_files(source["files"])
     elif source and "spec" not in case:
         key = json.dumps(source, sort_keys=True)
         if key not in _PRELOADED:
@@ -514,10 +513,6 @@ def run(cases: list[dict], device, *, timeout: float, on_result=None, extra: dic
     """Each case in a worker of its own recipe, in order (fp32 first makes the reference once)."""
     from .runner import run_cases
     return run_cases(cases, torch.device(device), timeout=timeout, on_result=on_result, extra=extra)
-
-
-def builtin_source(model: str, config: str, batch: int, seed: int = 0) -> dict:
-    return {"kind": "builtin", "model": model, "config": config, "batch": batch, "seed": seed}
 
 
 def reference_path(folder, *parts) -> str:

@@ -12,3 +12,9 @@ class UserError(Exception):
 def choices(kind: str, given: str, valid) -> UserError:
     """`unknown precision 'fp7'; choose from: fp64, fp32, ...`"""
     return UserError(f"unknown {kind} {given!r}; choose from: {', '.join(valid)}")
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one short line: `ValueError: the first line of its message`."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__

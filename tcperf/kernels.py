@@ -96,3 +96,26 @@ def tensor_core_share(kernels: list[dict]) -> float | None:
     """Share of kernel time spent in Tensor Core kernels (None without kernels)."""
     total = sum(k["time_us"] for k in kernels)
     return sum(k["time_us"] for k in kernels if k["tensor_core"]) / total if total > 0 else None
+
+
+TOP = 5
+
+
+def profile(fn, device: torch.device, calls: int = 3) -> dict:
+    """The one Tensor Core share measurement: fn run a few times under the profiler -> {tc_share (of kernel time),
+    top (the TOP longest kernels: name, time_us, tensor_core), kernel_ms and matmul_ms (a call's kernel time, all
+    and matrix-multiply only)}. Kernel benchmarks and model steps (tcperf.worker, tcperf.engine) both take it."""
+    kernels = profile_kernels(fn, device, calls=calls)
+    top = [{"name": k["name"][:160], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
+           for k in kernels[:TOP]]
+    matmul = sum(k["time_us"] for k in kernels if is_matmul(k["name"]))
+    return {"tc_share": tensor_core_share(kernels), "top": top,
+            "kernel_ms": sum(k["time_us"] for k in kernels) / 1e3 / calls, "matmul_ms": matmul / 1e3 / calls}
+
+
+def gpu_busy(kernel_ms: float | None, step_ms: float | None) -> float | None:
+    """Kernel time over step time, at most 1 (kernels of one stream do not overlap; the profiler's clock and the
+    events' differ by a few percent). Well under 1: the host sets the pace, and CUDA graphs are the cure."""
+    if not kernel_ms or not step_ms:
+        return None
+    return min(1.0, kernel_ms / step_ms)

@@ -1,6 +1,6 @@
 """The model ladder: how fast each model trains and infers under each recipe, and what the recipe costs in accuracy.
 
-One cell is model x mode x recipe x batch. A cell is the model's spec (tcperf.spec.builtin: the model at a fixed
+One cell is model x mode x recipe x batch. A cell is the model's spec (tcperf.source.builtin: the model at a fixed
 seed with its synthetic batch) measured by tcperf.engine, the same engine `tcperf advise` runs on the user's model:
 the recipe prepared, checked against fp32 strict (tcperf.accuracy: outputs in inference; in training the loss's fall
 over `steps` steps against fp32's, within its run-to-run spread, GradScaler's skipped steps aligned), timed as the
@@ -26,7 +26,7 @@ from itertools import groupby
 
 import torch
 
-from . import accuracy, engine, models, recipes, spec
+from . import accuracy, engine, models, recipes, source
 from .runner import TimingConfig, run_cases
 
 TASK = "tcperf.ladder:cell_task"
@@ -93,7 +93,7 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
                           ceilings=ceilings, oom_above=oom_above)
     if oom_above is not None and batch > oom_above:
         raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {oom_above}")
-    cell = spec.builtin(model, config, batch, seed, device)
+    cell = source.builtin(model, config, batch, seed, device)
     given = {"ref": reference} if isinstance(reference, dict) else {"reference_file": reference}
     row = engine.measure(cell, rec, mode, device, **given, steps=steps, timing=_timing(timing), check=check,
                          flops=check, ceilings=ceilings, profile=profile)

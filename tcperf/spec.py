@@ -1,10 +1,6 @@
-"""A model spec: a model, the inputs it is called with, and how it trains; and how a worker process gets the same
-one back. The model ladder's built-in models and the user's own (`tcperf advise file.py:factory`) are both specs,
+"""A model spec: a model, the inputs it is called with, and how it trains. The model ladder's built-in models and
+the user's own (`tcperf advise file.py:factory`) are both specs (tcperf.source loads them and ships them to workers),
 and tcperf.engine runs recipes on either in the same way.
-
-    spec = builtin("gpt2", "small", batch=2, seed=0, device="cpu")    # a ladder model at a fixed seed
-    source = save_source(spec, folder, target="examples/awkward_mlp.py:factory")   # for the workers
-    spec = load_source(source, device)                                # in a worker: the same weights and inputs
 
 Outputs are whatever the model returns: a tensor, a tuple or list, a dict, a Hugging Face `ModelOutput` (a dict
 that is also indexed by position), a dataclass or a named tuple. `map_tensors` rebuilds each with its own type, so
@@ -14,9 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -122,94 +116,3 @@ def callable_model(spec: Spec, model: torch.nn.Module | None = None) -> torch.nn
     model = spec.model if model is None else model
     plain = not spec.kwargs and all(torch.is_tensor(a) for a in spec.args)
     return model if plain else Bound(model, spec.args, spec.kwargs)
-
-
-# --- built-in models ------------------------------------------------------------------------------------------------
-def builtin(name: str, config: str, batch: int, seed: int, device) -> Spec:
-    """A model of the ladder (tcperf.models) at `seed`, made on the device, with its synthetic batch."""
-    from . import models
-    mod = models.get(name)
-    cfg = models.config(mod, config)
-    device = torch.device(device)
-    gen = torch.Generator(device=device).manual_seed(seed + 1)
-    inputs, targets = mod.make_batch(cfg, batch, device, gen)
-    torch.manual_seed(seed)
-    with device:
-        model = mod.build(cfg)
-    formula = getattr(mod, "flops", None)
-    return Spec(model, tuple(inputs), {}, mod.loss_fn, None, name, targets,
-                optimizer=lambda params: models.make_optimizer(mod, params),
-                items=mod.items_per_batch(cfg, batch), unit=mod.UNIT,
-                flops=(lambda mode: formula(cfg, batch, mode)) if formula else None)
-
-
-# --- the same spec in a worker --------------------------------------------------------------------------------------
-def save_source(spec: Spec, folder, target: str | None = None) -> dict:
-    """What a worker needs to rebuild `spec`: the factory target (its functions come back by calling it again) plus
-    the parent's weights and inputs, so that every worker measures the very same model; without a target, the whole
-    spec pickled (cloudpickle where installed). Raises when the spec cannot be pickled (without cloudpickle: a
-    lambda, a class defined in a function)."""
-    folder = Path(folder)
-    if target:
-        path = folder / "spec-state.pt"
-        torch.save({"state": spec.model.state_dict(), "args": spec.args, "kwargs": spec.kwargs,
-                    "targets": spec.targets}, path)
-        return {"kind": "file", "target": target, "state": str(path), "name": spec.name}
-    path = folder / "spec.pt"
-    torch.save(spec, path, pickle_module=_pickler())
-    return {"kind": "pickle", "path": str(path), "files": _user_files()}
-
-
-def _user_files() -> list[str]:
-    """The users' files imported by tcperf (advisor.load): a pickled model whose class lives in one refers to it
-    by its module name, so a worker imports them under the same names before unpickling."""
-    import sys
-    return [m.__file__ for name, m in list(sys.modules.items())
-            if name.startswith("tcperf_user_") and getattr(m, "__file__", None)]
-
-
-def _pickler():
-    """cloudpickle where it is installed (it carries lambdas, and classes defined in a script, by value); else
-    the standard library's pickle."""
-    try:
-        import cloudpickle
-        return cloudpickle
-    except ImportError:
-        import pickle
-        return pickle
-
-
-def load_source(source: dict, device) -> Spec:
-    """The spec a source names, on `device`."""
-    device = torch.device(device)
-    kind = source["kind"]
-    if kind == "builtin":
-        return builtin(source["model"], source.get("config", "full"), source["batch"], source.get("seed", 0), device)
-    if kind == "pickle":
-        from .advisor.load import import_file
-        for file in source.get("files", []):
-            import_file(Path(file))
-        spec = torch.load(source["path"], weights_only=False)
-    elif kind == "file":
-        from .advisor.load import load_spec
-        spec = load_spec(source["target"])
-        saved = torch.load(source["state"], weights_only=False)
-        spec.model.load_state_dict(saved["state"])
-        spec.args, spec.kwargs, spec.targets = saved["args"], saved["kwargs"], saved["targets"]
-        spec.name = source.get("name", spec.name)
-    else:
-        raise ValueError(f"unknown spec source {kind!r}")
-    return on_device(spec, device)
-
-
-def on_device(spec: Spec, device) -> Spec:
-    """The spec with its model (moved in place, as .to() does) and inputs on `device`."""
-    spec.model = spec.model.to(device)
-    spec.args, spec.kwargs, spec.targets = (to_device(x, device) for x in (spec.args, spec.kwargs, spec.targets))
-    return spec
-
-
-def module_name(path: Path) -> str:
-    """A module name for a user's file, the same in every process (sys.modules and pickles refer to it)."""
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
-    return f"tcperf_user_{path.stem}_{digest}"

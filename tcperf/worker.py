@@ -88,10 +88,10 @@ def _rates(result: dict, median_ms: float) -> None:
 
 
 def _add_kernels(result: dict, fn, device) -> None:
-    from .kernels import profile_kernels, tensor_core_share
-    kernels = profile_kernels(fn, device)
-    result["metrics"]["kernels"] = [k["name"][:160] for k in kernels[:5]]
-    share = tensor_core_share(kernels)
+    from .kernels import profile
+    found = profile(fn, device)
+    result["metrics"]["kernels"] = [k["name"] for k in found["top"]]
+    share = found["tc_share"]
     result["metrics"]["tc_share"] = share            # of GPU time: an NCHW fp16 conv spends ~58% transposing
     result["metrics"]["tensor_cores_used"] = bool(share)
 

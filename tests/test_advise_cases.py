@@ -37,7 +37,7 @@ NEEDS = {"hf_llama.py": "transformers", "hf_t5.py": "transformers", "timm_effnet
 @pytest.mark.parametrize("case", list(ag.FAMILIES))
 def test_tiny_factory_builds_and_runs(case):
     pytest.importorskip(NEEDS.get(ag.FAMILIES[case][0], "torch"))
-    from tcperf.advisor.load import import_file, split_target
+    from tcperf.source import import_file, split_target
     path, gpu_factory = split_target(ag.target_of(case, "gpu"))
     assert callable(getattr(import_file(path), gpu_factory, None)), f"no GPU-size factory {gpu_factory} in {path}"
     t0 = time.perf_counter()       # the file is imported (transformers' modules take seconds): build and run

@@ -14,7 +14,8 @@ import torch.nn as nn
 
 import tcperf
 from tcperf import precision
-from tcperf.advisor import lint, load, measure
+from tcperf import source
+from tcperf.advisor import lint, measure
 from tcperf.advisor.snippets import accelerate, lightning, plain
 from tcperf.cli import main
 from tcperf.errors import UserError
@@ -226,9 +227,9 @@ def test_factory_forms(tmp_path):
         def kw():
             return {"model": M(), "inputs": {"x": torch.randn(2, 4), "scale": 2.0}, "metric_fn": lambda o: o.sum()}
     """))
-    bare = load.load_spec(f"{tmp_path / 'forms.py'}:bare")
+    bare = source.load_spec(f"{tmp_path / 'forms.py'}:bare")
     assert bare.args[0].shape == (2, 4) and bare.name == "forms"
-    kw = load.load_spec(f"{tmp_path / 'forms.py'}:kw")
+    kw = source.load_spec(f"{tmp_path / 'forms.py'}:kw")
     assert kw.kwargs["scale"] == 2.0 and kw.metric_fn is not None
     advice = tcperf.advise(kw.model, kw.kwargs, metric_fn=kw.metric_fn, device="cpu", recipes=["fp32"])
     assert advice.recipes[0].status == "ok" and advice.recipes[0].criterion == "metric change"
@@ -302,7 +303,7 @@ def test_verdict_ranks_by_the_mean_step_not_the_median():
 
 
 def test_a_host_bound_choice_is_named_with_its_cure():
-    from tcperf.advisor.share import gpu_busy
+    from tcperf.kernels import gpu_busy
     from tcperf.advisor.verdict import decide, host_bound_note
     assert gpu_busy(1.2, 1.0) == 1.0 and gpu_busy(None, 1.0) is None and gpu_busy(0.5, 2.0) == 0.25
     eager = _timed("amp_bf16", 5.0, gpu_busy=0.45)
@@ -342,7 +343,7 @@ def test_verdict_picks_the_fastest_recipe_within_tolerance():
 @pytest.mark.parametrize("target", ["awkward_mlp.py:factory", "awkward_mlp.py:small", "fp16_overflow.py:factory",
                                     "fp16_overflow.py:small"])
 def test_example_factories_load(target):
-    spec = load.load_spec(str(EXAMPLES / target))
+    spec = source.load_spec(str(EXAMPLES / target))
     assert isinstance(spec.model, nn.Module) and spec.args and spec.loss_fn is not None
 
 
@@ -373,7 +374,7 @@ def test_command_prints_a_report(db_path, capsys):
 # --- GPU ------------------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_fp16_overflow_is_found_and_repaired(cuda):
-    spec = load.load_spec(str(EXAMPLES / "fp16_overflow.py:factory"))
+    spec = source.load_spec(str(EXAMPLES / "fp16_overflow.py:factory"))
     advice = tcperf.advise(spec.model, spec.args, loss_fn=spec.loss_fn, metric_fn=spec.metric_fn, device="cuda",
                            recipes=["fp32", "amp_fp16", "amp_bf16"])
     status = {r.recipe: r for r in advice.recipes}
@@ -388,7 +389,7 @@ def test_gpu_fp16_overflow_is_found_and_repaired(cuda):
 
 @pytest.mark.gpu
 def test_gpu_awkward_head_cost_is_measured(cuda):
-    spec = load.load_spec(str(EXAMPLES / "awkward_mlp.py:factory"))
+    spec = source.load_spec(str(EXAMPLES / "awkward_mlp.py:factory"))
     advice = tcperf.advise(spec.model, spec.args, device="cuda", recipes=["fp32", "amp_bf16"])
     head = next(l for l in advice.layers if l.module == "head")
     assert head.cost and head.cost["padded_ms"] > 0 and head.cost["share"] > 0

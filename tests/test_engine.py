@@ -224,8 +224,8 @@ def test_a_model_from_a_users_file_reaches_the_worker():
     reference: the worker imports that file first."""
     from pathlib import Path
 
-    from tcperf.advisor import load
-    spec = load.load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "awkward_mlp.py:small"))
+    from tcperf import source
+    spec = source.load_spec(str(Path(__file__).resolve().parent.parent / "examples" / "awkward_mlp.py:small"))
     advice = tcperf.advise(spec.model, spec.args, device="cpu", recipes=["fp32", "amp_bf16"])
     assert [r.status for r in advice.recipes] == ["ok", "ok"], [r.message for r in advice.recipes]
 

@@ -6,9 +6,10 @@
 
     tcperf advise path/to/file.py:factory [--mode infer|train] [--tolerance X] [--json]
 
-Modules: load (the factory), lint (shapes against the Tensor Core rules), measure (the ladder's recipes on the
-model), sensitive (the modules a low precision breaks), share (Tensor Core share of GPU time), verdict (the choice),
-snippets (code to paste), result (the Advice object: report, JSON, store), api (the five steps).
+Modules: lint (shapes against the Tensor Core rules), probe (the first look at the model), measure (the recipes on the
+model), search (the grid), runoff (the leaders re-timed), sensitive (the modules a low precision breaks), verdict
+(the choice), snippets (code to paste), result (the Advice object: report, JSON, store), api (the five steps).
+The model itself is loaded by tcperf.source, and the Tensor Core share measured by tcperf.kernels.profile.
 """
 from .api import advise, run
 from .result import Advice

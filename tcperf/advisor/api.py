@@ -26,9 +26,10 @@ import torch
 from .. import accuracy, engine
 from .. import env as envmod
 from .. import precision as precmod
-from ..errors import UserError
+from ..errors import UserError, one_line
 from ..recipes import get as get_recipe
-from . import lint, load, measure, sensitive, share, verdict
+from .. import source
+from . import lint, measure, sensitive, verdict
 from .result import Advice
 from .search import Search, default_jobs
 
@@ -46,7 +47,7 @@ def advise(model, example_inputs, *, loss_fn=None, metric_fn=None, mode: str = "
     """Advise on `model` run on `example_inputs` (a tensor, a tuple of positional arguments or a dict of keyword
     arguments). The model is copied; the original is left as it was. Each recipe runs in a worker process (the
     model is pickled to it) unless isolate=False or it cannot be pickled. Bad input raises UserError."""
-    spec = load.build(model, example_inputs, loss_fn, metric_fn)
+    spec = source.build(model, example_inputs, loss_fn, metric_fn)
     spec.model = copy.deepcopy(spec.model)
     return run(spec, mode=mode, tolerance=tolerance, device=device, recipes=recipes, steps=steps, log=log,
                timeout=timeout, isolate=isolate, budget=budget, jobs=jobs, progress=progress)
@@ -72,7 +73,7 @@ def check_args(mode: str, tolerance, recipes, steps: int = measure.TRAIN_STEPS, 
     return float(tolerance) if tolerance is not None else measure.DEFAULT_TOLERANCE[mode]
 
 
-def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, device=None, recipes=None,
+def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None, device=None, recipes=None,
         steps: int = measure.TRAIN_STEPS, log=None, timeout: float = measure.DEFAULT_TIMEOUT,
         target: str | None = None, isolate: bool = True, on_result=None, budget=None, jobs=None,
         progress=None) -> Advice:
@@ -128,7 +129,7 @@ def run(spec: load.Spec | None = None, *, mode: str = "infer", tolerance=None, d
     v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary())
     return Advice(model=facts.name, mode=mode, device=str(device), gpu=_gpu_name(device), tolerance=tol,
                   recipes=results, layers=layers, lint_summary=lint.summary(layers), sensitive=found,
-                  share=share.summary(results, chosen), verdict=v, notes=notes, env=envmod.collect(device),
+                  share=share_summary(results, chosen), verdict=v, notes=notes, env=envmod.collect(device),
                   phases=phases)
 
 
@@ -163,7 +164,7 @@ def _stage(what: str, notes: list, log, fn, default):
     except UserError:
         raise
     except Exception as e:      # noqa: BLE001 - what earlier stages measured must survive a later one's bug
-        note = f"{what} failed ({load.one_line(e)}); the advice goes on without it"
+        note = f"{what} failed ({one_line(e)}); the advice goes on without it"
         notes.append(note)
         log(note)
         return default
@@ -273,7 +274,7 @@ def sensitive_task(case: dict, device, job: dict) -> dict:
             "status": "ok", "metrics": {"sensitive": s}}
 
 
-def search(spec: load.Spec, mode: str, device, dtype: str, cast: bool, tol: float) -> dict:
+def search(spec: source.Spec, mode: str, device, dtype: str, cast: bool, tol: float) -> dict:
     """Which modules alone, in `dtype` (autocast, or weights cast), push the outputs past the tolerance."""
     device = torch.device(device)
     forward = _forward(spec, mode)
@@ -296,7 +297,7 @@ def search(spec: load.Spec, mode: str, device, dtype: str, cast: bool, tol: floa
                               cast_weights=cast)
 
 
-def _forward(spec: load.Spec, mode: str):
+def _forward(spec: source.Spec, mode: str):
     def run():
         torch.manual_seed(0)          # the same dropout masks in every forward of the search
         return spec.model(*spec.args, **spec.kwargs)
@@ -318,3 +319,14 @@ def _shape_costs(layers, chosen, results, device: torch.device, mode: str) -> li
         return []
     lint.measure_costs(layers, prec, device, _eager_ms(chosen, results), mode)
     return lint.worth_fixing(layers)
+
+
+def share_summary(results: list, chosen) -> dict:
+    """The Tensor Core shares (tcperf.kernels.profile) of the fp32 baseline and the chosen recipe (None where not
+    profiled: on a CPU, or skipped)."""
+    base = next((r for r in results if r.recipe == "fp32"), None)
+    return {"baseline": base.tc_share if base else None,
+            "baseline_kernels": base.kernels if base else [],
+            "recommended_recipe": chosen.recipe if chosen else None,
+            "recommended": chosen.tc_share if chosen else None,
+            "recommended_kernels": chosen.kernels if chosen else []}

@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .. import accuracy, engine
-from ..spec import Spec, save_source
-from .load import one_line, split_target
+from ..errors import one_line
+from ..source import save_source, split_target
+from ..spec import Spec
 from .snippets import Setup
 
 DEFAULT_TOLERANCE = accuracy.DEFAULT_TOLERANCE   # output relative error / share of fp32's loss fall lost

@@ -6,7 +6,7 @@ the advice with one line naming the stage (exit 2), before anything is stored as
 
     facts = run_probe(source, case, device, timeout=600)     # Facts(name, kind, layers, skips, notes)
 
-`source` is tcperf.spec's: {"kind": "file", "target": "model.py:factory"}: the probe calls the factory and pickles
+`source` is tcperf.source's: {"kind": "file", "target": "model.py:factory"}: the probe calls the factory and pickles
 what it returned, so every later worker measures the very same model ({"kind": "pickle", ...}; where pickle cannot
 carry it, {"kind": "file", ..., "state": PATH}: the workers call the factory and load the weights and inputs
 saved at PATH). Without a worker (a model pickle cannot carry), the same Probe runs in this process.
@@ -22,8 +22,8 @@ import torch
 from .. import engine, recipes
 from .. import precision as precmod
 from ..errors import UserError
-from ..spec import load_source, save_source
-from . import lint, load
+from ..source import check, load_source, load_spec, on_device, save_source
+from . import lint
 
 STAGES = ("load", "check", "lint", "reference")
 WHAT = {"load": "calling the model's factory", "check": "the model's first fp32 forward on its inputs",
@@ -71,13 +71,13 @@ class Probe:
         if source is None:                       # in this process: the spec itself (pickle cannot carry it)
             spec, source = self.case["spec"], {"kind": "local"}
         elif source["kind"] == "file":
-            spec = load.load_spec(source["target"])
+            spec = load_spec(source["target"])
             parts["factory"], t0 = time.perf_counter() - t0, time.perf_counter()
             source = _saved(spec, self.case["folder"], source["target"])      # what every worker loads
             parts["save"], t0 = time.perf_counter() - t0, time.perf_counter()
         else:
             spec = load_source(source, "cpu")
-        self.spec = load.on_device(spec, self.device)
+        self.spec = on_device(spec, self.device)
         parts["to_device"] = time.perf_counter() - t0
         return self.row(name=self.spec.name, source={**source, "name": self.spec.name}, notes=self._notes(),
                         parts=parts)
@@ -94,7 +94,7 @@ class Probe:
     @user_errors
     def check(self) -> dict:
         with precmod.apply("fp32", self.device.type):
-            load.check(self.spec, self.case["mode"])
+            check(self.spec, self.case["mode"])
         return self.row()
 
     @user_errors

@@ -18,7 +18,8 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import env as envmod
-from ..advisor import api, load, measure
+from .. import source
+from ..advisor import api, measure
 from ..advisor.result import recipe_row
 from ..recipes import parse_list
 from ..store import Store
@@ -55,7 +56,7 @@ def main(args) -> int:
     device = envmod.parse_device(args.device)
     recipes = parse_list(args.recipes) if args.recipes else None
     tol = api.check_args(args.mode, args.tolerance, recipes, args.steps, args.timeout, args.budget, args.jobs)
-    path, _ = load.split_target(args.target)
+    path, _ = source.split_target(args.target)
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
     log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))

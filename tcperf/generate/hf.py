@@ -17,6 +17,7 @@ import time
 import torch
 
 from ..errors import UserError
+from ..source import load_config, load_spec
 from . import model as plain
 
 
@@ -28,7 +29,7 @@ def source(name: str) -> dict:
     if ":" in name or name.endswith(".py"):
         check_causal(load_factory(name), name)
         return {"kind": "factory", "name": name}
-    config = load_config(name)
+    config = load_config(name, f"not a built-in ({', '.join(plain.CONFIGS)}), not file.py:factory, and ")
     from transformers import AutoModelForCausalLM
     if type(config) not in AutoModelForCausalLM._model_mapping:
         raise UserError(f"{name} is a {type(config).__name__}, not a causal LM's config; give a decoder such as "
@@ -36,36 +37,10 @@ def source(name: str) -> dict:
     return {"kind": "config", "name": name}
 
 
-def load_config(name: str):
-    import logging
-    hub = logging.getLogger("huggingface_hub")
-    level, hub.level = hub.level, logging.ERROR          # its retry warnings are not the one line we print
-    try:
-        from transformers import AutoConfig
-        return AutoConfig.from_pretrained(name)
-    except Exception as e:                  # noqa: BLE001 - no such name, offline, not a config
-        raise UserError(f"unknown model {name!r}: not a built-in ({', '.join(plain.CONFIGS)}), not file.py:factory, "
-                        f"and transformers could not load its config ({type(e).__name__})") from None
-    finally:
-        hub.setLevel(level)
-
-
-def load_factory(target: str):
-    """file.py:factory -> the model it returns (its example inputs, if any, are not needed)."""
-    from ..advisor.load import import_file, one_line, split_target
-    path, fname = split_target(target)
-    factory = getattr(import_file(path), fname, None)
-    if not callable(factory):
-        raise UserError(f"{path} has no function {fname!r}")
-    try:
-        made = factory()
-    except Exception as e:                 # noqa: BLE001 - the user's code
-        raise UserError(f"{target}: the factory raised {one_line(e)}") from None
-    made = made.get("model") if isinstance(made, dict) else made[0] if isinstance(made, tuple) else made
-    if not isinstance(made, torch.nn.Module):
-        raise UserError(f"{target}: the factory must return a causal LM (a torch.nn.Module), not "
-                        f"{type(made).__name__}")
-    return made
+def load_factory(target: str, seed: int = 0) -> torch.nn.Module:
+    """file.py:factory -> the model it returns, loaded as every command loads it (tcperf.source); example inputs,
+    if it gives any, are not needed."""
+    return load_spec(target, fallback_inputs=(), seed=seed).model
 
 
 def check_causal(lm: torch.nn.Module, name: str) -> None:
@@ -131,7 +106,7 @@ def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0):
     """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed`."""
     torch.manual_seed(seed)
     if src["kind"] == "factory":
-        lm = load_factory(src["name"])
+        lm = load_factory(src["name"], seed)
     else:
         from transformers import AutoModelForCausalLM
         config = llama_config(plain.get(src["name"])) if src["kind"] == "builtin" else load_config(src["name"])

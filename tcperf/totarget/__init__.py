@@ -2,7 +2,7 @@
 precision recipe, over N seeded runs; DAWNBench's end-to-end measure.
 
 A workload is one module with `build(options: dict, device) -> Task`; WORKLOADS maps names to modules (adding one
-is one module and one line). `file.py:factory` (a user's model, loaded by tcperf.advisor.load like `advise`)
+is one module and one line). `file.py:factory` (a user's model, loaded by tcperf.source like `advise`)
 trains on the classification data given with --data (an ImageFolder directory or an .npz file).
 
     task = build({"workload": "bytes-gpt", "size": "small"}, "cpu")

@@ -1,4 +1,4 @@
-"""Your model (`file.py:factory`, loaded by tcperf.advisor.load exactly as `tcperf advise` loads it) trained on
+"""Your model (`file.py:factory`, loaded by tcperf.source exactly as `tcperf advise` loads it) trained on
 your classification data (--data: an ImageFolder directory or an .npz file) to a target accuracy. The factory may
 return the model alone (the data brings the inputs). The model takes a batch of inputs and returns (B, classes)
 logits; the loss is label-smoothed cross-entropy.
@@ -14,8 +14,8 @@ import copy
 
 import torch
 
-from ..advisor.load import load_spec, one_line
-from ..errors import UserError
+from ..errors import UserError, one_line
+from ..source import load_spec
 from . import folder, need_data, npz
 
 

@@ -1,10 +1,14 @@
-"""Load a user's model from `path/to/file.py:factory` and check that it runs on its example inputs.
+"""The user's model, wherever it comes from, as a tcperf.spec.Spec; and the same Spec again in a worker process.
+This is the one place a model is loaded: `tcperf advise`, `models`, `train-to-target` and `generate` all load here.
 
-`factory()` returns one of:
-    model                                   (example inputs then come from the file's `example_inputs`, a value
-                                             or a function, or from `model.example_inputs`)
-    (model, example_inputs)
-    {"model": ..., "inputs": ..., "loss_fn": ..., "metric_fn": ..., "targets": ...}   (all but model, inputs optional)
+Sources:
+    path/to/file.py:factory      the user's file; factory() returns one of
+        model                                   (example inputs then come from the file's `example_inputs`, a value
+                                                 or a function, or from `model.example_inputs`)
+        (model, example_inputs)
+        {"model": ..., "inputs": ..., "loss_fn": ..., "metric_fn": ..., "targets": ...}   (all but model optional)
+    a built-in ladder model      builtin("gpt2", "small", batch=2, seed=0, device="cpu")
+    a transformers config        load_config("gpt2") (a name or a local folder; nothing but the config is read)
 
 Example inputs are a tensor, a tuple/list of positional arguments, or a dict of keyword arguments.
 loss_fn(outputs) -> scalar (training mode), or loss_fn(outputs, targets) when the dict gives "targets";
@@ -12,12 +16,14 @@ metric_fn(outputs) -> float (inference: compared against fp32 strict, relative c
 Every failure (no file, no such name, a factory that raises or returns the wrong type, inputs the model rejects)
 is one `UserError` line: the command exits 2 before anything is measured or stored.
 
-    spec = load_spec("examples/awkward_mlp.py:factory")
-    check(spec, torch.device("cpu"), mode="infer")
+In a worker:
+    source = save_source(spec, folder, target="examples/awkward_mlp.py:factory")   # the parent
+    spec = load_source(source, device)            # a worker: the same weights and inputs
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -25,16 +31,11 @@ from typing import Any
 
 import torch
 
-from ..errors import UserError
-from ..spec import Spec, module_name, tensors, to_device  # noqa: F401  (tensors, to_device: used by callers)
+from .errors import UserError, one_line
+from .spec import Spec, tensors, to_device
 
 DICT_KEYS = ("model", "inputs", "example_inputs", "targets", "loss_fn", "metric_fn")
 RETURNS = "a torch.nn.Module, a (model, example_inputs) pair, or a dict with 'model' and 'inputs'"
-
-
-def one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
 
 
 def split_target(target: str) -> tuple[Path, str]:
@@ -46,6 +47,7 @@ def split_target(target: str) -> tuple[Path, str]:
 
 
 def import_file(path: Path):
+    """The user's file imported once a process, under the same module name in every process."""
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
     name = module_name(path)
@@ -67,9 +69,9 @@ def import_file(path: Path):
     return module
 
 
-def load_spec(target: str, fallback_inputs=None) -> Spec:
+def load_spec(target: str, fallback_inputs=None, seed: int = 0) -> Spec:
     """Import the file, call the factory, and normalise what it returned into a Spec. fallback_inputs: the inputs
-    when neither the factory nor the file gives any (train-to-target passes (): its data brings them)."""
+    when neither the factory nor the file gives any (train-to-target and generate pass (): they bring their own)."""
     path, name = split_target(target)
     module = import_file(path)
     factory = getattr(module, name, None)
@@ -79,7 +81,7 @@ def load_spec(target: str, fallback_inputs=None) -> Spec:
         raise UserError(f"{path} has no {name!r}; functions and classes in it: {', '.join(found) or 'none'}")
     if not callable(factory):
         raise UserError(f"{path}:{name} is a {type(factory).__name__}, not a function")
-    torch.manual_seed(0)       # a factory that draws random weights or inputs draws the same ones in every process
+    torch.manual_seed(seed)    # a factory that draws random weights or inputs draws the same ones in every process
     try:
         made = factory()
     except Exception as e:
@@ -97,7 +99,7 @@ def from_value(made: Any, where: str = "factory()", fallback_inputs=None) -> Spe
         if unknown or "model" not in made:
             raise UserError(f"{where} returned a dict with keys {sorted(made)}; it needs 'model' and 'inputs' "
                             f"(optional: 'loss_fn', 'metric_fn')")
-        model, inputs = made["model"], made.get("inputs", made.get("example_inputs"))
+        model, inputs = made["model"], made.get("inputs", made.get("example_inputs", fallback_inputs))
         loss_fn, metric_fn, targets = made.get("loss_fn"), made.get("metric_fn"), made.get("targets")
     elif isinstance(made, (tuple, list)) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
         model, inputs = made
@@ -138,7 +140,12 @@ def split_inputs(inputs, where: str) -> tuple[tuple, dict]:
                     f"positional arguments or a dict of keyword arguments")
 
 
-# --- running it once ---------------------------------------------------------------------------------------------
+def module_name(path: Path) -> str:
+    """A module name for a user's file, the same in every process (sys.modules and pickles refer to it)."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"tcperf_user_{path.stem}_{digest}"
+
+
 def on_device(spec: Spec, device: torch.device) -> Spec:
     """The spec with its model and inputs on `device` (the model moved in place, as .to() does)."""
     try:
@@ -169,3 +176,102 @@ def check(spec: Spec, mode: str) -> Any:
         except Exception as e:
             raise UserError(f"{fn_name}(outputs) failed: {one_line(e)}; it must return a number") from None
     return out
+
+
+# --- built-in models ------------------------------------------------------------------------------------------------
+def builtin(name: str, config: str, batch: int, seed: int, device) -> Spec:
+    """A model of the ladder (tcperf.models) at `seed`, made on the device, with its synthetic batch."""
+    from . import models
+    mod = models.get(name)
+    cfg = models.config(mod, config)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    inputs, targets = mod.make_batch(cfg, batch, device, gen)
+    torch.manual_seed(seed)
+    with device:
+        model = mod.build(cfg)
+    formula = getattr(mod, "flops", None)
+    return Spec(model, tuple(inputs), {}, mod.loss_fn, None, name, targets,
+                optimizer=lambda params: models.make_optimizer(mod, params),
+                items=mod.items_per_batch(cfg, batch), unit=mod.UNIT,
+                flops=(lambda mode: formula(cfg, batch, mode)) if formula else None)
+
+
+# --- the same spec in a worker --------------------------------------------------------------------------------------
+def save_source(spec: Spec, folder, target: str | None = None) -> dict:
+    """What a worker needs to rebuild `spec`: the factory target (its functions come back by calling it again) plus
+    the parent's weights and inputs, so that every worker measures the very same model; without a target, the whole
+    spec pickled (cloudpickle where installed). Raises when the spec cannot be pickled (without cloudpickle: a
+    lambda, a class defined in a function)."""
+    folder = Path(folder)
+    if target:
+        path = folder / "spec-state.pt"
+        torch.save({"state": spec.model.state_dict(), "args": spec.args, "kwargs": spec.kwargs,
+                    "targets": spec.targets}, path)
+        return {"kind": "file", "target": target, "state": str(path), "name": spec.name}
+    path = folder / "spec.pt"
+    torch.save(spec, path, pickle_module=_pickler())
+    return {"kind": "pickle", "path": str(path), "files": _user_files()}
+
+
+def _user_files() -> list[str]:
+    """The users' files imported by import_file: a pickled model whose class lives in one refers to it by its
+    module name, so a worker imports them under the same names before unpickling."""
+    return [m.__file__ for name, m in list(sys.modules.items())
+            if name.startswith("tcperf_user_") and getattr(m, "__file__", None)]
+
+
+def _pickler():
+    """cloudpickle where it is installed (it carries lambdas, and classes defined in a script, by value); else
+    the standard library's pickle."""
+    try:
+        import cloudpickle
+        return cloudpickle
+    except ImportError:
+        import pickle
+        return pickle
+
+
+def load_source(source: dict, device) -> Spec:
+    """The spec a source names, on `device`."""
+    kind = source["kind"]
+    if kind == "pickle":
+        import_files(source.get("files", []))
+        spec = torch.load(source["path"], weights_only=False)
+    elif kind == "file":
+        spec = load_spec(source["target"])
+        saved = torch.load(source["state"], weights_only=False)
+        spec.model.load_state_dict(saved["state"])
+        spec.args, spec.kwargs, spec.targets = saved["args"], saved["kwargs"], saved["targets"]
+        spec.name = source.get("name", spec.name)
+    else:
+        raise ValueError(f"unknown spec source {kind!r}")
+    return on_device(spec, torch.device(device))
+
+
+def imports_source(files: list[str]) -> dict:
+    """Not a model yet: the user's files, for a worker to import while the parent still loads the model."""
+    return {"kind": "imports", "files": list(files)}
+
+
+def import_files(files) -> None:
+    for file in files:
+        import_file(Path(file))
+
+
+# --- transformers ---------------------------------------------------------------------------------------------------
+def load_config(name: str, tried: str = ""):
+    """A transformers config by name or local folder (only the config: no weights are read); UserError when
+    transformers cannot load it (no such name, offline, not a config). tried: what else the name was not, for
+    the message ("not a built-in (...), ")."""
+    import logging
+    hub = logging.getLogger("huggingface_hub")
+    level, hub.level = hub.level, logging.ERROR          # its retry warnings are not the one line we print
+    try:
+        from transformers import AutoConfig
+        return AutoConfig.from_pretrained(name)
+    except Exception as e:                  # noqa: BLE001 - no such name, offline, not a config
+        raise UserError(f"unknown model {name!r}: {tried}transformers could not load its config ({type(e).__name__})") \
+            from None
+    finally:
+        hub.setLevel(level)
