@@ -1,5 +1,5 @@
 """tcperf: measure and harvest NVIDIA Tensor Core speed for PyTorch deep learning."""
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401
 
 
 def advise(model, example_inputs, *, loss_fn=None, metric_fn=None, mode="infer", tolerance=None, device=None,

@@ -45,7 +45,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> Parser:
     parser = Parser(prog="tcperf", description="Measure and harvest NVIDIA Tensor Core speed for PyTorch.")
-    from . import __version__
+    from .version import __version__
     parser.add_argument("--version", action="version", version=f"tcperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, module in COMMANDS.items():

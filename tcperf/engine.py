@@ -34,7 +34,7 @@ from . import accuracy, env, peaks, recipes
 from .source import import_files, load_source, on_device
 from .spec import Spec, callable_model, tensor_inputs
 
-TASK = "tcperf.engine:task"
+TASK = "recipe"
 TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
           "max_reps": 100_000}
 MIN_LINEAR_SHARE = 0.10     # fp8/int8 are tried when their Linear layers carry at least this share of the FLOPs

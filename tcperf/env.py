@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from . import __version__
+from .version import __version__
 from .errors import UserError
 from .precision import KERNEL_PRECISIONS, PRECISIONS, unsupported_reason
 

@@ -29,7 +29,7 @@ import torch
 from . import accuracy, engine, models, recipes, source
 from .runner import TimingConfig, run_cases
 
-TASK = "tcperf.ladder:cell_task"
+TASK = "model_cell"
 DEFAULT_STEPS = accuracy.DEFAULT_STEPS   # training steps the accuracy check compares
 AUTO_LIMIT = 4096       # --batch auto never tries beyond this
 MIN_REPS = 5

@@ -379,9 +379,7 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
         m = wrap(m)
     runner = m
     prec = precision.get(recipe.precision)
-    if recipe.compile:
-        if prec.autocast is not None:
-            _no_autograd_cache()
+    if recipe.compile:      # compiled at the first call, under precision.apply (which keeps AOT's cache off)
         runner = torch.compile(m, mode="reduce-overhead" if recipe.cuda_graphs else None, dynamic=False)
     guard, why = _cpu_rnn_guard(m, prec, device)
     notes += [why] if why else []
@@ -395,18 +393,6 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     if recipe.step_graph:
         run = _whole_step_graph(run, m, opt, device)
     return Step(run, runner, recipe, mode, inputs, opt, scaler, notes)
-
-
-def _no_autograd_cache() -> None:
-    """Turn off AOTAutograd's on-disk cache in this process, before a compile under autocast.
-
-    Its key recorded whether autocast was on, not its dtype (fixed upstream in pytorch/pytorch#181564), so a graph
-    compiled under amp_fp16 by one worker was served to another compiling amp_bf16. Seen on an H200 with torch 2.11
-    (2026-11-24): awkward_mlp's amp_bf16 + compile reported amp_fp16's output error to the digit (0.00039 against
-    eager amp_bf16's 0.0031) and its Tensor Core share. Inductor's own FX graph cache stays on: its key is the
-    graph after autocast, casts included. Costs the AOT trace on a warm cache, a few seconds a compile."""
-    import torch._functorch.config as functorch_config
-    functorch_config.enable_autograd_cache = False
 
 
 def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:

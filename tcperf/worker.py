@@ -7,8 +7,8 @@
 The parent (tcperf.runner) starts one worker per precision group, because precision flags, cuDNN autotune
 and compile caches are process-global. Stray prints go to stderr: stdout carries only the protocol.
 
-A case is measured by its `task` ('module:function', default `measure_case` below), called as
-task(case, device, job) -> result dict; the model ladder, the advisor and the lab plug in here.
+A case is measured by its `task` (a name in tcperf.tasks.TASKS; default "kernel": `measure_case` below), called
+as task(case, device, job) -> result dict; the model ladder, the advisor and the lab plug in here.
 
 A session (job["session"]: the advisor's search) keeps one object alive across commands instead: the worker says
 {"event": "up"} once torch is imported, then answers each command line on stdin,
@@ -21,12 +21,13 @@ and becomes the session of the case it is sent as {"case": case}.
 """
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
 import time
 import traceback
+
+from . import tasks
 
 
 def measure_case(case: dict, device, job: dict) -> dict:
@@ -110,8 +111,7 @@ def _add_padded(result: dict, op, shape: dict, prec, device, job: dict) -> None:
 
 def run_case(case: dict, device, job: dict) -> dict:
     """Call the case's task, turning an exception into a recorded status."""
-    module, func = case.get("task", "tcperf.worker:measure_case").split(":")
-    return _guarded(case, device, lambda: getattr(importlib.import_module(module), func)(case, device, job))
+    return _guarded(case, device, lambda: tasks.resolve(case.get("task"))(case, device, job))
 
 
 def _guarded(case: dict, device, call) -> dict:
@@ -187,8 +187,7 @@ def _session(channel, case: dict, device, job: dict) -> None:
 
 def _command(held: dict, case: dict, device, job: dict, command: dict) -> dict:
     if command["call"] == "open":
-        module, name = case["task"].split(":")
-        held["object"] = getattr(importlib.import_module(module), name)(case, device, job)
+        held["object"] = tasks.resolve(case["task"])(case, device, job)
         return held["object"].row()
     return getattr(held["object"], command["call"])(**command.get("args", {}))
 
@@ -217,8 +216,7 @@ def _preload(cases: list[dict]) -> None:
     where it is recorded."""
     for case in cases:
         try:
-            module = importlib.import_module(case.get("task", "tcperf.worker:measure_case").split(":")[0])
-            getattr(module, "preload", lambda case: None)(case)
+            getattr(tasks.module_of(case.get("task")), "preload", lambda case: None)(case)
         except Exception:        # noqa: BLE001 - reported by the case
             pass
 

@@ -240,7 +240,7 @@ def find_sensitive(bench: measure.Bench, results: list, tol: float, log, found: 
     for (dtype, cast), base in _failing_lowp(results).items():
         key = f"{dtype} weights" if cast else dtype
         case = {"op": "advise.sensitive", "suite": "advise", "shape": {"model": bench.name},
-                "precision": f"search:{base.recipe}", "task": "tcperf.advisor.api:sensitive_task",
+                "precision": base.recipe, "task": "sensitive",
                 "source": bench.source, "mode": bench.mode, "dtype": dtype, "cast": cast, "tolerance": tol}
         row = bench.call(case)
         if row["status"] != "ok":

@@ -219,7 +219,7 @@ class Bench:
         size = os.path.getsize(path) if path and os.path.exists(path) else 0
         if size:
             self.spares.resize(max(1, min(self.spares.count, int(0.25 * _free_memory() / size))))
-        self.spares.preload({"source": self.source, "task": "tcperf.engine:RecipeSession"})
+        self.spares.preload({"source": self.source, "task": "recipe_session"})
 
     def probe(self, names: list[str]):
         """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that
@@ -252,7 +252,7 @@ class Bench:
 
     def open(self, item: Item):
         """A session holding this item's recipe, prepared when its "open" is called (tcperf.runner.Session)."""
-        case = self.case(item, "tcperf.engine:RecipeSession")
+        case = self.case(item, "recipe_session")
         if self.source is None:
             return _LocalSession({**case, "spec": self.spec}, self.device)
         if self.spares is not None:

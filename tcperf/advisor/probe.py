@@ -153,7 +153,7 @@ def run_probe(case: dict, device, *, timeout: float, isolate: bool = True, loade
 
 def _worker_calls(case: dict, device, timeout: float):
     from ..runner import Session
-    session = Session({**case, "task": "tcperf.advisor.probe:Probe"}, device, preload=False)
+    session = Session({**case, "task": "probe"}, device, preload=False)
     session.call("open", timeout)
 
     def call(stage):

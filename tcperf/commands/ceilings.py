@@ -74,7 +74,7 @@ def _precisions(text: str | None, device) -> list[str]:
 def cases(precisions: list[str], sizes, copy_n: int) -> list[dict]:
     """Aligned square GEMMs per precision (int8 with B column-major) and one copy; each measured by
     `measure_ceiling` in a worker."""
-    task = "tcperf.commands.ceilings:measure_ceiling"
+    task = "ceiling"
     gemm = lambda size, p: {"m": size, "n": size, "k": size, "a_t": "N", "b_t": "T" if p == "int8" else "N"}
     out = [{"op": "gemm", "shape": gemm(size, p), "precision": p, "suite": "ceilings", "task": task, "tags": {}}
            for p in precisions for size in sizes]

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from ..errors import UserError, choices
 from . import launch
 
-TASK = "tcperf.distributed.collectives:task"
+TASK = "collective"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {"fp32": 1e-6, "bf16": 1e-2, "fp16": 1e-3}   # relative to the largest expected value; sums are exact
 MIN_REPS, MAX_REPS = 5, 2000      # calls in one timed loop

@@ -18,7 +18,6 @@ rank of that world and rank 0 keeps the rows; torchrun stops the others when one
 """
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import os
 import pickle
@@ -30,6 +29,7 @@ from datetime import timedelta
 
 import torch
 
+from .. import tasks
 from ..errors import UserError
 from ..runner import TimingConfig, _failed, _with_identity
 
@@ -269,8 +269,7 @@ def free_port() -> int:
 
 # --- a rank ---------------------------------------------------------------------------------------------------------
 def task_of(case: dict):
-    module, func = case["task"].split(":")
-    return getattr(importlib.import_module(module), func)
+    return tasks.resolve(case["task"])
 
 
 def _rank_main(index: int, job: dict, events) -> None:

@@ -38,12 +38,12 @@ import torch
 import torch.distributed as dist
 
 from .. import engine, ladder, models, precision, recipes
-from .. import spec as specmod
+from .. import source
 from ..errors import choices
 from . import launch, overlap
 
-TASK = "tcperf.distributed.parallel:cell_task"      # on every rank
-RUN_TASK = "tcperf.distributed.parallel:run_cell"   # in the ladder's worker: starts the ranks
+TASK = "parallel_cell"      # on every rank
+RUN_TASK = "parallel_run"   # in the ladder's worker: starts the ranks
 TIMED_STEPS = 20
 WARM_PROFILED = 2       # steps under the profiler before the ones it records: the ranks' profiler start-up settles
 PROFILED_STEPS = 5      # steps the exposed communication is averaged over
@@ -145,7 +145,7 @@ def cell_task(case: dict, device, job: dict) -> dict:
     rec, par = recipes.get(case["precision"]), PARALLELS[s["parallel"]]
     launch.beat(f"{s['model']} {rec.name} {par.name}: set-up")
     base = ladder._base(s["model"], s["mode"], rec, s["batch"], models.get(s["model"]), config)
-    cell = specmod.builtin(s["model"], config, s["batch"], case.get("seed", 0), device)
+    cell = source.builtin(s["model"], config, s["batch"], case.get("seed", 0), device)
     timing = {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": TIMED_STEPS, "max_reps": TIMED_STEPS}
     row = engine.measure(cell, rec, s["mode"], device, reference_file=case.get("reference"),
                          steps=case.get("steps", ladder.DEFAULT_STEPS), timing=timing, flops=True,

@@ -24,7 +24,7 @@ from ..timing import Measurement
 from . import accounting, hf, loop, quant
 from . import model as plain
 
-TASK = "tcperf.generate.measure:task"
+TASK = "generate"
 ACC_ROWS, ACC_PROMPT, ACC_OUTPUT = 4, 64, 32   # the accuracy check's prompts: rows, tokens, generated tokens
 MIN_REPEATS, MAX_REPEATS = 3, 50               # timed generations a batch
 MEMORY_SHARE = 0.85                            # of the free memory the KV cache and activations may take

@@ -90,7 +90,7 @@ def cases(kernels: list[str], sizes: list[int] | None, interpreted: bool, quick:
         for prec in lab.get(name).precisions:
             for n in sizes or default_sizes(name, interpreted, quick):
                 out.append({"op": f"lab.{name}", "shape": {"n": n}, "precision": prec, "suite": "lab",
-                            "task": "tcperf.lab.bench:measure_case"})
+                            "task": "lab"})
     return out
 
 

@@ -118,7 +118,7 @@ class Store:
 
     # --- runs ---------------------------------------------------------------------------------------------------
     def start_run(self, kind: str, command: str, env: dict) -> int:
-        from .. import __version__
+        from ..version import __version__
         device = env.get("gpu", {}).get("name") or env.get("cpu", {}).get("model", "unknown")
         writer = {"host": socket.gethostname(), "pid": os.getpid()}       # see _status
         return self._write(insert(runs).values(

@@ -149,6 +149,6 @@ def task(case: dict, device, job: dict) -> dict:
 
 def case(options: dict, recipe: str, seed: int, target: float, budget: Budget, clock: str, metric: str) -> dict:
     """The runner's case for one seeded run of one recipe (a worker per recipe serves its seeds)."""
-    return {"task": "tcperf.totarget.loop:task", "op": OP, "suite": "runs", "precision": recipe,
+    return {"task": "train_to_target", "op": OP, "suite": "runs", "precision": recipe,
             "shape": {"workload": options["workload"], metric: target, "seed": seed, "clock": clock},
             "options": options, "seed": seed, "target": target, "budget": asdict(budget), "clock": clock}
