@@ -40,14 +40,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import precision
+from . import precision, quant
 from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
 MODES = ("train", "infer")
 EXTRAS = ("compile", "cuda_graphs", "step_graph")     # what can sit on top of any recipe
-F8_MAX = 448.0          # largest finite float8_e4m3fn
-I8_MAX = 127.0
 
 
 @dataclass(frozen=True)
@@ -204,100 +202,24 @@ class NotApplicable(Exception):
     """prepare() found nothing for the recipe to act on (e.g. no Linear layer fp8 can take): a skip, not a failure."""
 
 
-# --- fp8 and int8 Linear layers (inference) ---------------------------------------------------------------------
-class QuantLinear(nn.Module):
-    """What the quantized layers keep of nn.Linear's face, for model code that reads it: in_features, out_features
-    and `weight`, a stand-in of the layer's shape in its output dtype (bf16) that costs no memory (one zero,
-    expanded). transformers' T5 reads `wo.weight.dtype` to cast its input; code that computes with the values gets
-    zeros, and the recipe's accuracy check fails it."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-
-    @property
-    def weight(self) -> torch.Tensor:
-        """Made when read, on the layer's device: no buffer, so it is neither saved nor counted as bytes read."""
-        held = next(self.buffers(), None)
-        zero = torch.zeros((), dtype=torch.bfloat16, device=held.device if held is not None else None)
-        return zero.expand(self.out_features, self.in_features)
-
-
-class Fp8Linear(QuantLinear):
-    """y = x W^T + b with x and W in float8_e4m3fn, one float32 scale per tensor (the activation's taken from its
-    amax at every call), through torch._scaled_mm, bf16 out. W is stored (N, K) row-major, so W^T is the
-    column-major (K, N) operand cuBLASLt requires."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear)
-        w = linear.weight.detach().float()                                         # (N, K)
-        self.register_buffer("w_scale", (w.abs().amax() / F8_MAX).clamp(min=1e-12))
-        self.register_buffer("w8", (w / self.w_scale).to(torch.float8_e4m3fn))
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(torch.bfloat16))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])                                            # (M, K)
-        x_scale = (x2.abs().amax().float() / F8_MAX).clamp(min=1e-12)
-        x8 = (x2.float() / x_scale).to(torch.float8_e4m3fn)
-        y = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.view(*x.shape[:-1], y.shape[-1])
-
-
-class Int8Linear(QuantLinear):
-    """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
-    taken at every call), int32 accumulation through torch._int_mm, bf16 out. W is stored (N, K) row-major, so W^T
-    is column-major: with a row-major B, _int_mm runs an sm80 WMMA kernel (129 TOPS at 8192^3 on an H200, against
-    922 column-major), and the advisor's int8 decoder step took 10.8 ms against bf16's 2.4. _int_mm needs M > 16:
-    smaller calls fall back to the dequantized weight."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear)
-        w = linear.weight.detach().float()                                         # (N, K)
-        scale = (w.abs().amax(dim=1) / I8_MAX).clamp(min=1e-12)                    # (N,)
-        self.register_buffer("w_scale", scale)
-        self.register_buffer("w8", torch.round(w / scale[:, None]).clamp(-I8_MAX, I8_MAX).to(torch.int8))
-        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1]).float()                                    # (M, K)
-        if x2.shape[0] > 16:
-            x_scale = (x2.abs().amax(dim=1, keepdim=True) / I8_MAX).clamp(min=1e-12)    # (M, 1)
-            x8 = torch.round(x2 / x_scale).clamp(-I8_MAX, I8_MAX).to(torch.int8)
-            y = torch._int_mm(x8, self.w8.t()).float() * x_scale * self.w_scale     # int32 (M, N) -> float
-        else:
-            y = x2 @ (self.w8.float() * self.w_scale[:, None]).t()
-        if self.bias is not None:
-            y = y + self.bias
-        return y.to(torch.bfloat16).view(*x.shape[:-1], y.shape[-1])
-
-
+# --- fp8 and int8 Linear layers (tcperf.quant's) ---------------------------------------------------------------
 def linear_limit(layer: nn.Linear, kind: str) -> str | None:
     """tensorcore's hard limit for this layer's GEMM (M is the token count, unknown here: 17 passes _int_mm)."""
     return gemm_hard_limit(17, layer.out_features, layer.in_features, kind)
 
 
-def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], kind: str) -> list[str]:
-    """Replace every plain nn.Linear whose shape the `kind` ('fp8' | 'int8') GEMM takes; returns notes. Raises
-    NotApplicable when no layer qualifies."""
-    swapped, kept = 0, []
-    for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is not nn.Linear:
-                continue
-            why = linear_limit(child, kind)
-            if why:
-                kept.append(f"{parent_name + '.' if parent_name else ''}{name} {child.in_features}->"
-                            f"{child.out_features}")
-            else:
-                setattr(parent, name, make(child))
-                swapped += 1
-    if not swapped:
-        raise NotApplicable(f"no nn.Linear layer meets {kind}'s shape rule (K, N multiples of "
-                            f"{16 if kind == 'fp8' else 8}){': ' + ', '.join(kept) if kept else ''}")
+def quantize_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], kind: str) -> list[str]:
+    """tcperf.quant.swap_linears for every plain nn.Linear whose shape the `kind` ('fp8' | 'int8') GEMM takes;
+    returns notes. Raises NotApplicable when no layer qualifies."""
+    def shapes(kept: list) -> str:
+        return ", ".join(f"{name} {lin.in_features}->{lin.out_features}" for name, lin in kept)
+
+    def refuse(kept: list) -> NotApplicable:
+        return NotApplicable(f"no nn.Linear layer meets {kind}'s shape rule (K, N multiples of "
+                             f"{16 if kind == 'fp8' else 8}){': ' + shapes(kept) if kept else ''}")
+    swapped, kept = quant.swap_linears(model, make, lambda lin: linear_limit(lin, kind) is None, refuse)
     note = f"{kind}: {swapped} Linear layers converted"
-    return [note + (f"; kept in bf16 (shape rule): {', '.join(kept)}" if kept else "")]
+    return [note + (f"; kept in bf16 (shape rule): {shapes(kept)}" if kept else "")]
 
 
 def _fp8_training(model: nn.Module) -> list[str]:
@@ -322,9 +244,9 @@ def _fp8_training(model: nn.Module) -> list[str]:
 def _transform(model: nn.Module, recipe: Recipe, mode: str) -> list[str]:
     notes = []
     if recipe.fp8:
-        notes += _fp8_training(model) if mode == "train" else swap_linears(model, Fp8Linear, "fp8")
+        notes += _fp8_training(model) if mode == "train" else quantize_linears(model, quant.Fp8Linear, "fp8")
     if recipe.int8:
-        notes += swap_linears(model, Int8Linear, "int8")
+        notes += quantize_linears(model, quant.Int8Linear, "int8")
     if recipe.transform:
         module, func = recipe.transform.split(":")
         notes += getattr(importlib.import_module(module), func)(model, mode) or []

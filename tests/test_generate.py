@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tcperf import cli
+from tcperf import quant as core_quant
 from tcperf.generate import accounting, loop, measure, quant
 from tcperf.generate import model as plain
 
@@ -108,7 +109,7 @@ def test_generate_is_greedy_and_deterministic():
 # --- quantized layers -------------------------------------------------------------------------------------------
 def test_int8_dequantization_error_bound():
     w = torch.randn(64, 128)
-    q, scales = quant.int8_quantize(w)
+    q, scales = core_quant.int8_quantize(w)
     assert q.dtype == torch.int8
     assert ((q.float() * scales[:, None] - w).abs() <= scales[:, None] / 2 + 1e-6).all()
 
@@ -116,19 +117,19 @@ def test_int8_dequantization_error_bound():
 @pytest.mark.parametrize("group", [32, 128])
 def test_int4_dequantization_error_bound(group):
     w = torch.randn(64, 256)
-    q, scales, zeros = quant.int4_quantize(w, group)
+    q, scales, zeros = core_quant.int4_quantize(w, group)
     assert q.min() >= 0 and q.max() <= 15
-    err = (quant.int4_dequantize(q, scales, zeros, group) - w).abs().reshape(-1, group)
+    err = (core_quant.int4_dequantize(q, scales, zeros, group) - w).abs().reshape(-1, group)
     s, z = scales.float().reshape(-1, 1), zeros.float().reshape(-1, 1)
     assert (err <= s / 2 + (8 * s + z.abs()) * 2**-8 + 1e-6).all()    # half a step, and bf16's scale and zero
 
 
 def test_int4_packed_kernel_on_cpu_matches_dequantized():
     lin = torch.nn.Linear(256, 64, bias=False).to(torch.bfloat16)
-    layer = quant.Int4WeightOnlyLinear(lin, 32)
-    q, scales, zeros = quant.int4_quantize(lin.weight.detach(), 32)
+    layer = core_quant.Int4WeightOnlyLinear(lin, 32)
+    q, scales, zeros = core_quant.int4_quantize(lin.weight.detach(), 32)
     x = torch.randn(3, 256, dtype=torch.bfloat16)
-    ref = x.float() @ quant.int4_dequantize(q, scales, zeros, 32).t()
+    ref = x.float() @ core_quant.int4_dequantize(q, scales, zeros, 32).t()
     assert ((layer(x).float() - ref).norm() / ref.norm()) < 1e-2
 
 
@@ -137,7 +138,7 @@ def test_fp8_linear_close_to_bf16(rowwise):
     lin = torch.nn.Linear(128, 64, bias=False)
     x = torch.randn(5, 128)
     ref = lin(x)
-    got = quant.Fp8Linear(lin, rowwise)(x).float()
+    got = core_quant.Fp8Linear(lin, rowwise)(x).float()
     assert ((got - ref).norm() / ref.norm()) < 0.1
 
 
@@ -226,10 +227,10 @@ def test_cli_transformers_loop_end_to_end(tmp_path):
 def test_int4_packed_kernel_on_cuda_matches_dequantized(cuda):
     lin = torch.nn.Linear(1024, 256, bias=False, device=cuda, dtype=torch.bfloat16)
     for group in (32, 128):
-        q, scales, zeros = quant.int4_quantize(lin.weight.detach(), group)
+        q, scales, zeros = core_quant.int4_quantize(lin.weight.detach(), group)
         x = torch.randn(4, 1024, device=cuda, dtype=torch.bfloat16)
-        ref = x.float() @ quant.int4_dequantize(q, scales, zeros, group).t()
-        got = quant.Int4WeightOnlyLinear(lin, group)(x).float()
+        ref = x.float() @ core_quant.int4_dequantize(q, scales, zeros, group).t()
+        got = core_quant.Int4WeightOnlyLinear(lin, group)(x).float()
         assert ((got - ref).norm() / ref.norm()) < 1e-2
 
 
@@ -252,8 +253,8 @@ def test_quantized_layers_keep_linears_face():
     """Model code reads `layer.weight.dtype` (transformers' T5 casts its input to it): every quantized layer has a
     bf16 stand-in of nn.Linear's shape, and it is not counted as bytes a decode step reads."""
     lin = torch.nn.Linear(256, 64, bias=False).to(torch.bfloat16)
-    layers = [quant.Int8WeightOnlyLinear(lin), quant.Int4WeightOnlyLinear(lin, 32)]
-    layers += [quant.Fp8Linear(lin, rowwise=True)] if quant.F8 is not None else []
+    layers = [core_quant.Int8WeightOnlyLinear(lin), core_quant.Int4WeightOnlyLinear(lin, 32)]
+    layers += [core_quant.Fp8Linear(lin, rowwise=True)] if core_quant.F8 is not None else []
     for layer in layers:
         assert layer.weight.shape == (64, 256) and layer.weight.dtype == torch.bfloat16
         assert (layer.in_features, layer.out_features) == (256, 64)

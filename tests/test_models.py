@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from tcperf import models, recipes
+from tcperf import models, quant, recipes
 from tcperf.errors import UserError
 
 
@@ -105,21 +105,21 @@ def _rel(a, b):
 
 def test_int8_linear_close_to_linear():
     layer, x = _linear(64, 32)
-    assert _rel(recipes.Int8Linear(layer)(x), layer(x)) < 0.02
-    assert _rel(recipes.Int8Linear(layer)(x[:4]), layer(x[:4])) < 0.02      # M <= 16: the fallback path
+    assert _rel(quant.Int8Linear(layer)(x), layer(x)) < 0.02
+    assert _rel(quant.Int8Linear(layer)(x[:4]), layer(x[:4])) < 0.02      # M <= 16: the fallback path
 
 
 def test_int8_linear_hands_int_mm_a_column_major_weight():
     """cuBLASLt's int8 kernels take B column-major; a row-major B runs a WMMA kernel 7x slower on Hopper."""
     layer, _ = _linear(64, 32)
-    b = recipes.Int8Linear(layer).w8.t()                  # the operand forward passes to torch._int_mm
+    b = quant.Int8Linear(layer).w8.t()                  # the operand forward passes to torch._int_mm
     assert b.shape == (64, 32) and b.stride() == (1, 64)
 
 
 def test_fp8_linear_close_to_linear():
     layer, x = _linear(64, 32)
     try:
-        y = recipes.Fp8Linear(layer)(x)
+        y = quant.Fp8Linear(layer)(x)
     except (RuntimeError, NotImplementedError) as e:
         pytest.skip(f"torch._scaled_mm does not run on this CPU build: {e}")
     assert y.dtype == torch.bfloat16 and _rel(y, layer(x)) < 0.1
@@ -127,11 +127,11 @@ def test_fp8_linear_close_to_linear():
 
 def test_swap_linears_keeps_misaligned_layers_and_says_so():
     model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 30))      # 30 breaks fp8's N % 16
-    notes = recipes.swap_linears(model, recipes.Int8Linear, "fp8")
-    assert isinstance(model[0], recipes.Int8Linear) and type(model[2]) is nn.Linear
+    notes = recipes.quantize_linears(model, quant.Int8Linear, "fp8")
+    assert isinstance(model[0], quant.Int8Linear) and type(model[2]) is nn.Linear
     assert "1 Linear layers converted" in notes[0] and "2 32->30" in notes[0]
     with pytest.raises(recipes.NotApplicable, match="no nn.Linear"):
-        recipes.swap_linears(nn.Sequential(nn.Linear(30, 30)), recipes.Int8Linear, "fp8")
+        recipes.quantize_linears(nn.Sequential(nn.Linear(30, 30)), quant.Int8Linear, "fp8")
 
 
 def test_int8_layers_stand_in_for_linear_where_model_code_reads_weight():
@@ -148,9 +148,9 @@ def test_int8_layers_stand_in_for_linear_where_model_code_reads_weight():
     model = made["model"].eval()
     with torch.no_grad():
         want = model(**made["inputs"]).logits
-        recipes.swap_linears(model, recipes.Int8Linear, "int8")
+        recipes.quantize_linears(model, quant.Int8Linear, "int8")
         wo = model.encoder.block[0].layer[1].DenseReluDense.wo
-        assert isinstance(wo, recipes.Int8Linear) and wo.weight.shape == (32, 64)
+        assert isinstance(wo, quant.Int8Linear) and wo.weight.shape == (32, 64)
         assert wo.weight.dtype == torch.bfloat16 and wo.weight.untyped_storage().nbytes() == 2
         got = model(**made["inputs"]).logits
         compiled = torch.compile(model)(**made["inputs"]).logits     # Dynamo traces the stand-in made when read

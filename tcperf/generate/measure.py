@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from .. import engine, peaks
+from .. import accuracy, engine, peaks
 from ..timing import Measurement
 from . import accounting, hf, loop, quant
 from . import model as plain
@@ -96,13 +96,11 @@ def _session(case: dict, r: quant.GenRecipe, device) -> "Session":
 
 # --- accuracy ---------------------------------------------------------------------------------------------------
 def compare(logits: torch.Tensor, ref: torch.Tensor, tolerance: float) -> dict:
-    """Logits (rows, positions, vocab) against bf16's: relative norm error, top-1 agreement, the verdict."""
-    logits, ref = logits.float(), ref.float()
-    nonfinite = not bool(torch.isfinite(logits).all())
-    err = float((logits - ref).norm() / ref.norm())
-    top1 = float((logits.argmax(-1) == ref.argmax(-1)).float().mean())
-    return {"rel_error": err, "top1_agree": top1, "tolerance": tolerance, "nonfinite": nonfinite,
-            "passed": (not nonfinite) and err <= tolerance, "rows": logits.shape[0], "positions": logits.shape[1],
+    """Logits (rows, positions, vocab) against bf16's: tcperf.accuracy's relative norm error and top-1 agreement,
+    and its verdict against the recipe's tolerance."""
+    acc = accuracy.compare_outputs([logits], [ref])
+    _, _, passed, _ = accuracy.judge(acc, "infer", tolerance)
+    return {**acc, "tolerance": tolerance, "passed": passed, "rows": logits.shape[0], "positions": logits.shape[1],
             "against": "bf16, teacher-forced on bf16's greedy tokens"}
 
 

@@ -1,5 +1,5 @@
-"""The precisions `tcperf generate` decodes at, as data, and the Linear layers that run them on PyTorch's own
-kernels (torchao's, where it is installed and asked for by an `ao-` recipe).
+"""The precisions `tcperf generate` decodes at, as data, and which Linear layers each swaps for tcperf.quant's, which
+run them on PyTorch's own kernels (torchao's, where it is installed and asked for by an `ao-` recipe).
 
     bf16, fp16          the model's weights and activations in that dtype
     fp8-row, fp8-tensor weights and activations in float8_e4m3fn with one scale per row (per tensor), the
@@ -22,13 +22,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..errors import UserError
-from ..recipes import QuantLinear
+from ..quant import F8, Fp8Linear, Int4WeightOnlyLinear, Int8WeightOnlyLinear, swap_linears
 
-F8 = getattr(torch, "float8_e4m3fn", None)
-F8_MAX = 448.0
 KV_FP8 = "+kvfp8"
 
 
@@ -127,107 +124,6 @@ def _torchao():
     return q
 
 
-# --- int8 weight-only -------------------------------------------------------------------------------------------
-def int8_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-output-channel: W (N, K) -> int8 (N, K), scales (N,) float32 with W ~ q * scale."""
-    scales = w.float().abs().amax(dim=1).clamp(min=1e-12) / 127.0
-    return torch.round(w.float() / scales[:, None]).clamp(-127, 127).to(torch.int8), scales
-
-
-class Int8WeightOnlyLinear(QuantLinear):
-    """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2; the widening to bf16 and the scale are
-    fused into the matmul by torch.compile (eager widens the whole weight first: compile it). Like every layer
-    here, `weight` is a bf16 stand-in of nn.Linear's shape (tcperf.recipes.QuantLinear) for model code that reads
-    its dtype; the int8 values are `w8`."""
-
-    def __init__(self, linear: nn.Linear):
-        super().__init__(linear)
-        q, scales = int8_quantize(linear.weight.detach())
-        self.register_buffer("w8", q)
-        self.register_buffer("scales", scales.to(torch.bfloat16))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.w8.to(x.dtype)) * self.scales
-
-
-# --- int4 weight-only (groups) ----------------------------------------------------------------------------------
-def int4_quantize(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Asymmetric per group of `group` weights along K, as gpt-fast: W (N, K) -> q int32 in [0, 15], scales and
-    zeros (N, K / group) bf16, with W ~ (q - 8) * scale + zero."""
-    g = w.float().reshape(-1, group)
-    lo, hi = g.amin(dim=1, keepdim=True), g.amax(dim=1, keepdim=True)
-    scales = (hi - lo).clamp(min=1e-6) / 15
-    zeros = lo + scales * 8
-    q = ((g - lo) / scales).round().clamp(0, 15).to(torch.int32).reshape_as(w)
-    n = w.shape[0]
-    return q, scales.reshape(n, -1).to(torch.bfloat16), zeros.reshape(n, -1).to(torch.bfloat16)
-
-
-def int4_dequantize(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group: int) -> torch.Tensor:
-    g = q.reshape(-1, group).float()
-    return ((g - 8) * scales.float().reshape(-1, 1) + zeros.float().reshape(-1, 1)).reshape_as(q)
-
-
-def pack_scales_and_zeros(scales: torch.Tensor, zeros: torch.Tensor) -> torch.Tensor:
-    """(N, K/g) twice -> (K/g, N, 2): the layout _weight_int4pack_mm reads."""
-    return torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
-
-
-def inner_k_tiles(k: int) -> int:
-    """The largest of 8, 4, 2 tinygemm's packing takes for this K (K must be a multiple of 16 times it)."""
-    return next(t for t in (8, 4, 2) if k % (16 * t) == 0)
-
-
-def int4_pack(q: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """q int32 (N, K) -> tinygemm's packed layout (the CUDA kernel takes two 4-bit values a byte)."""
-    tiles = inner_k_tiles(q.shape[1])
-    if device.type == "cuda":
-        return torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), tiles)
-    return torch._convert_weight_to_int4pack_for_cpu(q, tiles)
-
-
-class Int4WeightOnlyLinear(QuantLinear):
-    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group (`packed`)."""
-
-    def __init__(self, linear: nn.Linear, group: int):
-        super().__init__(linear)
-        w = linear.weight.detach()
-        q, scales, zeros = int4_quantize(w, group)
-        self.group = group
-        self.register_buffer("packed", int4_pack(q.to(w.device), w.device))
-        self.register_buffer("scales_and_zeros", pack_scales_and_zeros(scales, zeros).to(w.device))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
-        mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
-        y = mm(x2, self.packed, self.group, self.scales_and_zeros)
-        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
-
-
-# --- fp8 weights and activations --------------------------------------------------------------------------------
-def fp8_quantize(t: torch.Tensor, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """t (M, K) -> e4m3 (M, K) and float32 scales, (M, 1) per row or () per tensor, with t ~ q * scale."""
-    amax = t.float().abs().amax(dim=1, keepdim=True) if rowwise else t.float().abs().amax()
-    scale = amax.clamp(min=1e-12) / F8_MAX
-    return (t.float() / scale).to(F8), scale
-
-
-class Fp8Linear(QuantLinear):
-    """y = x W^T in e4m3 through torch._scaled_mm (bf16 out); W's scales made once, x's at every call."""
-
-    def __init__(self, linear: nn.Linear, rowwise: bool):
-        super().__init__(linear)
-        w8, w_scale = fp8_quantize(linear.weight.detach(), rowwise)
-        self.rowwise = rowwise
-        self.register_buffer("w8", w8)                                        # (N, K): w8.t() is column-major
-        self.register_buffer("w_scale", w_scale.reshape(1, -1) if rowwise else w_scale)   # (1, N) or ()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x8, x_scale = fp8_quantize(x.reshape(-1, x.shape[-1]), self.rowwise)   # (M, K), (M, 1) or ()
-        y = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16)
-        return y.reshape(*x.shape[:-1], y.shape[-1])
-
-
 # --- swapping ---------------------------------------------------------------------------------------------------
 def _maker(r: GenRecipe):
     if r.weights == "int8":
@@ -246,18 +142,12 @@ def quantize(model: nn.Module, r: GenRecipe) -> list[str]:
     if r.torchao:
         return _quantize_torchao(model, r)
     make, fits = _maker(r)
-    swapped, kept = 0, []
-    for parent_name, parent in list(model.named_modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear and child.bias is None and fits(child):
-                setattr(parent, name, make(child))
-                swapped += 1
-            elif type(child) is nn.Linear:
-                kept.append(f"{parent_name}.{name}".lstrip("."))
-    if not swapped:
-        raise UserError(f"{r.name}: no Linear layer of this model has a shape it takes")
-    return [f"kept in {str(r.act).split('.')[-1]} (shape): {', '.join(kept[:6])}" + (" ..." if len(kept) > 6 else "")] \
-        if kept else []
+    takes = lambda lin: lin.bias is None and fits(lin)        # a biased layer stays: weight-only ones have none
+    _, kept = swap_linears(model, make, takes,
+                           lambda kept: UserError(f"{r.name}: no Linear layer of this model has a shape it takes"))
+    names = [name for name, _ in kept]
+    more = " ..." if len(names) > 6 else ""
+    return [f"kept in {str(r.act).split('.')[-1]} (shape): {', '.join(names[:6])}{more}"] if names else []
 
 
 def _quantize_torchao(model: nn.Module, r: GenRecipe) -> list[str]:

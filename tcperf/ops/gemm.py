@@ -13,9 +13,8 @@ from __future__ import annotations
 import torch
 
 from ..precision import Precision
+from ..quant import fp8_quantize
 from .base import Op, Prepared, generator, randn
-
-F8_MAX = 448.0     # largest finite float8_e4m3fn
 
 
 class Gemm(Op):
@@ -71,17 +70,12 @@ def _operand(rows: int, cols: int, trans: str, make) -> torch.Tensor:
     return make(cols, rows).t() if trans == "T" else make(rows, cols)
 
 
-def _to_f8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor scaling: the largest magnitude maps to e4m3's largest finite value."""
-    scale = (x.abs().amax().float() / F8_MAX).clamp(min=1e-12)
-    return (x / scale).to(torch.float8_e4m3fn), scale
-
-
 def _prepare_fp8(shape: dict, device, seed: int) -> Prepared:
     gen = generator(device, seed)
     m, n, k = shape["m"], shape["n"], shape["k"]
-    a8, sa = _to_f8(randn((m, k), torch.float32, device, gen))
-    b8, sb = _to_f8(randn((n, k), torch.float32, device, gen))
+    # per-tensor scales: the largest magnitude maps to e4m3's largest finite value
+    a8, sa = fp8_quantize(randn((m, k), torch.float32, device, gen), rowwise=False)
+    b8, sb = fp8_quantize(randn((n, k), torch.float32, device, gen), rowwise=False)
     b8 = b8.t()                                     # k x n, column-major: what _scaled_mm requires
     run = lambda: torch._scaled_mm(a8, b8, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     ref = lambda: (a8.double() * sa.double()) @ (b8.double() * sb.double())

@@ -1,0 +1,193 @@
+"""The quantized Linear layers, one family for the model ladder (tcperf.recipes) and `tcperf generate`, on PyTorch's
+own kernels: Fp8Linear (torch._scaled_mm), Int8Linear (torch._int_mm), Int8WeightOnlyLinear and Int4WeightOnlyLinear
+(gpt-fast's), and swap_linears, the one loop that puts them in place of nn.Linear layers:
+
+    swapped, kept = swap_linears(model, Int8Linear, lambda lin: lin.in_features % 8 == 0, refuse=MyError)
+
+Which layers a feature takes, and how it words what it kept, stay with the feature: this module imports none.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+F8 = getattr(torch, "float8_e4m3fn", None)      # None on torch builds without float8
+F8_MAX = 448.0                                   # largest finite float8_e4m3fn
+I8_MAX = 127.0
+
+
+class QuantLinear(nn.Module):
+    """What the quantized layers keep of nn.Linear's face, for model code that reads it: in_features, out_features
+    and `weight`, a stand-in of the layer's shape in its output dtype (bf16) that costs no memory (one zero,
+    expanded). transformers' T5 reads `wo.weight.dtype` to cast its input; code that computes with the values gets
+    zeros, and the recipe's accuracy check fails it."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """Made when read, on the layer's device: no buffer, so it is neither saved nor counted as bytes read."""
+        held = next(self.buffers(), None)
+        zero = torch.zeros((), dtype=torch.bfloat16, device=held.device if held is not None else None)
+        return zero.expand(self.out_features, self.in_features)
+
+
+def _scale(amax: torch.Tensor, top: float) -> torch.Tensor:
+    """The scale mapping amax onto the format's largest value; the floor keeps an all-zero tensor finite."""
+    return (amax / top).clamp(min=1e-12)
+
+
+def fp8_quantize(t: torch.Tensor, rowwise: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """t (M, K) -> e4m3 (M, K) and float32 scales, (M, 1) per row or () per tensor, with t ~ q * scale."""
+    amax = t.float().abs().amax(dim=1, keepdim=True) if rowwise else t.float().abs().amax()
+    scale = _scale(amax, F8_MAX)
+    return (t.float() / scale).to(F8), scale
+
+
+def int8_quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per row: t (N, K) -> int8 (N, K), scales (N,) float32 with t ~ q * scale."""
+    scales = _scale(t.float().abs().amax(dim=1), I8_MAX)
+    return torch.round(t.float() / scales[:, None]).clamp(-I8_MAX, I8_MAX).to(torch.int8), scales
+
+
+# --- weights and activations quantized ------------------------------------------------------------------------
+class Fp8Linear(QuantLinear):
+    """y = x W^T + b with x and W in e4m3 through torch._scaled_mm, bf16 out; W's scales made once, x's at every
+    call, one per tensor or (rowwise) one per row. W is stored (N, K) row-major, so W^T is the column-major (K, N)
+    operand cuBLASLt requires."""
+
+    def __init__(self, linear: nn.Linear, rowwise: bool = False):
+        super().__init__(linear)
+        w8, w_scale = fp8_quantize(linear.weight.detach(), rowwise)
+        self.rowwise = rowwise
+        self.register_buffer("w8", w8)                                                    # (N, K)
+        self.register_buffer("w_scale", w_scale.reshape(1, -1) if rowwise else w_scale)   # (1, N) or ()
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x8, x_scale = fp8_quantize(x.reshape(-1, x.shape[-1]), self.rowwise)   # (M, K), (M, 1) or ()
+        y = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+class Int8Linear(QuantLinear):
+    """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
+    taken at every call), int32 accumulation through torch._int_mm, bf16 out. W is stored (N, K) row-major, so W^T
+    is column-major: with a row-major B, _int_mm runs an sm80 WMMA kernel (129 TOPS at 8192^3 on an H200, against
+    922 column-major), and the advisor's int8 decoder step took 10.8 ms against bf16's 2.4. _int_mm needs M > 16:
+    smaller calls fall back to the dequantized weight."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear)
+        w8, w_scale = int8_quantize(linear.weight.detach())                       # (N, K), (N,)
+        self.register_buffer("w_scale", w_scale)
+        self.register_buffer("w8", w8)
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1]).float()                                    # (M, K)
+        if x2.shape[0] > 16:
+            x8, x_scale = int8_quantize(x2)                                        # (M, K), (M,)
+            y = torch._int_mm(x8, self.w8.t()).float() * x_scale[:, None] * self.w_scale   # int32 (M, N) -> float
+        else:
+            y = x2 @ (self.w8.float() * self.w_scale[:, None]).t()
+        if self.bias is not None:
+            y = y + self.bias
+        return y.to(torch.bfloat16).view(*x.shape[:-1], y.shape[-1])
+
+
+# --- weight-only ------------------------------------------------------------------------------------------------
+class Int8WeightOnlyLinear(QuantLinear):
+    """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2; the widening to bf16 and the scale are
+    fused into the matmul by torch.compile (eager widens the whole weight first: compile it). The int8 values are
+    `w8`; `weight` is QuantLinear's stand-in."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__(linear)
+        q, scales = int8_quantize(linear.weight.detach())
+        self.register_buffer("w8", q)
+        self.register_buffer("scales", scales.to(torch.bfloat16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w8.to(x.dtype)) * self.scales
+
+
+def int4_quantize(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Asymmetric per group of `group` weights along K, as gpt-fast: W (N, K) -> q int32 in [0, 15], scales and
+    zeros (N, K / group) bf16, with W ~ (q - 8) * scale + zero."""
+    g = w.float().reshape(-1, group)
+    lo, hi = g.amin(dim=1, keepdim=True), g.amax(dim=1, keepdim=True)
+    scales = (hi - lo).clamp(min=1e-6) / 15
+    zeros = lo + scales * 8
+    q = ((g - lo) / scales).round().clamp(0, 15).to(torch.int32).reshape_as(w)
+    n = w.shape[0]
+    return q, scales.reshape(n, -1).to(torch.bfloat16), zeros.reshape(n, -1).to(torch.bfloat16)
+
+
+def int4_dequantize(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group: int) -> torch.Tensor:
+    g = q.reshape(-1, group).float()
+    return ((g - 8) * scales.float().reshape(-1, 1) + zeros.float().reshape(-1, 1)).reshape_as(q)
+
+
+def pack_scales_and_zeros(scales: torch.Tensor, zeros: torch.Tensor) -> torch.Tensor:
+    """(N, K/g) twice -> (K/g, N, 2): the layout _weight_int4pack_mm reads."""
+    return torch.stack([scales, zeros], dim=-1).transpose(0, 1).contiguous()
+
+
+def inner_k_tiles(k: int) -> int:
+    """The largest of 8, 4, 2 tinygemm's packing takes for this K (K must be a multiple of 16 times it)."""
+    return next(t for t in (8, 4, 2) if k % (16 * t) == 0)
+
+
+def int4_pack(q: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """q int32 (N, K) -> tinygemm's packed layout (the CUDA kernel takes two 4-bit values a byte)."""
+    tiles = inner_k_tiles(q.shape[1])
+    if device.type == "cuda":
+        return torch._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), tiles)
+    return torch._convert_weight_to_int4pack_for_cpu(q, tiles)
+
+
+class Int4WeightOnlyLinear(QuantLinear):
+    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group (`packed`)."""
+
+    def __init__(self, linear: nn.Linear, group: int):
+        super().__init__(linear)
+        w = linear.weight.detach()
+        q, scales, zeros = int4_quantize(w, group)
+        self.group = group
+        self.register_buffer("packed", int4_pack(q.to(w.device), w.device))
+        self.register_buffer("scales_and_zeros", pack_scales_and_zeros(scales, zeros).to(w.device))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
+        y = mm(x2, self.packed, self.group, self.scales_and_zeros)
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+
+# --- swapping ---------------------------------------------------------------------------------------------------
+def swap_linears(model: nn.Module, make: Callable[[nn.Linear], nn.Module], takes: Callable[[nn.Linear], bool],
+                 refuse: Callable[[list], Exception]) -> tuple[int, list[tuple[str, nn.Linear]]]:
+    """Replace, in place, every plain nn.Linear that takes(layer) accepts by make(layer); subclasses are the
+    user's own layers and stay. Returns how many were swapped and the (dotted name, layer) pairs kept; raises
+    refuse(kept), the caller's exception in its words, when none was swapped."""
+    swapped, kept = 0, []
+    for parent_name, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is not nn.Linear:
+                continue
+            if takes(child):
+                setattr(parent, name, make(child))
+                swapped += 1
+            else:
+                kept.append((f"{parent_name}.{name}".lstrip("."), child))
+    if not swapped:
+        raise refuse(kept)
+    return swapped, kept
