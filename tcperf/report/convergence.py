@@ -64,4 +64,5 @@ def _cells(row: dict) -> list:
     split = m.get("split") or {}
     return [row["precision"], row["status"], f"{m.get('reached', 0)}/{m.get('runs', 0)}",
             number(m.get("median_s"), suffix=" s"), number(m.get("iqr_s"), suffix=" s"), number(m.get("steps")),
-            number(m.get("final_metric")), *(number(split.get(k), suffix=" s") for k in SPLIT), row.get("message") or ""]
+            number(m.get("final_metric")), *(number(split.get(k), suffix=" s") for k in SPLIT),
+            row.get("message") or ""]
