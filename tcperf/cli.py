@@ -1,7 +1,8 @@
 """The `tcperf` command: one module a subcommand in tcperf/commands/, each with `add_parser` and `main`.
 
 Bad input (an unknown precision, suite or device, a malformed shape, a missing file) exits with status 2 and one
-line naming the valid choices; no traceback reaches the user for a mistake of theirs.
+line naming the valid choices; no traceback reaches the user for a mistake of theirs. A command whose module cannot
+be imported (a library missing) is still listed, and running it says why in one line (exit 2).
 """
 from __future__ import annotations
 
@@ -36,11 +37,24 @@ COMMANDS = {
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit 2), not a usage block."""
+    """argparse, but a usage error is one line (and exit 2), not a usage block. A command whose module failed to
+    import gets a Parser told why (`unavailable`): it takes any arguments, and running it says why."""
+
+    def __init__(self, *args, unavailable: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unavailable = unavailable
 
     def error(self, message: str):
         command = self.prog.partition(" ")[2]          # 'tcperf lint' -> 'lint'; main() adds 'tcperf: '
         raise UserError(f"{command}: {message}" if command else message)
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self.unavailable is None:
+            return super().parse_known_args(args, namespace)
+        return argparse.Namespace(func=self.refuse), []
+
+    def refuse(self, args):
+        raise UserError(f"{self.prog.partition(' ')[2]} is unavailable: {self.unavailable}")
 
 
 def build_parser() -> Parser:
@@ -51,10 +65,9 @@ def build_parser() -> Parser:
     for name, module in COMMANDS.items():
         try:
             mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name == module:      # a command not written yet is simply not offered
-                continue
-            raise
+        except ImportError as e:      # a missing library or a broken install: listed, and the others still work
+            sub.add_parser(name, help="unavailable: run it to see why", unavailable=f"importing {module} failed: {e}")
+            continue
         mod.add_parser(sub)
     return parser
 

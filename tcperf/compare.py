@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .report import FAILED, group_name, headline
+from .rows import FAILED, group_name, headline
 
 ALPHA = 0.05
 MIN_SAMPLES = 5

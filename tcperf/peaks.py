@@ -2,6 +2,7 @@
 (measured by `tcperf ceilings`, read back from the store). Never a constant in code.
 
     datasheet("NVIDIA H200")            # {'fp16': 989.0, ..., 'bandwidth_gbs': 4800.0, 'gpu': 'H200'}
+    measured(args.db, device)           # {'bf16': 744.0, 'bandwidth': 4210.0}: what `tcperf ceilings` stored
 """
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import csv
 import re
 from functools import lru_cache
 from importlib import resources
+
+import torch
 
 PRECISION_COLUMNS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 
@@ -29,6 +32,15 @@ def datasheet(gpu_name: str | None) -> dict:
             peaks = {k: float(row[k]) for k in (*PRECISION_COLUMNS, "bandwidth_gbs") if row[k]}
             return {**peaks, "gpu": row["gpu"], "source": row["note"]}
     return {}
+
+
+def measured(db, device: torch.device) -> dict:
+    """This GPU's ceilings as `tcperf ceilings` measured and stored them (Store.ceilings: {precision: TFLOPS,
+    "bandwidth": GB/s}); {} off CUDA or where it never ran. `db` is --db (None: the default store)."""
+    if device.type != "cuda":
+        return {}
+    from .store import Store      # here, not above: every worker imports peaks (engine.py) and needs no database
+    return Store.open(db).ceilings(torch.cuda.get_device_name(device))
 
 
 def percent_of(value: float | None, peak: float | None) -> float | None:

@@ -1,9 +1,11 @@
 """`tcperf bench`, `suites`, `lint` and `ceilings` end to end on the CPU (tiny --limit), their bad inputs (exit 2,
-one line), and Store.ceilings."""
+one line), and Store.ceilings (peaks.measured for a command's device)."""
 import json
 
 import pytest
+import torch
 
+from tcperf import peaks
 from tcperf.cli import main
 from tcperf.store import Store
 
@@ -114,7 +116,7 @@ def test_ceilings_on_cpu_are_stored_and_read_back(capsys, db_path):
     assert main(["show", "--db", db_path]) == 0 and "100%" in capsys.readouterr().out   # % of the measured ceiling
 
 
-def test_store_ceilings_takes_the_best_figure_of_the_latest_run_per_precision(db_path):
+def test_store_ceilings_takes_the_best_figure_of_the_latest_run_per_precision(db_path, monkeypatch):
     s = Store(db_path)
     env = {"gpu": {"name": "NVIDIA H200"}}
     first = s.start_run("ceilings", "tcperf ceilings", env)
@@ -130,6 +132,9 @@ def test_store_ceilings_takes_the_best_figure_of_the_latest_run_per_precision(db
     s.add_result(bench, {"op": "gemm", "precision": "bf16", "status": "ok", "tflops": 999.0})
     assert s.ceilings("NVIDIA H200") == {"bf16": 740.0, "fp32": 50.0, "bandwidth": 4200.0}
     assert s.ceilings("NVIDIA A100") == {}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")     # what a command asks
+    assert peaks.measured(db_path, torch.device("cuda")) == s.ceilings("NVIDIA H200")
+    assert peaks.measured(db_path, torch.device("cpu")) == {}
 
 
 def test_ceiling_cases_measure_every_size_and_int8_with_b_column_major():

@@ -1,5 +1,7 @@
-"""The core commands end to end: run (CPU quick suite), env, show, runs, export, and bad input."""
+"""The core commands end to end: run (CPU quick suite), env, show, runs, export, bad input, and a command that
+cannot load."""
 import csv
+import importlib
 import io
 import json
 import subprocess
@@ -7,7 +9,7 @@ import sys
 
 import pytest
 
-from tcperf.cli import main
+from tcperf.cli import COMMANDS, build_parser, main
 from tcperf.commands.show import time_spent
 from tcperf.store import Store
 
@@ -95,3 +97,15 @@ def test_show_runs_and_export(cpu_run, capsys):
     assert main(["export", str(run["id"]), "--format", "csv", "--db", db]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == run["n_results"] and rows[0]["precision"]
+
+
+def test_every_command_loads_and_a_broken_one_says_why(monkeypatch, capsys):
+    for module in COMMANDS.values():
+        importlib.import_module(module)          # a command whose module fails to import fails here, loudly
+    monkeypatch.setitem(COMMANDS, "broken", "tcperf.commands.no_such_module")
+    assert "broken" in build_parser().format_help()                     # still listed
+    assert main(["broken", "--any", "thing"]) == 2 and main(["broken"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == 2 * [
+        "tcperf: broken is unavailable: importing tcperf.commands.no_such_module failed: "
+        "No module named 'tcperf.commands.no_such_module'"]
+    assert main(["env", "--device", "cpu", "--json"]) == 0                # the others work

@@ -11,7 +11,8 @@ from report_fixtures import (advise_rows, ceiling_rows, full_run, gemm, gpu_env,
                              store_run)
 
 from tcperf import cli, report
-from tcperf.report import charts, crossovers
+from tcperf.report import charts
+from tcperf.report.common import crossovers
 from tcperf.store import Store
 
 ALL_SECTIONS = ["summary", "roofline", "warnings", "models", "alignment", "advisor", "suites", "lab", "environment"]

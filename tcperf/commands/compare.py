@@ -15,8 +15,8 @@ from rich.table import Table
 
 from .. import compare as cmp
 from ..errors import UserError
-from ..report import headline as figure_of
-from ..report import label
+from ..report.common import label
+from ..rows import headline as figure_of
 from ..store import Store
 from ..table import fmt_ms
 from .common import add_db, add_json, console, print_json

@@ -14,7 +14,8 @@ import json
 import sys
 
 from ..errors import UserError
-from ..report import advice_summary, application, group_name, headline, kind, label, relative_spread
+from ..report.common import advice_summary, application, label, relative_spread
+from ..rows import group_name, headline, kind
 from ..store import RESULT_COLUMNS, Store
 from .common import add_db
 

@@ -23,10 +23,10 @@ import torch
 from rich.table import Table
 
 from .. import env as envmod
+from .. import peaks
 from ..errors import UserError
 from ..generate import accounting, hf, measure, quant
 from ..generate import model as plain
-from ..store import Store
 from .common import add_measuring, console, err_console, measure_into_store, print_json
 
 LOOPS = ("plain", "hf")
@@ -129,7 +129,7 @@ def main(args) -> int:
     src, cases = plan(args, device)
     if device.type == "cpu" and args.model is None:
         err_console.print("No CUDA GPU: the tiny configuration on the CPU (name a model to override).")
-    ceilings = _ceilings(args.db, device)
+    ceilings = peaks.measured(args.db, device)      # copy bandwidth, TFLOPS; without them the rows say so
     run_id, results, store = measure_into_store("generate", cases, args, label="generate",
                                                 extra={"ceilings": ceilings} if ceilings else None)
     for row in crossings(results):
@@ -143,13 +143,6 @@ def main(args) -> int:
         for path in filter(None, plots):
             console.print(f"plot: {path}")
     return 0
-
-
-def _ceilings(db, device) -> dict:
-    """This GPU's measured ceilings (copy bandwidth, TFLOPS), {} without them (the rows then say so)."""
-    if device.type != "cuda":
-        return {}
-    return Store.open(db).ceilings(torch.cuda.get_device_name(device))
 
 
 # --- the crossing of each sweep ---------------------------------------------------------------------------------

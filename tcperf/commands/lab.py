@@ -76,8 +76,8 @@ def _ceilings(args, device: torch.device) -> dict:
     """The ceilings rates are held against: measured by `tcperf ceilings` if it ran here, and the datasheet's."""
     if device.type != "cuda":
         return {}
-    name = torch.cuda.get_device_name(device)
-    return {"measured": Store.open(args.db).ceilings(name), "datasheet": peaks.datasheet(name)}
+    return {"measured": peaks.measured(args.db, device),
+            "datasheet": peaks.datasheet(torch.cuda.get_device_name(device))}
 
 
 # --- the table ------------------------------------------------------------------------------------------------------

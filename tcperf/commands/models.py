@@ -17,13 +17,11 @@ On an H200 (hand-written loops, anchors.md): ResNet-50 training at batch 256 goe
 """
 from __future__ import annotations
 
-import torch
 from rich.table import Table
 
 from .. import env as envmod
-from .. import ladder, models, recipes
+from .. import ladder, models, peaks, recipes
 from ..errors import UserError
-from ..store import Store
 from .common import add_measuring, console, err_console, measure_into_store, print_json
 
 
@@ -92,7 +90,7 @@ def main(args) -> int:
     if nproc:
         from ..distributed import parallel
         cases, runner = parallel.cells(cases, nproc, parallel.parse(args.parallel), args.timeout), parallel.climb
-    ceilings = _ceilings(args.db, device)
+    ceilings = peaks.measured(args.db, device)      # for MFU; without them the datasheet is used
     run_id, results, store = measure_into_store(
         "models", cases, args, label="model ladder", extra={"ceilings": ceilings} if ceilings else None,
         runner=runner)
@@ -116,13 +114,6 @@ def _nproc(args, batches, device) -> int | None:
         raise UserError("--nproc needs fixed batch sizes, not --batch auto")
     parallel.parse(args.parallel)
     return launch.check_nproc(args.nproc, device)
-
-
-def _ceilings(db, device) -> dict:
-    """This GPU's measured ceilings (`tcperf ceilings`), for MFU; {} without them (the datasheet is used)."""
-    if device.type != "cuda":
-        return {}
-    return Store.open(db).ceilings(torch.cuda.get_device_name(device))
 
 
 # --- the table --------------------------------------------------------------------------------------------------

@@ -16,21 +16,23 @@ from matplotlib.figure import Figure
 
 from ..precision import KERNEL_PRECISIONS
 from ..table import speedups
-from . import crossovers, lab_size
+from .common import crossovers, lab_size
 
 DPI = 110
 CEILING_STYLE = {"colors": "black", "linewidths": 2.5}
 PEAK_STYLE = {"colors": "0.45", "linewidths": 1.2, "linestyles": "dashed"}
 
 
-def _figure(width: float, height: float, panels: int = 1, ratios=None):
+def figure(width: float, height: float, panels: int = 1, ratios=None):
+    """A figure and its `panels` axes side by side, drawn without pyplot (no global state, no window)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, panels, squeeze=False, width_ratios=ratios)[0]
     return fig, list(axes)
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
+    """The figure as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -60,12 +62,12 @@ def suite_chart(rows: list[dict], ceilings: dict, sheet: dict, title: str) -> by
     if not panels:
         return None
     counts = [len({r["precision"] for r in p[0]}) for p in panels]
-    fig, axes = _figure(3 + 1.3 * sum(counts), 4.2, len(panels), ratios=counts)
+    fig, axes = figure(3 + 1.3 * sum(counts), 4.2, len(panels), ratios=counts)
     for ax, (data, key, unit, ceiling, peak) in zip(axes, panels):
         _grouped_bars(ax, data, key, ceiling, peak)
         ax.set_ylabel(unit)
     fig.suptitle(title)
-    return _png(fig)
+    return png(fig)
 
 
 def _grouped_bars(ax, rows: list[dict], key: str, ceiling, peak) -> None:
@@ -108,7 +110,7 @@ def roofline_chart(rows: list[dict], ceilings: dict, sheet: dict, title: str) ->
     points = [r for r in _ok(rows) if r.get("tflops") and r.get("flops") and r.get("bytes")]
     if not points:
         return None
-    fig, (ax,) = _figure(10, 5.8)
+    fig, (ax,) = figure(10, 5.8)
     span = _intensity_span(points)
     bandwidth = _measured_or_sheet(ceilings, sheet, None)
     for colour, precision in zip(COLOURS, _precision_order({r["precision"] for r in points})):
@@ -124,7 +126,7 @@ def roofline_chart(rows: list[dict], ceilings: dict, sheet: dict, title: str) ->
     ax.set_ylabel("achieved TFLOPS (TOPS for int8)")
     ax.legend(fontsize=8, loc="lower right", ncols=2)
     ax.set_title(title)
-    return _png(fig)
+    return png(fig)
 
 
 COLOURS = ("tab:brown", "tab:gray", "tab:orange", "tab:blue", "tab:green", "tab:purple", "tab:red", "tab:olive",
@@ -191,7 +193,7 @@ def speedup_chart(rows: list[dict], title: str) -> bytes | None:
     if not by_precision:
         return None
     precs = _precision_order(by_precision)
-    fig, (ax,) = _figure(2.8 + 1.2 * len(precs), 4.2)
+    fig, (ax,) = figure(2.8 + 1.2 * len(precs), 4.2)
     for x, p in enumerate(precs, 1):
         values = sorted(by_precision[p])
         jitter = [x + 0.25 * ((i * 0.618) % 1 - 0.5) for i in range(len(values))]   # spread, not random
@@ -204,7 +206,7 @@ def speedup_chart(rows: list[dict], title: str) -> bytes | None:
     ax.set_ylabel("speed-up over fp32 (same case)")
     ax.margins(y=0.15)
     ax.set_title(title)
-    return _png(fig)
+    return png(fig)
 
 
 # --- the alignment cliff -------------------------------------------------------------------------------------------
@@ -216,11 +218,11 @@ def alignment_chart(rows: list[dict], title: str) -> bytes | None:
     panels = [p for p in (("cliff", lines), ("padded", padded)) if p[1]]
     if not panels:
         return None
-    fig, axes = _figure(12 if len(panels) == 2 else 7, 4.5, len(panels))
+    fig, axes = figure(12 if len(panels) == 2 else 7, 4.5, len(panels))
     for ax, (which, data) in zip(axes, panels):
         (_cliff if which == "cliff" else _padding)(ax, data)
     fig.suptitle(title)
-    return _png(fig)
+    return png(fig)
 
 
 def cliff_lines(rows: list[dict]) -> dict[tuple, list[dict]]:
@@ -293,7 +295,7 @@ def ladder_chart(rows: list[dict], title: str) -> bytes | None:
     rows = rung_order(rows)
     if not rows:
         return None
-    fig, (ax,) = _figure(2.5 + 1.1 * len(rows), 4.5)
+    fig, (ax,) = figure(2.5 + 1.1 * len(rows), 4.5)
     values = [(r.get("metrics") or {}).get("throughput") or 0.0 if r["status"] == "ok" else 0.0 for r in rows]
     bars = ax.bar(range(len(rows)), values, color="tab:blue")
     ax.bar_label(bars, [_ladder_label(r) for r in rows], fontsize=8)
@@ -302,7 +304,7 @@ def ladder_chart(rows: list[dict], title: str) -> bytes | None:
     ax.set_ylabel(", ".join(sorted(units)) or "throughput")
     ax.margins(y=0.12)
     ax.set_title(title)
-    return _png(fig)
+    return png(fig)
 
 
 def _ladder_label(row: dict) -> str:
@@ -320,7 +322,7 @@ def batch_chart(rows: list[dict], title: str) -> bytes | None:
             lines[r["precision"]].append((r["shape"]["batch"], r["metrics"]["throughput"]))
     if not lines:
         return None
-    fig, (ax,) = _figure(7, 4.5)
+    fig, (ax,) = figure(7, 4.5)
     for recipe, points in lines.items():
         ax.plot(*zip(*sorted(points)), marker="o", label=recipe)
     batches = sorted({b for points in lines.values() for b, _ in points})
@@ -333,7 +335,7 @@ def batch_chart(rows: list[dict], title: str) -> bytes | None:
     ax.set_ylabel(", ".join(sorted(units)) or "throughput")
     ax.legend(fontsize=8)
     ax.set_title(title)
-    return _png(fig)
+    return png(fig)
 
 
 # --- the lab: CPU against GPU -------------------------------------------------------------------------------------
@@ -346,7 +348,7 @@ def lab_chart(rows: list[dict], title: str) -> bytes | None:
     rows = sorted([r for r in rows if lab_size(r["shape"]) is not None], key=lambda r: lab_size(r["shape"]))
     if not rows:
         return None
-    fig, (ax,) = _figure(7.5, 4.5)
+    fig, (ax,) = figure(7.5, 4.5)
     for key, name in LAB_SERIES:
         points = [(lab_size(r["shape"]), lab_value(r, key)) for r in rows]
         points = [p for p in points if p[1]]
@@ -362,7 +364,7 @@ def lab_chart(rows: list[dict], title: str) -> bytes | None:
     ax.set_ylabel("ms (median)")
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title(title)
-    return _png(fig)
+    return png(fig)
 
 
 def lab_value(row: dict, key: str):

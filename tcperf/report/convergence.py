@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ..totarget.clock import CLOCKS, DEFAULT
 from ..totarget.stats import SPLIT, with_split
-from .charts import _figure, _png
+from .charts import figure, png
+from .common import escape, number, table
 
 RUN, RECIPE = "totarget.run", "totarget.recipe"
 
@@ -22,7 +23,7 @@ def chart(rows: list[dict], title: str) -> bytes | None:
     runs = [r for r in rows if r["op"] == RUN and (r.get("metrics") or {}).get("trace")]
     if not runs:
         return None
-    fig, (ax,) = _figure(7.5, 4.2)
+    fig, (ax,) = figure(7.5, 4.2)
     colors = {}
     for r in runs:
         m = r["metrics"]
@@ -38,25 +39,30 @@ def chart(rows: list[dict], title: str) -> bytes | None:
     ax.set_ylabel(name)
     ax.legend(fontsize=8)
     ax.set_title(title)
-    return _png(fig)
+    return png(fig)
+
+
+HEADS = ["recipe", "status", "reached", "median time to target", "IQR", "steps", "final", "data prep", "warm-up",
+         "of it compiling", "training", "evaluation", "note"]
 
 
 def section(rd, page) -> str:
     """The report's time-to-accuracy section for one run ('' when it has none)."""
-    from .html import _e, _num, table
     rows = [r for r in rd.results if r["op"] in (RUN, RECIPE)]
     if not rows:
         return ""
     name, value = _target(rows[0]["shape"])
     title = f"{rows[0]['shape'].get('workload')} to {name} {value}"
-    with_split([r for r in rows if r["op"] == RECIPE], rows, value)
-    figure = page.chart(f"convergence-run{rd.run['id']}", chart(rows, title), f"{rd.name}: {title}")
-    body = [[r["precision"], r["status"], f"{(r['metrics'] or {}).get('reached', 0)}/{(r['metrics'] or {}).get('runs', 0)}",
-             _num((r["metrics"] or {}).get("median_s"), suffix=" s"), _num((r["metrics"] or {}).get("iqr_s"), suffix=" s"),
-             _num((r["metrics"] or {}).get("steps")), _num((r["metrics"] or {}).get("final_metric")),
-             *(_num(((r["metrics"] or {}).get("split") or {}).get(k), suffix=" s") for k in SPLIT),
-             r.get("message") or ""]
-            for r in rows if r["op"] == RECIPE]
-    heads = ["recipe", "status", "reached", "median time to target", "IQR", "steps", "final", "data prep",
-             "warm-up", "of it compiling", "training", "evaluation", "note"]
-    return f"<h3>{_e(rd.name)}: {_e(title)}</h3>{figure}{table(heads, body)}"
+    summary = with_split([r for r in rows if r["op"] == RECIPE], rows, value)    # copies: the run's rows stay as read
+    shown = page.chart(f"convergence-run{rd.run['id']}", chart(rows, title), f"{rd.name}: {title}")
+    return f"<h3>{escape(rd.name)}: {escape(title)}</h3>{shown}{table(HEADS, [_cells(r) for r in summary])}"
+
+
+def _cells(row: dict) -> list:
+    """A recipe's summary row as table cells."""
+    m = row.get("metrics") or {}
+    split = m.get("split") or {}
+    return [row["precision"], row["status"], f"{m.get('reached', 0)}/{m.get('runs', 0)}",
+            number(m.get("median_s"), suffix=" s"), number(m.get("iqr_s"), suffix=" s"), number(m.get("steps")),
+            number(m.get("final_metric")), *(number(split.get(k), suffix=" s") for k in SPLIT),
+            row.get("message") or ""]

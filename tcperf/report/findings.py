@@ -11,7 +11,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .. import peaks
-from . import RunData, advice_summary, anchor, kind, label, model_name
+from ..rows import kind
+from .common import RunData, advice_summary, anchor, label, model_name
 
 TOP = 3                                  # padding and layout gains listed
 LAYOUT_KEYS = ("layout", "a_t", "b_t")   # shape keys that change the memory layout, not the work

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import base64
 import datetime
-import html
 from collections import Counter, defaultdict
 
 from .. import peaks
+from ..rows import group_name
 from ..table import fmt_ms, percent_ceiling, percent_peak, rate, speedups
-from . import Report, RunData, advice_summary, anchor, crossovers, group_name, lab_size, label, model_name
 from . import charts as ch
 from . import convergence
+from .common import (Report, RunData, advice_summary, anchor, crossovers, escape, lab_size, label, model_name, number,
+                     table)
 from .findings import findings
 from .notes import environment, warning_kinds
-
-FOLD_ROWS = 20    # a table longer than this is folded behind a <details>, with a filter box
 
 
 class Page:
@@ -36,7 +35,7 @@ class Page:
 
     def section(self, sid: str, title: str, body: str, css: str = "") -> None:
         if body:
-            markup = f'<section id="{sid}" class="{css}"><h2>{_e(title)}</h2>{body}</section>'
+            markup = f'<section id="{sid}" class="{css}"><h2>{escape(title)}</h2>{body}</section>'
             self.sections.append((sid, title, markup))
 
     def chart(self, name: str, png: bytes | None, caption: str = "") -> str:
@@ -46,8 +45,8 @@ class Page:
         name = anchor(name) + ".png"
         self.charts[name] = png
         data = base64.b64encode(png).decode("ascii")
-        return (f'<figure><img src="data:image/png;base64,{data}" alt="{_e(caption or name)}">'
-                f'<figcaption>{_e(caption)}</figcaption></figure>')
+        return (f'<figure><img src="data:image/png;base64,{data}" alt="{escape(caption or name)}">'
+                f'<figcaption>{escape(caption)}</figcaption></figure>')
 
 
 def render(runs: list[RunData]) -> Report:
@@ -61,53 +60,19 @@ def render(runs: list[RunData]) -> Report:
     return Report(_document(runs, page), page.charts, [s[0] for s in page.sections])
 
 
-# --- small HTML helpers ---------------------------------------------------------------------------------------------
-def _e(text) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _num(value, fmt: str = "{:.4g}", suffix: str = "") -> tuple[str, float] | str:
-    """A numeric cell: (shown text, sort value), or '' when there is no value."""
-    if value is None or isinstance(value, bool):
-        return ""
-    if not isinstance(value, (int, float)):
-        return str(value)
-    return (fmt.format(value) + suffix, value)
-
-
-def table(headers: list[str], rows: list[list], cls: str = "sortable") -> str:
-    """A table; a cell is text, or (text, number) for a right-aligned cell that sorts by the number, or
-    ('html', markup) for trusted markup."""
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(_cell(c) for c in row) + "</tr>" for row in rows)
-    markup = f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-    if len(rows) <= FOLD_ROWS:
-        return markup
-    return (f'<details class="fold"><summary>{len(rows)} rows: show the table</summary>'
-            f'<input class="filter" type="search" placeholder="filter rows (any text)">{markup}</details>')
-
-
-def _cell(c) -> str:
-    if isinstance(c, tuple) and c[0] == "html":
-        return f"<td>{c[1]}</td>"
-    if isinstance(c, tuple):
-        return f'<td class="num" data-v="{c[1]}">{_e(c[0])}</td>'
-    return f"<td>{_e(c)}</td>"
-
-
 def _status(row: dict):
-    return ("html", f'<span class="st-{_e(row["status"])}">{_e(row["status"])}</span>')
+    return ("html", f'<span class="st-{escape(row["status"])}">{escape(row["status"])}</span>')
 
 
 # --- the findings ---------------------------------------------------------------------------------------------
 def summary_html(runs: list[RunData]) -> str:
-    parts = [f"<h3>{_e(heading)}</h3><ul>" + "".join(f'<li><a href="#{f.anchor}">{_e(f.text)}</a></li>'
+    parts = [f"<h3>{escape(heading)}</h3><ul>" + "".join(f'<li><a href="#{f.anchor}">{escape(f.text)}</a></li>'
                                                      for f in lines) + "</ul>"
              for heading, lines in findings(runs).items()]
     kinds = warning_kinds(runs)
     if kinds:
         counts = ", ".join(f"{len(k.items)} {k.name}" for k in kinds)
-        parts.append(f'<p class="caveat">Read with: <a href="#warnings">{_e(counts)}</a>.</p>')
+        parts.append(f'<p class="caveat">Read with: <a href="#warnings">{escape(counts)}</a>.</p>')
     return "".join(parts)
 
 
@@ -129,7 +94,7 @@ def roofline_html(runs: list[RunData], page: Page) -> str:
         rows = [r for rd in group for r in rd.of_kind("kernel")]
         png = ch.roofline_chart(rows, group[0].ceilings, _sheet(group[0]), f"roofline · {device}")
         if png:
-            parts.append(f'<h3 id="{anchor("roofline", device)}">{_e(device)}</h3>'
+            parts.append(f'<h3 id="{anchor("roofline", device)}">{escape(device)}</h3>'
                          + page.chart(f"roofline-{device}", png, ROOFLINE_CAPTION))
     return "".join(parts)
 
@@ -137,8 +102,8 @@ def roofline_html(runs: list[RunData], page: Page) -> str:
 # --- warnings and the environment ------------------------------------------------------------------------------
 def warnings_html(runs: list[RunData]) -> str:
     """One line a kind: its count and what it means for the numbers; the list folded beneath."""
-    parts = [f'<details><summary><b>{_e(k.name)}</b> ({len(k.items)}): {_e(k.meaning)}.</summary><ul>'
-             + "".join(f"<li>{_e(i.text)}</li>" for i in k.items) + "</ul></details>"
+    parts = [f'<details><summary><b>{escape(k.name)}</b> ({len(k.items)}): {escape(k.meaning)}.</summary><ul>'
+             + "".join(f"<li>{escape(i.text)}</li>" for i in k.items) + "</ul></details>"
              for k in warning_kinds(runs)]
     return "".join(parts)
 
@@ -146,10 +111,10 @@ def warnings_html(runs: list[RunData]) -> str:
 def environment_html(runs: list[RunData]) -> str:
     """What every run shares, once; then a row a run with only the fields that differ."""
     common, differing = environment(runs)
-    shared = "".join(f"<dt>{_e(name)}</dt><dd>{_e(value)}</dd>" for name, value in common)
+    shared = "".join(f"<dt>{escape(name)}</dt><dd>{escape(value)}</dd>" for name, value in common)
     parts = [f'<dl class="kv">{shared}</dl>' if shared else ""]
     if differing:
-        rows = [[_num(rd.run["id"], "{}"), *[values[i] for _, values in differing]] for i, rd in enumerate(runs)]
+        rows = [[number(rd.run["id"], "{}"), *[values[i] for _, values in differing]] for i, rd in enumerate(runs)]
         parts.append(table(["run", *[name for name, _ in differing]], rows))
     return "".join(parts)
 
@@ -177,8 +142,8 @@ def kernel_table(rows: list[dict], rd: RunData) -> str:
     for i, r in enumerate(rows):
         value, unit = rate(r)
         out.append([label(r), r["precision"], _status(r), (fmt_ms(r), r["median_ms"]) if r.get("median_ms") else "",
-                    (f"{value:.4g} {unit}", value) if value else "", _num(percent_peak(r, sheet), "{:.0f}", "%"),
-                    _num(percent_ceiling(r, rd.ceilings), "{:.0f}", "%"), _num(ups.get(i), "{:.2f}", "x"),
+                    (f"{value:.4g} {unit}", value) if value else "", number(percent_peak(r, sheet), "{:.0f}", "%"),
+                    number(percent_ceiling(r, rd.ceilings), "{:.0f}", "%"), number(ups.get(i), "{:.2f}", "x"),
                     ("html", _tc_html(r)), r.get("message") or "; ".join(r.get("warnings") or [])])
     return table(["case", "precision", "status", "ms (median ± IQR)", "rate", "% peak", "% ceiling", "vs fp32",
                   "Tensor Cores", "note"], out)
@@ -194,7 +159,7 @@ def suites_html(rd: RunData, page: Page) -> str:
         png = ch.suite_chart(rows, rd.ceilings, _sheet(rd), f"{suite} · {rd.name}")
         caption = f"Best rate per op and precision; black: measured ceiling, dashed: datasheet peak.{note}"
         spread = ch.speedup_chart(rows, f"speed-up over fp32 · {suite} · {rd.name}")
-        parts.append(f'<h3 id="{anchor("suite", rd.run["id"], suite)}">{_e(suite)} · {_e(rd.name)}</h3>'
+        parts.append(f'<h3 id="{anchor("suite", rd.run["id"], suite)}">{escape(suite)} · {escape(rd.name)}</h3>'
                      + page.chart(f"run{rd.run['id']}-speedup-{suite}", spread, SPEEDUP_CAPTION)
                      + page.chart(f"run{rd.run['id']}-suite-{suite}", png, caption) + kernel_table(rows, rd))
     return "".join(parts)
@@ -209,7 +174,7 @@ def ceilings_html(rd: RunData, page: Page) -> str:
     if not rows:
         return ""
     png = ch.suite_chart(rows, {}, _sheet(rd), f"measured ceilings · {rd.name}")
-    return (f'<h3 id="{anchor("ceilings", rd.run["id"])}">{_e(rd.name)}</h3>'
+    return (f'<h3 id="{anchor("ceilings", rd.run["id"])}">{escape(rd.name)}</h3>'
             + page.chart(f"run{rd.run['id']}-ceilings", png,
                                                     "Measured ceilings; dashed: datasheet peak.")
             + kernel_table(rows, rd))
@@ -222,11 +187,11 @@ def alignment_html(rd: RunData, page: Page) -> str:
         return ""
     padded = [r for r in rows if (r.get("metrics") or {}).get("padded") and r["status"] == "ok"]
     out = [[label(r), r["precision"], ", ".join(r["metrics"].get("verdict", {}).get("misaligned") or []),
-            (fmt_ms(r), r["median_ms"]), _num(r["metrics"]["padded"]["median_ms"]),
-            _num(r["metrics"]["padded"]["gain"], "{:.2f}", "x"), r["metrics"].get("verdict", {}).get("fix") or ""]
+            (fmt_ms(r), r["median_ms"]), number(r["metrics"]["padded"]["median_ms"]),
+            number(r["metrics"]["padded"]["gain"], "{:.2f}", "x"), r["metrics"].get("verdict", {}).get("fix") or ""]
            for r in padded]
     caption = "Red crosses: shapes that miss the 16-byte alignment rule. Right: the same work padded to aligned."
-    return (f'<h3 id="{anchor("alignment", rd.run["id"])}">{_e(rd.name)}</h3>'
+    return (f'<h3 id="{anchor("alignment", rd.run["id"])}">{escape(rd.name)}</h3>'
             + page.chart(f"run{rd.run['id']}-alignment", png, caption)
             + (table(["case", "precision", "misaligned", "ms as is", "ms padded", "gain", "fix"], out) if out else ""))
 
@@ -249,7 +214,7 @@ def models_html(rd: RunData, page: Page) -> str:
         ladder = ch.ladder_chart([r for r in rows if r["shape"].get("batch") == batch], f"{name} · batch {batch}")
         sweep = ch.batch_chart(rows, name) if len({r["shape"].get("batch") for r in rows}) > 1 else None
         slug = f"run{rd.run['id']}-{model}-{mode}"
-        parts.append(f'<h3 id="{anchor("model", rd.run["id"], model, mode)}">{_e(name)}</h3>'
+        parts.append(f'<h3 id="{anchor("model", rd.run["id"], model, mode)}">{escape(name)}</h3>'
                      + page.chart(slug + "-ladder", ladder, "Throughput per rung; labels: speedup over fp32.")
                      + page.chart(slug + "-batch", sweep, "Throughput against batch size per recipe.")
                      + model_table(ch.rung_order(rows)))
@@ -260,11 +225,11 @@ def model_table(rows: list[dict]) -> str:
     out = []
     for r in rows:
         m = r.get("metrics") or {}
-        out.append([r["precision"], _num(r["shape"].get("batch"), "{}"), _status(r),
-                    _num(m.get("throughput"), "{:,.0f}", f" {m.get('unit', '')}"),
-                    _num(m.get("speedup_fp32"), "{:.2f}", "x"),
-                    _num(m.get("speedup_prev"), "{:.2f}", "x"), _num(m.get("mfu"), "{:.1%}"),
-                    _num(m.get("peak_mem_gib"), "{:.1f}"), _num(m.get("compile_s"), "{:.0f}", " s"),
+        out.append([r["precision"], number(r["shape"].get("batch"), "{}"), _status(r),
+                    number(m.get("throughput"), "{:,.0f}", f" {m.get('unit', '')}"),
+                    number(m.get("speedup_fp32"), "{:.2f}", "x"),
+                    number(m.get("speedup_prev"), "{:.2f}", "x"), number(m.get("mfu"), "{:.1%}"),
+                    number(m.get("peak_mem_gib"), "{:.1f}"), number(m.get("compile_s"), "{:.0f}", " s"),
                     _accuracy_text(m.get("accuracy")), r.get("message") or "; ".join(r.get("warnings") or [])])
     return table(["recipe", "batch", "status", "throughput", "vs fp32", "vs previous rung", "MFU", "peak GiB",
                   "compile", "accuracy", "note"], out)
@@ -281,7 +246,7 @@ def advisor_html(rd: RunData, page: Page) -> str:
     """The recipes the advisor timed (a table), then each verdict: its one-line answer, the details, the code."""
     rows = rd.of_kind("advise")
     recipes = [r for r in rows if not (r.get("metrics") or {}).get("verdict")]
-    parts = [f'<h3 id="{anchor("advisor", rd.run["id"])}">{_e(rd.name)}</h3>'] if rows else []
+    parts = [f'<h3 id="{anchor("advisor", rd.run["id"])}">{escape(rd.name)}</h3>'] if rows else []
     if recipes:
         parts.append(advice_table(recipes))
     for r in rows:
@@ -294,9 +259,9 @@ def advisor_html(rd: RunData, page: Page) -> str:
 def advice_table(rows: list[dict]) -> str:
     out = [[label(r), r["precision"], _status(r),
             (f"{r['mean_ms']:.4g} ({fmt_ms(r)})", r["mean_ms"]) if r.get("mean_ms") else "",
-            _num((r.get("metrics") or {}).get("speedup_fp32"), "{:.2f}", "x"), _num(r.get("error"), "{:.2g}"),
-            _num((r.get("metrics") or {}).get("tc_share"), "{:.0%}"),
-            _num((r.get("metrics") or {}).get("gpu_busy"), "{:.0%}"), r.get("message") or ""] for r in rows]
+            number((r.get("metrics") or {}).get("speedup_fp32"), "{:.2f}", "x"), number(r.get("error"), "{:.2g}"),
+            number((r.get("metrics") or {}).get("tc_share"), "{:.0%}"),
+            number((r.get("metrics") or {}).get("gpu_busy"), "{:.0%}"), r.get("message") or ""] for r in rows]
     return table(["model", "recipe", "status", "ms a step: mean (median ± IQR)", "vs fp32", "error", "TC share",
                   "GPU busy", "note"], out)
 
@@ -306,18 +271,18 @@ def verdict_html(row: dict, verdict, place: str) -> str:
     answer = advice_summary(row)
     details = {k: v for k, v in verdict.items() if k != "snippets"} if isinstance(verdict, dict) else verdict
     snippets = m.get("snippets") or (verdict.get("snippets") if isinstance(verdict, dict) else None)
-    parts = [f'<p class="answer">{_e(answer)}</p>' if answer else "", "<h4>verdict</h4>", value_html(details)]
+    parts = [f'<p class="answer">{escape(answer)}</p>' if answer else "", "<h4>verdict</h4>", value_html(details)]
     for key, value in (("shape lint", m.get("lint")), ("code to paste", snippets),
                        ("precision-sensitive modules", m.get("sensitive"))):
         if value not in (None, "", [], {}):
-            parts.append(f"<h4>{_e(key)}</h4>{value_html(value)}")
-    return f'<div class="verdict" id="{place}"><h3>{_e(label(row))}</h3>{"".join(parts)}</div>'
+            parts.append(f"<h4>{escape(key)}</h4>{value_html(value)}")
+    return f'<div class="verdict" id="{place}"><h3>{escape(label(row))}</h3>{"".join(parts)}</div>'
 
 
 def value_html(value) -> str:
     """Any JSON value, readably: a dict as a two-column list, a list of records as a table, code as <pre>."""
     if isinstance(value, dict):
-        items = "".join(f"<dt>{_e(k)}</dt><dd>{value_html(v)}</dd>" for k, v in value.items()
+        items = "".join(f"<dt>{escape(k)}</dt><dd>{value_html(v)}</dd>" for k, v in value.items()
                         if v not in (None, "", [], {}))
         return f'<dl class="kv">{items}</dl>'
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
@@ -326,10 +291,10 @@ def value_html(value) -> str:
     if isinstance(value, list):
         return "<ul>" + "".join(f"<li>{value_html(v)}</li>" for v in value) + "</ul>"
     if isinstance(value, str) and "\n" in value:
-        return f"<pre>{_e(value)}</pre>"
+        return f"<pre>{escape(value)}</pre>"
     if isinstance(value, float):
         return f"{value:.4g}"
-    return "" if value is None else _e(value)
+    return "" if value is None else escape(value)
 
 
 # --- the lab ----------------------------------------------------------------------------------------------------
@@ -342,9 +307,9 @@ def lab_html(rd: RunData, page: Page) -> str:
         rows = sorted(rows, key=lambda r: lab_size(r["shape"]) or 0)
         marks = ", ".join(f"{k}: {v:,.0f}" for k, v in crossovers(rows).items()) or "none in the sizes measured"
         png = ch.lab_chart(rows, f"{op} · {rd.name}")
-        out = [[_num(lab_size(r["shape"]), "{:,}"), r["precision"], _status(r),
-                *[_num(ch.lab_value(r, key)) for key, _ in ch.LAB_SERIES]] for r in rows]
-        parts.append(f"<h3>{_e(op)} · {_e(rd.name)}</h3>"
+        out = [[number(lab_size(r["shape"]), "{:,}"), r["precision"], _status(r),
+                *[number(ch.lab_value(r, key)) for key, _ in ch.LAB_SERIES]] for r in rows]
+        parts.append(f"<h3>{escape(op)} · {escape(rd.name)}</h3>"
                      + page.chart(f"run{rd.run['id']}-{op}", png, f"Time against size; crossover: {marks}.")
                      + table(["size", "precision", "status", *[name + " (ms)" for _, name in ch.LAB_SERIES]], out))
     return "".join(parts)
@@ -423,11 +388,11 @@ def page_title(runs: list[RunData]) -> str:
 
 def _document(runs: list[RunData], page: Page) -> str:
     title = page_title(runs)
-    nav = " ".join(f'<a href="#{sid}">{_e(t)}</a>' for sid, t, _ in page.sections)
+    nav = " ".join(f'<a href="#{sid}">{escape(t)}</a>' for sid, t, _ in page.sections)
     made = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     body = "".join(s[2] for s in page.sections)
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>"
-            f"<h1>{_e(title)}</h1><p>Built by tcperf from the results store on {made}; every figure is a median "
+            f"<title>{escape(title)}</title><style>{CSS}</style></head><body>"
+            f"<h1>{escape(title)}</h1><p>Built by tcperf from the results store on {made}; every figure is a median "
             f"with its spread (IQR).</p><nav>{nav}</nav>{body}<script>{JS}</script></body></html>\n")

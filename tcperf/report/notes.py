@@ -11,7 +11,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from . import FAILED, RunData, kind, label
+from ..rows import FAILED, kind
+from .common import RunData, label
 
 ORDER = ("runs", "wrong results", "failed cases", "throttled", "unstable", "accuracy", "other warnings")
 MEANING = {

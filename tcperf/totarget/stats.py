@@ -83,14 +83,17 @@ def split_of(ran: list[dict], target: float, higher: bool) -> dict:
 
 
 def with_split(summary: list[dict], rows: list[dict], target) -> list[dict]:
-    """Summary rows stored before the split was kept get it from their seeded runs' rows (op totarget.run)."""
+    """Summary rows stored before the split was kept get it from their seeded runs' rows (op totarget.run); such a
+    row comes back a copy, so the rows passed in stay as they were read."""
+    out = []
     for r in summary:
         m = r.get("metrics") or {}
         runs = [x for x in rows if x["op"] == "totarget.run" and x["precision"] == r["precision"]]
         if "split" not in m and runs and target is not None:
             higher = bool((runs[0].get("metrics") or {}).get("higher_is_better"))
-            r["metrics"] = {**m, **split_of(runs, target, higher)}
-    return summary
+            r = {**r, "metrics": {**m, **split_of(runs, target, higher)}}
+        out.append(r)
+    return out
 
 
 def _median(values):
