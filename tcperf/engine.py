@@ -93,7 +93,7 @@ def _prepare(spec: Spec, rec: recipes.Recipe, mode: str, device, *, keep=(), tap
     if keep or tap or perturb is not None:
         model = copy.deepcopy(model)
     if keep:
-        from .advisor.sensitive import keep_fp32
+        from .islands import keep_fp32
         keep_fp32(model, list(keep), torch.device(device).type)
     if tap:
         model.get_submodule(tap).register_forward_pre_hook(_tap_hook(holder), with_kwargs=True)

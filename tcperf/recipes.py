@@ -318,13 +318,13 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
 
 
 def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """The model in `dtype`, but for the modules tcperf.advisor.sensitive.keep_fp32 marked: they stay in float32
-    and hand their outputs back in `dtype` (fp32 islands, as autocast recipes get)."""
+    """The model in `dtype`, but for its fp32 islands (tcperf.islands.keep_fp32): they stay in float32 and hand
+    their outputs back in `dtype`, as autocast recipes get them."""
+    from .islands import Fp32Island
     model = model.to(dtype)
     for module in model.modules():
-        if getattr(module, "_tcperf_fp32", False):
-            module.float()
-            module._tcperf_out_dtype = dtype
+        if isinstance(module, Fp32Island):
+            module.float().out_dtype = dtype
     return model
 
 

@@ -149,6 +149,23 @@ def test_the_users_model_is_left_alone():
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
+def test_fp32_islands_wrap_modules_and_the_search_puts_the_original_back():
+    """keep_fp32 wraps a module in a visible Fp32Island (its class untouched); a weight cast keeps the island in fp32
+    and casts its outputs back; the search's low-precision subtree is swapped in and out again."""
+    from tcperf.advisor.sensitive import lowp_only
+    from tcperf.islands import Fp32Island, keep_fp32
+    from tcperf.recipes import _cast_weights
+    model, x = _fragile()
+    lin = model.offset.lin
+    with lowp_only(model, "offset.lin", torch.bfloat16, "cpu", cast_weights=True):
+        assert type(model.offset.lin).__name__ == "LowpOnly" and model(x).dtype == torch.float32
+    assert model.offset.lin is lin and type(lin) is nn.Linear
+    kept = _cast_weights(keep_fp32(copy.deepcopy(model), ["offset.lin", "offset"], "cpu"), torch.bfloat16)
+    assert isinstance(kept.offset, Fp32Island) and isinstance(kept.offset.module.lin, Fp32Island)
+    assert kept.offset.module.lin.module.weight.dtype == torch.float32 and kept.head.weight.dtype == torch.bfloat16
+    assert kept(x.bfloat16()).dtype == torch.bfloat16
+
+
 def test_train_mode_compares_losses():
     model, x = _fragile()
     y = torch.randint(0, 10, (16,))

@@ -321,9 +321,9 @@ def snippet_panels(a: Advice) -> list:
 
 
 def _without_helper(code: str) -> str:
-    start = code.index("def keep_fp32")
-    end = code.index("    return model\n", start) + len("    return model\n")
-    return code[:start] + "# keep_fp32: as in the pytorch snippet above\n" + code[end:].lstrip("\n")
+    start = code.index("class Fp32Island")
+    end = code.index("    return model\n", code.index("def keep_fp32")) + len("    return model\n")
+    return code[:start] + "# Fp32Island, keep_fp32: as in the pytorch snippet above\n" + code[end:].lstrip("\n")
 
 
 def v_note(a: Advice) -> str | None:

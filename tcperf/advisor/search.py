@@ -20,12 +20,11 @@ the evidence leaves it a chance:
                          likewise the whole-step graph (training).
 
 A margin of PRUNE_MARGIN keeps near misses in. Evidence is only as good as the GPU was quiet: while the parent times
-and profiles a recipe, the workers still preparing theirs and the idle spares are stopped (SIGSTOP, then SIGCONT),
-since their checks, cuDNN's autotuning and Inductor's benchmarks share the GPU, and their compiles and imports the
-CPU a host-bound step needs (on an H200, EfficientNet's fp32 + compile timed at 54 ms
-beside them and 11 ms alone). The workers of the leading recipes stay alive, so the runoff times what was compiled
-without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
-time and says which were not tried.
+a recipe, the workers still preparing and the idle spares are stopped (tcperf.advisor.pool). The workers of the
+leading recipes stay alive, so the runoff times what was compiled without compiling it again. `budget` (seconds)
+stops starting recipes that would not finish in time and says which were not tried.
+
+Plan below decides what to try next (no threads); Search runs it through the Pool and notes each stage in a Timeline.
 
     search = Search(bench, jobs=4, budget=90, progress=show)
     results = search.run(items, after_eager=more_items)      # [RecipeResult ...]; search.decision: the runoff's
@@ -33,19 +32,17 @@ time and says which were not tried.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import time
 from dataclasses import dataclass
 
 from .. import recipes as recipemod
 from . import runoff
 from .measure import Bench, Item, RecipeResult
+from .pool import Pool, Timeline
 
 GRID_TIMING = {"warmup_ms": 100.0, "rep_ms": 300.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
                "max_reps": 100_000}
 PRUNE_MARGIN = 0.03     # a bound must exceed the best step by this share to prune
-DRAIN_S = 0.05          # after stopping the workers, for the kernels they queued to finish
 LEAD_MARGIN = 0.25      # recipes within this share of the best grid time go to the runoff ...
 MAX_LEADERS = 5         # ... at most this many
 FIRST_GUESS_S = {"eager": 10.0, "compile": 40.0}   # a recipe's wall time before one of its kind has finished
@@ -101,67 +98,20 @@ def candidate(item: Item) -> Candidate:
     return Candidate(item, tier_of(item.recipe), item.base or item.recipe, item.label or item.recipe)
 
 
-class Search:
-    def __init__(self, bench: Bench, *, jobs: int | None = None, budget: float | None = None, progress=None,
-                 log=None, started: float | None = None, grow: bool = True, layers: list | None = None):
-        """grow: build the compiled tiers (False: only the recipes given); layers: the shape lint's (tcperf.advisor.
-        lint.Layer), for the share of GEMM FLOPs whose eager time bounds nothing (loose_share)."""
-        self.bench, self.timed, self.grow = bench, bench.device.type == "cuda", grow
-        self.layers = layers or []
-        self.jobs = jobs or default_jobs(bench.device)
-        self.budget, self.started = budget, started or time.perf_counter()
-        self.progress, self.log = progress or (lambda *a: None), log or (lambda text: None)
+class Plan:
+    """What to try next: the queue of candidates in order, what is in flight, the evidence that prunes a candidate,
+    the budget, and the tiers a passing recipe earns. No workers and no threads: Search runs what it hands out."""
+
+    def __init__(self, mode: str, *, timed: bool, grow: bool, layers: list, jobs: int, budget: float | None,
+                 started: float):
+        self.mode, self.timed, self.grow, self.layers = mode, timed, grow, layers
+        self.jobs, self.budget, self.started = jobs, budget, started
         self.results: list[RecipeResult] = []
         self.queue: list[Candidate] = []
         self.seen: set[str] = set()
-        self.ready: queue.Queue = queue.Queue()
-        self.running, self.eager_open, self.walls = 0, 0, {"eager": [], "compile": []}
-        self.alive: dict[str, tuple] = {}      # leader label -> (session, result)
-        self.opening: set = set()              # sessions preparing their recipe now (they may use the GPU)
-        self.stopped: set = set()              # ... those stopped while the parent times
-        self.quiet = False                     # the parent is timing: a session that starts now waits
-        self.spares = getattr(bench, "spares", None)   # tcperf.runner.Spares: stopped too while the parent times
-        self.lock = threading.Lock()
-        self.pruned, self.untried, self.decision = [], [], {}
-        self.phases: dict[str, float] = {}
-        self.timeline: dict[str, dict] = {}    # label -> seconds after the search began: launched, up (its worker),
-        #                                        opened (prepared, checked), timed (or done, where nothing was timed)
-
-    # --- the loop ---------------------------------------------------------------------------------------------
-    def run(self, items: list[Item], after_eager=None) -> list[RecipeResult]:
-        """Measure items and the tiers they earn; after_eager(results) -> more eager items (the mixed recipes the
-        sensitive-layer search finds), called once every eager item is in. Then the runoff."""
-        t0 = time.perf_counter()
-        self._add([candidate(i) for i in items])
-        try:
-            self._drain(after_eager)
-            if self.spares is not None:       # no recipe will start now: spares starting up would share the CPU
-                self.spares.close()           # with the runoff's host-bound steps
-            self.phases["grid_s"] = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            self._runoff()
-            self.phases["runoff_s"] = time.perf_counter() - t1
-        finally:
-            for session, _ in self.alive.values():
-                session.close()
-        return self.results
-
-    def _drain(self, after_eager) -> None:
-        while self.queue or self.running or after_eager:
-            if after_eager and not self._eager_pending():
-                more, after_eager = after_eager(self.results), None
-                self._add([candidate(i) for i in more])
-                continue
-            self._launch()
-            if not self.running:
-                continue
-            cand, session, row, wall = self.ready.get()     # blocks: each preparing thread always answers
-            self.running -= 1
-            self._done(cand, session, row, wall)
-            self.eager_open -= cand.tier == "eager"
-
-    def _eager_pending(self) -> bool:
-        return any(c.tier == "eager" for c in self.queue) or self.eager_open > 0
+        self.running, self.eager_open = 0, 0            # started and not in yet; ... of them eager
+        self.walls: dict[str, list] = {"eager": [], "compile": []}
+        self.pruned, self.untried = [], []
 
     def _add(self, cands: list[Candidate]) -> None:
         for c in cands:
@@ -170,22 +120,8 @@ class Search:
                 self.queue.append(c)
         self.queue.sort(key=lambda c: (c.tier != "eager", c.bound_ms or 0.0, TIERS.index(c.tier)))
 
-    # --- starting a recipe -----------------------------------------------------------------------------------
-    def _launch(self) -> None:
-        while self.running < self.jobs:
-            cand = self._next()
-            if cand is None:
-                return
-            why = self._prune_reason(cand) or self._budget_reason(cand)
-            if why:
-                self._record(RecipeResult(cand.label, "skipped", message=why, base=cand.item.base))
-                (self.pruned if why.startswith("pruned") else self.untried).append(cand.label)
-                continue
-            self.running += 1
-            self.eager_open += cand.tier == "eager"
-            self.timeline[cand.label] = {"tier": cand.tier, "launched": self._now()}
-            threading.Thread(target=self._open, args=(cand,), daemon=True,
-                             name=f"tcperf-{cand.tier}-{cand.label}").start()
+    def _eager_pending(self) -> bool:
+        return any(c.tier == "eager" for c in self.queue) or self.eager_open > 0
 
     def _next(self) -> Candidate | None:
         """The next candidate to start, in the queue's order; but the tiers grown on eager recipes wait until every
@@ -197,28 +133,6 @@ class Search:
             if not (c.grown and wait):
                 return self.queue.pop(i)
         return None
-
-    def _open(self, cand: Candidate) -> None:
-        t0 = time.perf_counter()
-        session = row = None
-        try:
-            session = self.bench.open(cand.item)
-            with self.lock:
-                self.opening.add(session)
-                if self.quiet:
-                    session.pause()
-                    self.stopped.add(session)
-            row = session.call("open", self.bench.timeout)
-        except Exception as e:       # noqa: BLE001 - the parent must always get an answer
-            row = {"precision": cand.label, "status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
-        finally:
-            with self.lock:
-                self.opening.discard(session)
-        up = getattr(session, "up_at", None)
-        if up is not None:
-            self.timeline[cand.label]["up"] = round(up - self.started, 2)
-        self.timeline[cand.label]["opened"] = self._now()
-        self.ready.put((cand, session, row, time.perf_counter() - t0))
 
     def _prune_reason(self, cand: Candidate) -> str | None:
         best = self.best()
@@ -236,52 +150,9 @@ class Search:
             return None
         return f"not tried: --budget {self.budget:g} s (about {need:.0f} s needed, {max(left, 0):.0f} s left)"
 
-    # --- a recipe prepared -----------------------------------------------------------------------------------
-    def _done(self, cand: Candidate, session, row: dict, wall: float) -> None:
-        if session is not None and row.get("status") == "ok" and self.timed:
-            t0 = time.perf_counter()
-            self._stop_others()
-            try:
-                row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
-            finally:
-                self._resume_others()
-            wall += time.perf_counter() - t0
-        self.timeline[cand.label]["timed"] = self._now()
-        self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
-        r = RecipeResult.from_row(row)
-        r.base = r.base or cand.item.base
-        self._record(r)
-        if r.passes and self.timed and self.grow:
-            self._add(self._above(cand, r, row.get("metrics") or {}))
-        self._keep(r, session)
-
-    def _stop_others(self) -> None:
-        """Stop every worker still preparing, so that the GPU runs only the recipe being timed."""
-        with self.lock:
-            self.quiet, self.stopped = True, set(self.opening)
-            for s in self.stopped:
-                s.pause()
-        if self.spares is not None:
-            self.spares.pause()
-        if self.stopped:
-            time.sleep(DRAIN_S)
-
-    def _resume_others(self) -> None:
-        if self.spares is not None:
-            self.spares.resume()
-        with self.lock:
-            for s in self.stopped:
-                s.resume()
-            self.quiet, self.stopped = False, set()
-
-    def _record(self, r: RecipeResult) -> None:
-        self.results.append(r)
-        self.bench.report(r)
-        self.progress(len(self.results), len(self.results) + len(self.queue) + self.running, self.eta(), r.recipe)
-
     def _above(self, cand: Candidate, r: RecipeResult, metrics: dict) -> list[Candidate]:
         """The tiers that sit on top of a passing recipe, each with the bound the evidence gives it."""
-        graphs = ["cuda_graphs"] + (["step_graph"] if self.bench.mode == "train" else [])
+        graphs = ["cuda_graphs"] + (["step_graph"] if self.mode == "train" else [])
         if cand.tier == "eager":
             rec = recipemod.get(cand.item.recipe)
             extras = [] if rec.fp8 or rec.int8 else ["compile", *graphs]
@@ -312,6 +183,121 @@ class Search:
         item = Item(name, keep, label if keep else None, name if keep else None)
         return Candidate(item, tier_of(name), cand.root, cand.root_label, bound, src, grown=True)
 
+    def best(self) -> RecipeResult | None:
+        timed = [r for r in self.results if r.passes and r.step_ms]
+        return min(timed, key=lambda r: r.step_ms) if timed else None
+
+    # --- time ------------------------------------------------------------------------------------------------
+    def guess(self, tier: str) -> float:
+        """A recipe's expected wall time (prepare, check, time): the median of its kind so far."""
+        kind = "eager" if tier == "eager" else "compile"
+        walls = sorted(self.walls[kind])
+        return walls[len(walls) // 2] if walls else FIRST_GUESS_S[kind]
+
+    def _runoff_guess(self) -> float:
+        best = self.best()
+        return 0.0 if best is None else MAX_LEADERS * runoff.ROUNDS * (runoff.window_ms(best.step_ms) / 1e3 + 0.1)
+
+    def eta(self) -> float:
+        """Seconds left, roughly: what is queued and running spread over the workers, the tiers an eager recipe
+        may still earn, and the runoff."""
+        later = sum(len(TIERS) - 2 + (self.mode == "train") for c in self.queue if c.tier == "eager")
+        work = sum(self.guess(c.tier) for c in self.queue) + self.running * self.guess("compile") / 2 + \
+            later * self.guess("compile") * self.timed
+        return work / self.jobs + self._runoff_guess()
+
+
+class Search(Plan):
+    """The plan run: its candidates prepared in the worker pool (tcperf.advisor.pool), timed one at a time with the
+    others stopped, the leaders' workers kept alive for the runoff."""
+
+    def __init__(self, bench: Bench, *, jobs: int | None = None, budget: float | None = None, progress=None,
+                 log=None, started: float | None = None, grow: bool = True, layers: list | None = None):
+        """grow: build the compiled tiers (False: only the recipes given); layers: the shape lint's (tcperf.advisor.
+        lint.Layer), for the share of GEMM FLOPs whose eager time bounds nothing (loose_share)."""
+        started = started or time.perf_counter()
+        super().__init__(bench.mode, timed=bench.device.type == "cuda", grow=grow, layers=layers or [],
+                         jobs=jobs or default_jobs(bench.device), budget=budget, started=started)
+        self.bench = bench
+        self.progress, self.log = progress or (lambda *a: None), log or (lambda text: None)
+        self._timeline = Timeline(started)
+        self.pool = Pool(bench, self._timeline)
+        self.alive: dict[str, tuple] = {}      # leader label -> (session, result)
+        self.decision, self.phases = {}, {}
+
+    @property
+    def timeline(self) -> dict[str, dict]:
+        """label -> {tier, launched, up, opened, timed}: a copy, taken under the timeline's lock."""
+        return self._timeline.snapshot()
+
+    # --- the loop ---------------------------------------------------------------------------------------------
+    def run(self, items: list[Item], after_eager=None) -> list[RecipeResult]:
+        """Measure items and the tiers they earn; after_eager(results) -> more eager items (the mixed recipes the
+        sensitive-layer search finds), called once every eager item is in. Then the runoff."""
+        t0 = time.perf_counter()
+        self._add([candidate(i) for i in items])
+        try:
+            self._drain(after_eager)
+            self.pool.close_spares()
+            self.phases["grid_s"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self._runoff()
+            self.phases["runoff_s"] = time.perf_counter() - t1
+        finally:
+            for session, _ in self.alive.values():
+                session.close()
+        return self.results
+
+    def _drain(self, after_eager) -> None:
+        while self.queue or self.running or after_eager:
+            if after_eager and not self._eager_pending():
+                more, after_eager = after_eager(self.results), None
+                self._add([candidate(i) for i in more])
+                continue
+            self._launch()
+            if not self.running:
+                continue
+            cand, session, row, wall = self.pool.ready.get()   # blocks: each preparing thread answers
+            self.running -= 1
+            self._done(cand, session, row, wall)
+            self.eager_open -= cand.tier == "eager"
+
+    def _launch(self) -> None:
+        while self.running < self.jobs:
+            cand = self._next()
+            if cand is None:
+                return
+            why = self._prune_reason(cand) or self._budget_reason(cand)
+            if why:
+                self._record(RecipeResult(cand.label, "skipped", message=why, base=cand.item.base))
+                (self.pruned if why.startswith("pruned") else self.untried).append(cand.label)
+                continue
+            self.running += 1
+            self.eager_open += cand.tier == "eager"
+            self._timeline.launch(cand.label, cand.tier)
+            self.pool.start(cand)
+
+    # --- a recipe prepared -----------------------------------------------------------------------------------
+    def _done(self, cand: Candidate, session, row: dict, wall: float) -> None:
+        if session is not None and row.get("status") == "ok" and self.timed:
+            t0 = time.perf_counter()
+            with self.pool.quiet():
+                row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
+            wall += time.perf_counter() - t0
+        self._timeline.mark(cand.label, "timed")
+        self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
+        r = RecipeResult.from_row(row)
+        r.base = r.base or cand.item.base
+        self._record(r)
+        if r.passes and self.timed and self.grow:
+            self._add(self._above(cand, r, row.get("metrics") or {}))
+        self._keep(r, session)
+
+    def _record(self, r: RecipeResult) -> None:
+        self.results.append(r)
+        self.bench.report(r)
+        self.progress(len(self.results), len(self.results) + len(self.queue) + self.running, self.eta(), r.recipe)
+
     def _keep(self, r: RecipeResult, session) -> None:
         """Keep the worker of a leading recipe alive for the runoff; close the others."""
         if session is None:
@@ -326,10 +312,6 @@ class Search:
                 del self.alive[label]
         if r.recipe not in self.alive:
             session.close()
-
-    def best(self) -> RecipeResult | None:
-        timed = [r for r in self.results if r.passes and r.step_ms]
-        return min(timed, key=lambda r: r.step_ms) if timed else None
 
     # --- the runoff ------------------------------------------------------------------------------------------
     def _runoff(self) -> None:
@@ -348,28 +330,6 @@ class Search:
             row = session.call("window", self.bench.timeout, ms=ms)
             return row.get("mean_ms") if row.get("status") == "ok" else None
         return window
-
-    # --- time ------------------------------------------------------------------------------------------------
-    def _now(self) -> float:
-        return round(time.perf_counter() - self.started, 2)
-
-    def guess(self, tier: str) -> float:
-        """A recipe's expected wall time (prepare, check, time): the median of its kind so far."""
-        kind = "eager" if tier == "eager" else "compile"
-        walls = sorted(self.walls[kind])
-        return walls[len(walls) // 2] if walls else FIRST_GUESS_S[kind]
-
-    def _runoff_guess(self) -> float:
-        best = self.best()
-        return 0.0 if best is None else MAX_LEADERS * runoff.ROUNDS * (runoff.window_ms(best.step_ms) / 1e3 + 0.1)
-
-    def eta(self) -> float:
-        """Seconds left, roughly: what is queued and running spread over the workers, the tiers an eager recipe
-        may still earn, and the runoff."""
-        later = sum(len(TIERS) - 2 + (self.bench.mode == "train") for c in self.queue if c.tier == "eager")
-        work = sum(self.guess(c.tier) for c in self.queue) + self.running * self.guess("compile") / 2 + \
-            later * self.guess("compile") * self.timed
-        return work / self.jobs + self._runoff_guess()
 
     def summary(self) -> dict:
         return {"jobs": self.jobs, "budget_s": self.budget, "pruned": self.pruned, "not_tried": self.untried,

@@ -9,7 +9,7 @@ a few dozen forwards, not a bisection over every combination. Whatever a module 
 Hugging Face ModelOutput, a dataclass) is handed on with its own type.
 
     names = find(model, run, torch.bfloat16, "cuda", error_of, tolerance)   # ['block.2.norm']
-    keep_fp32(model, names, "cuda")       # the fix, also printed in the verdict's code snippets
+    keep_fp32(model, names, "cuda")       # the fix (tcperf.islands), also printed in the verdict's code snippets
 """
 from __future__ import annotations
 
@@ -19,57 +19,40 @@ from typing import Callable
 
 import torch
 
-from ..spec import map_tensors
+from ..islands import _cast
 
 
-def _cast(x, dtype):
-    return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, x)
+class LowpOnly(torch.nn.Module):
+    """`module` in low precision inside a float32 model: under autocast(dtype) or, with cast_weights, as a copy cast
+    to dtype (its floating-point inputs too). Its floating-point outputs are cast back to float32, so the rest of the
+    model takes them as it would in fp32."""
 
+    def __init__(self, module, dtype, device_type, cast_weights=False):
+        super().__init__()
+        self.module = copy.deepcopy(module).to(dtype) if cast_weights else module
+        self.dtype, self.device_type, self.cast_weights = dtype, device_type, cast_weights
 
-def keep_fp32(model, names, device_type="cuda"):
-    """Run the named submodules in float32: autocast is off inside them and their floating-point inputs are cast to
-    float32. A weight-cast recipe (tcperf.recipes) keeps their weights in float32 and sets `_tcperf_out_dtype`, so
-    that they hand their outputs back in the model's dtype. Names and state_dict keys stay as they were."""
-    def fp32_forward(forward):
-        def wrapped(self, *args, **kwargs):
-            with torch.autocast(device_type, enabled=False):
-                out = forward(self, *_cast(args, torch.float32), **_cast(kwargs, torch.float32))
-            back = getattr(self, "_tcperf_out_dtype", None)
-            return out if back is None else _cast(out, back)
-        return wrapped
-
-    for name in names:
-        module = model.get_submodule(name)
-        cls = type(module)
-        module.__class__ = type(cls.__name__, (cls,), {"forward": fp32_forward(cls.forward)})
-        module._tcperf_fp32 = True
-    return model
+    def forward(self, *args, **kwargs):
+        if self.cast_weights:
+            out = self.module(*_cast(args, self.dtype), **_cast(kwargs, self.dtype))
+        else:
+            with torch.autocast(self.device_type, dtype=self.dtype):
+                out = self.module(*args, **kwargs)
+        return _cast(out, torch.float32)     # rounded to low precision by the module, handed on as float32
 
 
 @contextlib.contextmanager
 def lowp_only(model: torch.nn.Module, name: str, dtype: torch.dtype, device_type: str, cast_weights: bool = False):
-    """Inside: the model runs in float32 except the named subtree, which runs under autocast(dtype) or, with
-    cast_weights, as a copy cast to dtype (its floating-point inputs too); its floating-point outputs are cast
-    back to float32, so the rest of the model takes them as it would in fp32."""
-    module = model.get_submodule(name)
-    cls = module.__class__
-    lowp = copy.deepcopy(module).to(dtype) if cast_weights else None
-    module.__class__ = type(cls.__name__, (cls,), {"forward": _lowp_forward(cls.forward, dtype, device_type, lowp)})
+    """Inside: the model runs in float32 except the named subtree, swapped for a LowpOnly around it in its parent;
+    the original is put back on the way out."""
+    parent, _, child = name.rpartition(".")
+    owner = model.get_submodule(parent)
+    module = getattr(owner, child)
+    setattr(owner, child, LowpOnly(module, dtype, device_type, cast_weights))
     try:
         yield model
     finally:
-        module.__class__ = cls
-
-
-def _lowp_forward(forward, dtype, device_type, lowp):
-    def wrapped(self, *args, **kwargs):
-        if lowp is not None:
-            out = forward(lowp, *_cast(args, dtype), **_cast(kwargs, dtype))
-        else:
-            with torch.autocast(device_type, dtype=dtype):
-                out = forward(self, *args, **kwargs)
-        return _cast(out, torch.float32)     # rounded to low precision by the module, handed on as float32
-    return wrapped
+        setattr(owner, child, module)
 
 
 def _children(model: torch.nn.Module, name: str) -> list[str]:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
+from ..islands import Fp32Island, _cast, keep_fp32
 from ..spec import map_tensors
-from .sensitive import _cast, keep_fp32
 
 _NO_STEP_GRAPH = ("# the whole-step CUDA graph measured has no switch here: this is the recipe without it (the "
                   "plain PyTorch snippet has the graph)")
@@ -61,8 +61,8 @@ def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = Tru
         lines.append(f"model = model.to(torch.{s.weights})  # weights and activations in {s.weights}")
         if s.keep_fp32:
             lines += ["for module in model.modules():  # ... but for the modules kept in float32",
-                      "    if getattr(module, '_tcperf_fp32', False):",
-                      f"        module.float()._tcperf_out_dtype = torch.{s.weights}"]
+                      "    if isinstance(module, Fp32Island):",
+                      f"        module.float().out_dtype = torch.{s.weights}"]
     if s.channels_last:
         lines.append("model = model.to(memory_format=torch.channels_last)")
     if s.fp8:
@@ -84,7 +84,7 @@ def _header(s: Setup, *imports: str) -> list[str]:
     head = ["import torch", *imports, ""]
     if s.keep_fp32:
         head = ["import copy", "import dataclasses", *head]
-        head += [inspect.getsource(f).rstrip() + "\n\n" for f in (map_tensors, _cast, keep_fp32)]
+        head += [inspect.getsource(f).rstrip() + "\n\n" for f in (map_tensors, _cast, Fp32Island, keep_fp32)]
     return head
 
 

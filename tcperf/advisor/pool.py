@@ -1,0 +1,121 @@
+"""The search's worker pool and its timeline (tcperf.advisor.search decides what runs; this runs it).
+
+Each recipe is prepared in a worker of its own (bench.open: a tcperf.runner.Session), opened from a thread of its
+own so that several prepare at once; every thread answers through `ready`, whatever happened. While the parent times
+and profiles a recipe, the workers still preparing and the idle spares are stopped (SIGSTOP, then SIGCONT), since
+their checks, cuDNN's autotuning and Inductor's benchmarks share the GPU, and their compiles and imports the CPU a
+host-bound step needs (on an H200, EfficientNet's fp32 + compile timed at 54 ms beside them and 11 ms alone).
+
+    pool.start(candidate)                           # prepares in a thread
+    cand, session, row, wall = pool.ready.get()     # blocks until one is prepared
+    with pool.quiet():
+        session.call("time", ...)                   # nothing else runs meanwhile
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+
+DRAIN_S = 0.05          # after stopping the workers, for the kernels they queued to finish
+
+
+class Timeline:
+    """When each recipe reached each stage, in seconds after the search began: launched, up (its worker), opened
+    (prepared, checked), timed (or done, where nothing was timed). The preparing threads write it too: every write
+    and read takes the lock."""
+
+    def __init__(self, started: float):
+        self.started, self.lock, self.events = started, threading.Lock(), {}
+
+    def launch(self, label: str, tier: str) -> None:
+        with self.lock:
+            self.events[label] = {"tier": tier, "launched": self.now()}
+
+    def mark(self, label: str, stage: str, at: float | None = None) -> None:
+        """`stage` reached now, or at the perf_counter time `at`."""
+        seconds = self.now() if at is None else round(at - self.started, 2)
+        with self.lock:
+            self.events[label][stage] = seconds
+
+    def snapshot(self) -> dict[str, dict]:
+        with self.lock:
+            return {label: dict(stages) for label, stages in self.events.items()}
+
+    def now(self) -> float:
+        return round(time.perf_counter() - self.started, 2)
+
+
+class Pool:
+    """Workers preparing recipes, each from a thread; `lock` guards which are preparing (`opening`), which were
+    stopped for a timing (`stopped`) and whether one is under way (`hushed`: a worker that starts now waits)."""
+
+    def __init__(self, bench, timeline: Timeline):
+        self.bench, self.timeline = bench, timeline
+        self.ready: queue.Queue = queue.Queue()
+        self.spares = getattr(bench, "spares", None)   # tcperf.runner.Spares: stopped too while the parent times
+        self.lock = threading.Lock()
+        self.opening: set = set()
+        self.stopped: set = set()
+        self.hushed = False
+
+    def start(self, cand) -> None:
+        threading.Thread(target=self._open, args=(cand,), daemon=True,
+                         name=f"tcperf-{cand.tier}-{cand.label}").start()
+
+    def _open(self, cand) -> None:
+        t0 = time.perf_counter()
+        session = row = None
+        try:
+            session = self.bench.open(cand.item)
+            with self.lock:
+                self.opening.add(session)
+                if self.hushed:
+                    session.pause()
+                    self.stopped.add(session)
+            row = session.call("open", self.bench.timeout)
+        except Exception as e:       # noqa: BLE001 - the parent must always get an answer
+            row = {"precision": cand.label, "status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
+        finally:
+            with self.lock:
+                self.opening.discard(session)
+        up = getattr(session, "up_at", None)
+        if up is not None:
+            self.timeline.mark(cand.label, "up", at=up)
+        self.timeline.mark(cand.label, "opened")
+        self.ready.put((cand, session, row, time.perf_counter() - t0))
+
+    @contextlib.contextmanager
+    def quiet(self):
+        """Inside: every worker still preparing, and the spares, are stopped, so the GPU runs only what the parent
+        times."""
+        self._stop_others()
+        try:
+            yield
+        finally:
+            self._resume_others()
+
+    def _stop_others(self) -> None:
+        with self.lock:
+            self.hushed, self.stopped = True, set(self.opening)
+            for s in self.stopped:
+                s.pause()
+            drain = bool(self.stopped)
+        if self.spares is not None:
+            self.spares.pause()
+        if drain:
+            time.sleep(DRAIN_S)
+
+    def _resume_others(self) -> None:
+        if self.spares is not None:
+            self.spares.resume()
+        with self.lock:
+            for s in self.stopped:
+                s.resume()
+            self.hushed, self.stopped = False, set()
+
+    def close_spares(self) -> None:
+        """No recipe will start now: spares starting up would share the CPU with the runoff's host-bound steps."""
+        if self.spares is not None:
+            self.spares.close()
