@@ -92,11 +92,11 @@ def _prepare(spec: Spec, rec: recipes.Recipe, mode: str, device, *, keep=(), tap
     model = spec.model
     if keep or tap or perturb is not None:
         model = copy.deepcopy(model)
+    if tap:             # before the islands, whose wrappers would add a level to its name
+        model.get_submodule(tap).register_forward_pre_hook(_tap_hook(holder), with_kwargs=True)
     if keep:
         from .islands import keep_fp32
         keep_fp32(model, list(keep), torch.device(device).type)
-    if tap:
-        model.get_submodule(tap).register_forward_pre_hook(_tap_hook(holder), with_kwargs=True)
     if perturb is not None:
         _perturb(model, perturb)
     torch.manual_seed(perturb or 0)       # the same dropout masks and default-loss draws in every recipe
