@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from hand_loops import window  # beside this script: one clock for the hand loops
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = {"gpu": [2**20, 2**24, 2**28, 2**30], "cpu": [2**12, 2**16]}
 WARMUP, REPEATS = 5, 5
@@ -64,19 +66,10 @@ def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> No
 
 
 def loop_ms(step, device, iters: int) -> float:
-    """`iters` calls of step() back to back between two CUDA events (perf_counter on a CPU): ms a call."""
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step()
-        return (time.perf_counter() - t0) * 1e3 / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    """`iters` calls of step() back to back in one window (hand_loops.window: CUDA events, perf_counter on a CPU):
+    ms a call."""
+    ms, calls = window(step, device, calls=iters)
+    return ms / calls
 
 
 def all_reduce_ms(x: torch.Tensor, device, iters: int) -> float:

@@ -37,11 +37,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from comm_gpu import child_json, loop_ms, recorder, slowest, tcperf  # noqa: E402  (commands run with a timeout, killed whole; parts)
+# beside this script: a command run with a timeout and killed whole, the report's parts, the clock
+from comm_gpu import child_json, loop_ms, recorder, slowest, tcperf
 
 WITHIN, TARGET = 0.03, 0.97
 WARMUP = {"gpu": 5, "cpu": 2}
