@@ -121,10 +121,10 @@ def one_recipe(spec, name: str, device, log: ClockLog) -> dict:
     return row
 
 
-def one_model(model: str, recipes: list[str], device, log: ClockLog) -> list[dict]:
+def one_model(model: str, names: list[str], device, log: ClockLog) -> list[dict]:
     spec = load.on_device(load_model(model), device)
     rows = []
-    for name in recipes:
+    for name in names:
         try:
             row = {"model": model, **one_recipe(spec, name, device, log)}
         except recipes.NotApplicable as e:

@@ -6,7 +6,8 @@ What these tests prove, for each benchmarks/*.py (new scripts are picked up by t
   installed), without running its main;
 - its main() answers --help (argparse exits 0 with a usage line) before touching a GPU;
 - every name it takes from tcperf exists: `from tcperf.x import y` anywhere in the file (inside functions too) and
-  every attribute it reads off a tcperf module or class it imported (`engine._prepare`, `Store.open`).
+  every attribute it reads off a tcperf module or class it imported (`engine._prepare`, `Store.open`); and no
+  argument or assignment hides one of those names.
 """
 import ast
 import importlib
@@ -42,18 +43,47 @@ def resolve(dotted: str):
     raise ModuleNotFoundError(dotted)
 
 
-def tcperf_names(path: Path) -> list[str]:
-    """Every dotted name a script takes from tcperf: what it imports, and the attributes it reads off them."""
-    tree = ast.parse(path.read_text())
-    bound: dict[str, str] = {}                    # local name -> what it is in tcperf
-    for node in ast.walk(tree):
+def tcperf_bound(nodes) -> dict[str, str]:
+    """The names these nodes import from tcperf: {local name: dotted name in tcperf}."""
+    bound: dict[str, str] = {}
+    for node in nodes:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tcperf":
             bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
         elif isinstance(node, ast.Import):
             bound.update({a.asname: a.name for a in node.names if a.asname and a.name.split(".")[0] == "tcperf"})
+    return bound
+
+
+def tcperf_names(path: Path) -> list[str]:
+    """Every dotted name a script takes from tcperf: what it imports, and the attributes it reads off them."""
+    tree = ast.parse(path.read_text())
+    bound = tcperf_bound(ast.walk(tree))
     read = {f"{bound[n.value.id]}.{n.attr}" for n in ast.walk(tree)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound}
     return sorted({*bound.values(), *read})
+
+
+def own_nodes(scope: ast.AST):
+    """The nodes of a module or function, those of the functions inside it left out."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def shadowed(path: Path) -> set[str]:
+    """tcperf names a scope imports and also binds to something else within it (an argument, an assignment): a
+    `recipes` parameter hides the module `recipes` in that function."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        inside = list(ast.walk(scope))[1:]
+        rebound = {n.arg for n in inside if isinstance(n, ast.arg)}
+        rebound |= {n.id for n in inside if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        found |= rebound & set(tcperf_bound(own_nodes(scope)))
+    return found
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -77,6 +107,8 @@ def test_names_it_takes_from_tcperf_exist(name):
         except (AttributeError, ModuleNotFoundError) as e:
             missing.append(f"{dotted} ({type(e).__name__}: {e})")
     assert not missing, f"benchmarks/{name}.py names what tcperf lacks: {missing}"
+    hidden = shadowed(BENCHMARKS / f"{name}.py")
+    assert not hidden, f"benchmarks/{name}.py binds {hidden} to something else in the scope that imports them"
 
 
 def test_the_name_check_sees_a_rename(tmp_path):
@@ -87,3 +119,5 @@ def test_the_name_check_sees_a_rename(tmp_path):
     assert names == ["tcperf.engine", "tcperf.engine._prepare_renamed", "tcperf.recipes.on_top"]
     with pytest.raises(AttributeError):
         resolve("tcperf.engine._prepare_renamed")
+    script.write_text("from tcperf import recipes\n\ndef f(recipes):\n    return recipes.get\n")
+    assert shadowed(script) == {"recipes"}
