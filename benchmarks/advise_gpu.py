@@ -2,17 +2,18 @@
 Each case advises and times the grid in the same call, and holds the advisor's pick against the fastest recipe
 that passes by hand.
 
-By hand: a plain loop per recipe (recipes.prepare, an accuracy check against fp32 strict, then 3 windows of
---hand-seconds (1 s) of back-to-back calls with CUDA events around each window: total time over total calls).
+By hand: a plain loop per recipe (the step tcperf.engine prepares, its accuracy checked against fp32 strict as the
+advisor checks it, then hand_loops.WINDOWS (3) windows of --hand-seconds (1 s) of back-to-back calls with CUDA
+events around each window, after engine.TIMING's warm-up: total time over total calls).
 
-The grid (recipe names are opaque strings for recipes.get / recipes.prepare; one that get or prepare rejects is an
-error row, except the optional tiers below, which are pruned with a note when this tcperf does not know them):
-    eager      fp32, tf32, amp_fp16, amp_bf16, + fp16 and bf16 weights (inference), + channels_last (2-D convs)
+The grid (a recipe that prepare rejects is an error row):
+    eager      the advisor's bases in the case's mode (tcperf.advisor.measure.default_recipes): fp32, tf32,
+               amp_fp16, amp_bf16, + fp16 and bf16 weights (inference), + channels_last (2-D convs)
     compiled   each eager base's "+compile" and "+cuda_graphs" (recipes.on_top: amp_bf16's are "compile" and
-               "cuda_graphs"), training also "+step_graph" (a whole-step CUDA graph; optional);
-               fp8 and int8 (inference) where they apply, and their "+cuda_graphs" (optional)
-    picks      every repeat's pick that is not in the grid (a mixed recipe rebuilt with
-               tcperf.advisor.sensitive.keep_fp32 and prepared with the recipe it modifies)
+               "cuda_graphs"), training also "+step_graph" (a whole-step CUDA graph); fp8 and int8 (inference),
+               the bases that are compiled already, and their "+cuda_graphs" (and "+step_graph")
+    picks      every repeat's pick that is not in the grid (a mixed recipe, prepared with the recipe it modifies
+               and the modules the advisor kept in fp32)
 Recipes whose skip_reason rules them out on this GPU or mode (fp8 below sm89, torchao missing) are pruned.
 Pruning rules, each on evidence from the eager rows, timed first (what is pruned is printed and stored):
     1. fp32 strict's compiled forms are skipped when fp32 eager is > FP32_PRUNE (3) x slower than the fastest
@@ -23,11 +24,12 @@ A pick is always timed, pruned or not. Compiled warm-ups are shared through torc
 graph and AOT autograd caches, on by default): the advisor's workers compiled the same graphs first, so the hand
 loop's compiles mostly hit them; the first call's seconds are in each hand row ("first s").
 
-Accuracy by hand: inference, ||out - ref|| / ||ref|| over all floating-point outputs against fp32 strict within
-the advice's tolerance (when fp32's output is all zero or constant, as torchvision's ViT with its zero-initialised
-head gives, the input of the last leaf module called is compared instead); training, 16 steps' losses against fp32
-strict's, judged as the advisor judges (tcperf.accuracy: the recipe keeps at least 90% of the loss fall fp32 makes
-over the window, with fp32's own run-to-run spread over 2 perturbed runs as the floor).
+Accuracy, as the advisor judges it (tcperf.engine.reference and its check, tcperf.accuracy): inference,
+||out - ref|| / ||ref|| over all floating-point outputs against fp32 strict within the advice's tolerance (when
+fp32's output is all zero or constant, as torchvision's ViT with its zero-initialised head gives, the input of the
+last layer is compared instead); training, accuracy.DEFAULT_STEPS (16) steps' losses against fp32 strict's (the
+recipe keeps at least 90% of the loss fall fp32 makes over the window, with fp32's own run-to-run spread over
+accuracy.NOISE_RUNS (2) perturbed runs as the floor).
 
 Targets, all checked (a case's verdict is PASS when every one holds):
     ratio     best hand ms / hand ms of the pick >= TARGET (0.95), for every repeat's pick; the pick passes by hand
@@ -43,8 +45,8 @@ the fast one, and they disagreed by 44%.
     python benchmarks/advise_gpu.py [--cases llama_infer,...] [--repeats N] [--hand-seconds S] [--out DIR]
                                     [--db PATH] [--timeout S] [--deadline S] [--size gpu|cpu] [--check-build]
 
-Cases (random weights at seed 0, nothing downloaded):
-    linear_head_infer, linear_head_train   examples/linear_head.py: nn.Linear(4096, 50257) head, batch 24
+Cases (CASES; random weights at seed 0, nothing downloaded):
+    linear_head_infer, linear_head_train   examples/linear_head.py:factory: nn.Linear(4096, 50257) head, batch 24
     vit_b16_infer                          torchvision vit_b_16, batch 64, 3 x 224 x 224
     bert_infer, bert_train                 transformers BertForSequenceClassification(BertConfig()), 2 labels,
                                            batch 32 x 128 tokens, keyword inputs (train adds labels, out.loss)
@@ -64,7 +66,8 @@ Cases (random weights at seed 0, nothing downloaded):
     unet_infer, unet_train     diffusion_unet.py:factory: conv blocks (GroupNorm, SiLU, timestep embedding),
                                3 levels with skips, self-attention at 16 x 16; width 128, 32 x 3 x 64 x 64,
                                takes (x, t); train: MSE against the noise
-The advisor's workers rebuild a factory-file case from its file (TARGETS, the target of --size).
+The advisor's workers rebuild a factory-file case from its file (target_of, at the size of --size); the others'
+specs are pickled to them.
 
 The whole list takes hours: each case advises (1-3 min each repeat) and compiles up to ~14 recipes by hand. Under
 a 10-minute limit, run one case per invocation with the same --out (advise_gpu.json keeps the rows of earlier
@@ -75,94 +78,100 @@ Each case's row is written as soon as it is done. --timeout S is passed to the a
 (seconds after the invocation starts) ends a hand grid that would run past a call's limit: no row starts after it,
 the rows not reached are named, and the case is INCOMPLETE rather than killed unwritten (a check that failed on
 the rows reached still makes it FAIL). The advisor's picks are timed right after the eager rows, so a cut grid
-still times them. A case that
-raises (timm missing, say) is an error row and the next case runs. Prints a table; exits 1 if any case of this
-invocation fails; stores each advice as an "advise" run in --db. --check-build builds every selected case on the
-CPU (--size cpu: the tiny twins), runs it once (the loss too for training) and checks that the advisor's workers
-can get it (no GPU needed).
+still times them. A case that raises (timm missing, say) is an error row and the next case runs. Prints a table;
+exits 1 if any case of this invocation fails; stores each advice as an "advise" run in --db. --check-build builds
+every selected case on the CPU (--size cpu: the tiny twins), runs it once (the loss too for training) and checks
+that the advisor's workers can get it (no GPU needed).
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import gc
-import importlib.util
-import inspect
+import dataclasses
+import io
 import json
-import math
 import operator
 import os
 import sys
+import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
-import torch.nn as nn
+
+from hand_loops import WINDOWS, window  # beside this script: the hand loops' clock
+from tcperf import accuracy, engine, models, recipes
+from tcperf import source
+from tcperf.advisor import api
+from tcperf.advisor.measure import default_recipes
+from tcperf.source import load_source, on_device, save_source
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 TARGET = 0.95             # best hand ms / hand ms of the pick
 REPEAT_SPREAD = 1.03      # max hand ms of the repeated picks / min
 ADVISE_S_TARGET = {"llama_infer": 90.0}    # seconds an advise call, on an H200
 FP32_PRUNE = 3.0          # fp32 eager this many times slower than the fastest passing eager: no compiled fp32
-TRAIN_CHECK_STEPS = 16    # training steps compared with fp32's (tcperf.accuracy.DEFAULT_STEPS)
-NOISE_RUNS = 2            # perturbed fp32 runs that set fp32's own noise (tcperf.accuracy.NOISE_RUNS)
-WINDOWS = 3
-HEALTHY = ("fp32", "tf32", "amp_bf16", "amp_fp16", "bf16")
-EAGER = {"infer": ("fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16"),
-         "train": ("fp32", "tf32", "amp_fp16", "amp_bf16")}
-QUANT = {"infer": ("fp8", "int8"), "train": ("fp8",)}
+HEALTHY = ("fp32", "tf32", "amp_bf16", "amp_fp16", "bf16")     # the precisions training must not call failing
 
 
 # --- the cases ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Case:
+    """One case: built by `build(mode, batch) -> (model, inputs, loss_fn, targets)` at its one size, or from a
+    factory file (`cpu` and `gpu`: the factories of --size cpu and gpu; the file sets the batch). Inference compares
+    the outputs with fp32's, training the losses."""
+    name: str
+    mode: str
+    build: Callable | None = None
+    batch: int | None = None
+    file: Path | None = None
+    cpu: str = "factory"
+    gpu: str = "gpu_factory"
+
+
 def _gen():
     return torch.Generator().manual_seed(1)
 
 
-def build_linear_head(mode):
-    path = ROOT / "examples" / "linear_head.py"
-    spec = importlib.util.spec_from_file_location("advise_gpu_linear_head", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module               # torch.compile looks modules up here
-    spec.loader.exec_module(module)
-    made = module.factory()
-    train = mode == "train"
-    return made["model"], made["inputs"], made["loss_fn"] if train else None, made["targets"] if train else None
+def _images(make):
+    """A torchvision or timm classifier at seed 0 on `batch` random 3 x 224 x 224 images."""
+    def build(mode, batch):
+        torch.manual_seed(0)
+        return make(), (torch.randn(batch, 3, 224, 224, generator=_gen()),), None, None
+    return build
 
 
-def build_vit_b16(mode):
+def _vit_b16():
     import torchvision
-    torch.manual_seed(0)
-    return torchvision.models.vit_b_16(weights=None), (torch.randn(64, 3, 224, 224, generator=_gen()),), None, None
+    return torchvision.models.vit_b_16(weights=None)
 
 
-def build_convnext_t(mode):
+def _convnext_t():
     import timm
-    torch.manual_seed(0)
-    model = timm.create_model("convnext_tiny", pretrained=False)
-    return model, (torch.randn(64, 3, 224, 224, generator=_gen()),), None, None
+    return timm.create_model("convnext_tiny", pretrained=False)
 
 
-def build_bert(mode):
+def _bert(mode, batch, tokens=128):
     from transformers import BertConfig, BertForSequenceClassification
     torch.manual_seed(0)
     cfg = BertConfig(num_labels=2)
     model = BertForSequenceClassification(cfg)
     g = _gen()
-    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (32, 128), generator=g),
-              "attention_mask": torch.ones(32, 128, dtype=torch.long),
-              "token_type_ids": torch.zeros(32, 128, dtype=torch.long)}
+    inputs = {"input_ids": torch.randint(0, cfg.vocab_size, (batch, tokens), generator=g),
+              "attention_mask": torch.ones(batch, tokens, dtype=torch.long),
+              "token_type_ids": torch.zeros(batch, tokens, dtype=torch.long)}
     if mode == "train":
-        inputs["labels"] = torch.randint(0, 2, (32,), generator=g)
+        inputs["labels"] = torch.randint(0, 2, (batch,), generator=g)
         return model, inputs, operator.attrgetter("loss"), None     # out.loss; unlike a lambda it pickles
     return model, inputs, None, None
 
 
-def _tcperf_model(name, batch):
-    def build(mode):
-        from tcperf import models
+def _tcperf_model(name: str):
+    """A model of tcperf.models in its full configuration, on its own synthetic batch."""
+    def build(mode, batch):
         mod = models.get(name)
         cfg = models.config(mod, "full")
         torch.manual_seed(0)
@@ -172,232 +181,57 @@ def _tcperf_model(name, batch):
     return build
 
 
-LINEAR_HEAD = f"{ROOT / 'examples' / 'linear_head.py'}:factory"
-CASES = {     # name -> (builder, mode); the factory-file cases are in FAMILIES
-    "linear_head_infer": (build_linear_head, "infer"),
-    "linear_head_train": (build_linear_head, "train"),
-    "vit_b16_infer": (build_vit_b16, "infer"),
-    "bert_infer": (build_bert, "infer"),
-    "bert_train": (build_bert, "train"),
-    "convnext_t_infer": (build_convnext_t, "infer"),
-    "resnet50_train": (_tcperf_model("resnet50", 64), "train"),
-    "gpt2_train": (_tcperf_model("gpt2", 8), "train"),
-}
+LINEAR_HEAD = ROOT / "examples" / "linear_head.py"
 THIRDPARTY = ROOT / "tests" / "thirdparty"
-FAMILIES = {  # name -> (file in tests/thirdparty, factory at CPU size (GPU size: "gpu_" + it), mode)
-    "llama_infer": ("hf_llama.py", "factory_infer", "infer"),
-    "llama_train": ("hf_llama.py", "factory", "train"),
-    "t5_infer": ("hf_t5.py", "factory_infer", "infer"),
-    "t5_train": ("hf_t5.py", "factory", "train"),
-    "lstm_infer": ("lstm_tagger.py", "factory", "infer"),
-    "lstm_train": ("lstm_tagger.py", "factory", "train"),
-    "effnet_infer": ("timm_effnet.py", "factory", "infer"),
-    "swin_infer": ("timm_swin.py", "factory", "infer"),
-    "unet_infer": ("diffusion_unet.py", "factory", "infer"),
-    "unet_train": ("diffusion_unet.py", "factory", "train"),
-}
-ALL_CASES = [*CASES, *FAMILIES]
-# the advisor runs each recipe in a worker process, which rebuilds a spec from its factory file when given one (a
-# class imported from a file does not unpickle there) and unpickles it otherwise
-TARGETS = {"linear_head_infer": LINEAR_HEAD, "linear_head_train": LINEAR_HEAD}
+CASES = {c.name: c for c in (
+    Case("linear_head_infer", "infer", file=LINEAR_HEAD, cpu="factory", gpu="factory"),
+    Case("linear_head_train", "train", file=LINEAR_HEAD, cpu="factory", gpu="factory"),
+    Case("vit_b16_infer", "infer", _images(_vit_b16), batch=64),
+    Case("bert_infer", "infer", _bert, batch=32),
+    Case("bert_train", "train", _bert, batch=32),
+    Case("convnext_t_infer", "infer", _images(_convnext_t), batch=64),
+    Case("resnet50_train", "train", _tcperf_model("resnet50"), batch=64),
+    Case("gpt2_train", "train", _tcperf_model("gpt2"), batch=8),
+    Case("llama_infer", "infer", file=THIRDPARTY / "hf_llama.py", cpu="factory_infer", gpu="gpu_factory_infer"),
+    Case("llama_train", "train", file=THIRDPARTY / "hf_llama.py"),
+    Case("t5_infer", "infer", file=THIRDPARTY / "hf_t5.py", cpu="factory_infer", gpu="gpu_factory_infer"),
+    Case("t5_train", "train", file=THIRDPARTY / "hf_t5.py"),
+    Case("lstm_infer", "infer", file=THIRDPARTY / "lstm_tagger.py"),
+    Case("lstm_train", "train", file=THIRDPARTY / "lstm_tagger.py"),
+    Case("effnet_infer", "infer", file=THIRDPARTY / "timm_effnet.py"),
+    Case("swin_infer", "infer", file=THIRDPARTY / "timm_swin.py"),
+    Case("unet_infer", "infer", file=THIRDPARTY / "diffusion_unet.py"),
+    Case("unet_train", "train", file=THIRDPARTY / "diffusion_unet.py"),
+)}
 
 
 def mode_of(case: str) -> str:
-    return FAMILIES[case][2] if case in FAMILIES else CASES[case][1]
+    return CASES[case].mode
 
 
 def target_of(case: str, size: str = "gpu") -> str | None:
-    """'path/to/file.py:factory' for the advisor's workers, or None (the spec is pickled to them)."""
-    if case not in FAMILIES:
-        return TARGETS.get(case)
-    file, name, _ = FAMILIES[case]
-    return f"{THIRDPARTY / file}:{'gpu_' + name if size == 'gpu' else name}"
+    """'path/to/file.py:factory' for the advisor's workers, which rebuild a spec from its factory file (a class
+    imported from a file does not unpickle there), or None: the spec is pickled to them."""
+    c = CASES[case]
+    return f"{c.file}:{c.gpu if size == 'gpu' else c.cpu}" if c.file else None
 
 
 def build_spec(case: str, size: str = "gpu"):
-    """-> (tcperf.advisor.load.Spec on the CPU, random weights at seed 0; mode). size: the factory-file cases'
+    """-> (tcperf.spec.Spec on the CPU, random weights at seed 0; mode). size: the factory-file cases'
     size ("gpu" | "cpu"); the others have one size."""
-    from tcperf.advisor import load
-    if case in FAMILIES:
-        spec = load.load_spec(target_of(case, size))
+    c = CASES[case]
+    if c.file:
+        spec = source.load_spec(target_of(case, size))
     else:
-        builder, mode = CASES[case]
-        model, inputs, loss_fn, targets = builder(mode)
-        spec = load.build(model, inputs, loss_fn, None, case, targets)
+        model, inputs, loss_fn, targets = c.build(c.mode, c.batch)
+        spec = source.build(model, inputs, loss_fn, None, case, targets)
     spec.name = case
-    return spec, mode_of(case)
+    return spec, c.mode
 
 
-
-# --- the model as recipes.prepare takes it --------------------------------------------------------------------------
-class Keywords(nn.Module):
-    """The model called with keyword tensors, taken positionally (recipes.prepare passes positional inputs only)."""
-
-    def __init__(self, model: nn.Module, names: list[str]):
-        super().__init__()
-        self.model, self.names = model, list(names)
-
-    def forward(self, *tensors):
-        return self.model(**dict(zip(self.names, tensors)))
-
-
-def hand_model(model, spec, keep=()):
-    """The model for prepare(): the named modules kept in fp32 (a copy) for a mixed recipe, keyword inputs bound."""
-    from tcperf.advisor.sensitive import keep_fp32
-    if keep:
-        model = keep_fp32(copy.deepcopy(model), list(keep), "cuda")
-    return Keywords(model, list(spec.kwargs)) if spec.kwargs else model
-
-
-def hand_inputs(spec, device) -> tuple:
-    return tuple(x.to(device) for x in (*spec.args, *spec.kwargs.values()))
-
-
-def hand_loss(spec):
-    """prepare() calls loss_fn(outputs, targets); a loss_fn given without targets takes the outputs only."""
-    if spec.loss_fn is None or spec.targets is not None:
-        return spec.loss_fn
-    return lambda outputs, _targets: spec.loss_fn(outputs)
-
-
-def prepare(model, spec, name, mode, device, keep=()):
-    from tcperf import recipes
-    torch.manual_seed(0)
-    targets = spec.targets.to(device) if torch.is_tensor(spec.targets) else spec.targets
-    return recipes.prepare(hand_model(model, spec, keep), name, mode, hand_inputs(spec, device), device,
-                           loss_fn=hand_loss(spec), targets=targets)
-
-
-def release():
-    import torch._dynamo
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+def release(device) -> None:
+    engine._release(device)
     torch._dynamo.reset()      # one recipe's compiled graphs must not serve the next
-
-
-# --- accuracy by hand -----------------------------------------------------------------------------------------------
-def floats(x) -> list[torch.Tensor]:
-    """Every floating-point tensor of an output, flattened, in order (a HuggingFace output: its logits)."""
-    if torch.is_tensor(x):
-        return [x.detach().reshape(-1)] if x.is_floating_point() else []
-    if getattr(x, "logits", None) is not None:
-        return floats(x.logits)
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in floats(v)]
-    if isinstance(x, (tuple, list)):
-        return [t for v in x for t in floats(v)]
-    return []
-
-
-def flat(x) -> torch.Tensor:
-    parts = floats(x)
-    return torch.cat([t.double() for t in parts]) if parts else torch.zeros(0, dtype=torch.float64)
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    if out.shape != ref.shape or not torch.isfinite(out).all():
-        return math.inf
-    norm = float(torch.linalg.vector_norm(ref))
-    diff = float(torch.linalg.vector_norm(out - ref))
-    return diff / norm if norm > 0 else diff
-
-
-def degenerate(ref: torch.Tensor) -> bool:
-    """All zero or constant: nothing to compare (torchvision's ViT zero-initialises its head)."""
-    return ref.numel() == 0 or float(ref.abs().max()) == 0 or bool((ref == ref.reshape(-1)[0]).all())
-
-
-def last_leaf(model, spec, device) -> str | None:
-    """The name of the last leaf module the forward calls (forward pre-hooks on every leaf, one fp32 call)."""
-    order = []
-    leaves = [(n, m) for n, m in model.named_modules() if n and not any(True for _ in m.children())]
-    handles = [m.register_forward_pre_hook(lambda mod, args, n=n: order.append(n)) for n, m in leaves]
-    try:
-        with torch.no_grad():
-            model.eval()(*spec.args, **spec.kwargs)
-    finally:
-        for h in handles:
-            h.remove()
-    return order[-1] if order else None
-
-
-def install_capture(model, name: str) -> dict:
-    """A forward pre-hook on `name` storing its first input in the returned dict at every call. prepare() deep-copies
-    the model with its hooks, so every recipe's copy stores there too (torch.compile traces the hook in); the hook
-    stays on while the step is timed, in every recipe alike."""
-    store: dict = {}
-
-    def capture(module, args):
-        store["x"] = args[0]
-    model.get_submodule(name).register_forward_pre_hook(capture)
-    return store
-
-
-def infer_reference(model, spec, device) -> dict:
-    """fp32 strict by hand: {"ref": flat outputs, "store": capture dict or None, "leaf": name or None}. When the
-    output is degenerate, a capture hook goes on the model's last leaf and its input becomes the reference."""
-    step = prepare(model, spec, "fp32", "infer", device)
-    ref = flat(step()).clone()
-    del step
-    release()
-    if not degenerate(ref):
-        return {"ref": ref, "store": None, "leaf": None}
-    spec_dev = copy.copy(spec)
-    spec_dev.args, spec_dev.kwargs = tuple(a.to(device) for a in spec.args), {k: v.to(device) for k, v in
-                                                                             spec.kwargs.items()}
-    leaf = last_leaf(copy.deepcopy(model).to(device), spec_dev, device)
-    store = install_capture(model, leaf)
-    step = prepare(model, spec, "fp32", "infer", device)
-    step()
-    ref = flat(store["x"]).clone()
-    del step
-    release()
-    print(f"  fp32's output is all zero or constant: comparing the input of its last leaf module, {leaf}")
-    return {"ref": ref, "store": store, "leaf": leaf}
-
-
-def check_infer(step, ref: dict, tolerance: float) -> dict:
-    store = ref["store"]
-    if store is not None:
-        store.clear()              # a hook that did not fire must not hand on the previous recipe's tensor
-    out = step()
-    if store is not None and "x" not in store:
-        raise RuntimeError(f"the capture hook on {ref['leaf']} did not fire in this recipe's step")
-    got = flat(store["x"] if store is not None else out)
-    err = rel_error(got, ref["ref"])
-    return {"rel_error": err, "passes": err <= tolerance}
-
-
-def perturbed(model, seed: int):
-    """A copy with its weights scaled by 1 + PERTURBATION N(0, 1): fp32's own run-to-run noise (tcperf.engine)."""
-    from tcperf import accuracy
-    model, gen = copy.deepcopy(model), torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.is_floating_point():
-                p.mul_(1 + accuracy.PERTURBATION * torch.randn(p.shape, generator=gen).to(p.device, p.dtype))
-    return model
-
-
-def train_reference(model, spec, device) -> dict:
-    """fp32 strict by hand: the losses of TRAIN_CHECK_STEPS steps and the noise floor of NOISE_RUNS perturbed runs."""
-    from tcperf import accuracy, engine
-    losses, _ = engine.train_losses(prepare(model, spec, "fp32", "train", device), TRAIN_CHECK_STEPS)
-    noise = [engine.train_losses(prepare(perturbed(model, i + 1), spec, "fp32", "train", device),
-                                 TRAIN_CHECK_STEPS)[0] for i in range(NOISE_RUNS)]
-    release()
-    return {"losses": losses, "noise_floor": accuracy.noise_floor(losses, noise)}
-
-
-def check_train(step, ref: dict, tolerance: float) -> dict:
-    """The recipe's losses over TRAIN_CHECK_STEPS steps against fp32's, judged as tcperf.accuracy judges them."""
-    from tcperf import accuracy, engine
-    losses, skipped = engine.train_losses(step, TRAIN_CHECK_STEPS)     # sync point, once a step
-    acc = accuracy.compare_training(losses, skipped, ref)
-    err, _, passes, why = accuracy.judge(acc, "train", tolerance)
-    out = {"loss_gap": err, "losses": losses[:3], "passes": passes}
-    return {**out, "check": why} if why else out
 
 
 # --- the grid -------------------------------------------------------------------------------------------------------
@@ -410,60 +244,45 @@ class Hand:
     base: str | None = None         # the eager base whose compiled form this is
 
 
-def known(name: str) -> str | None:
-    """None when recipes.get takes the name; else one line saying why not."""
-    from tcperf.recipes import get
-    try:
-        get(name)
-        return None
-    except Exception as e:      # noqa: BLE001 - an unknown name or a combination this tcperf refuses
-        return f"not a recipe here ({type(e).__name__}: {str(e).strip().split(';')[0][:100]})"
+def bases(mode: str, quantized: bool) -> list[str]:
+    """The advisor's search bases in this mode, in ladder order: the eager ones, or fp8 and int8."""
+    return [n for n in default_recipes() if mode in recipes.get(n).modes
+            and bool(recipes.get(n).fp8 or recipes.get(n).int8) == quantized]
 
 
 def ruled_out(name: str, mode: str, device) -> str | None:
     """The recipe's own skip reason on this device and mode (fp8 below sm89, torchao missing), or None."""
-    from tcperf.recipes import get
     try:
-        return get(name).skip_reason(mode, device)
+        return recipes.get(name).skip_reason(mode, device)
     except Exception:      # noqa: BLE001 - a name get() rejects: prepare() says so in its error row
         return None
 
 
-def has_conv2d(model) -> bool:
-    return any(isinstance(m, nn.Conv2d) for m in model.modules())
-
-
 def eager_grid(model, mode: str) -> list[Hand]:
-    names = [*EAGER[mode], *(["channels_last"] if has_conv2d(model) else [])]
-    return [Hand(name, name, base=name) for name in names]
+    convs = engine.has_conv2d(model)
+    return [Hand(n, n, base=n) for n in bases(mode, quantized=False) if recipes.get(n).needs != "conv2d" or convs]
 
 
-def tiers(base: str, mode: str) -> list[tuple[str, bool]]:
-    """(name, optional) of the compiled forms of `base`; optional ones are pruned when recipes.get rejects them."""
-    from tcperf.recipes import on_top
-    if base in QUANT[mode]:
-        out = [(base, False), (on_top(base, "cuda_graphs"), True)]
-    else:
-        out = [(on_top(base, "compile"), False), (on_top(base, "cuda_graphs"), False)]
-    if mode == "train":
-        graph = on_top(base, "step_graph")
-        out.append((graph if not known(graph) else f"{base}+step_graph", True))
-    return out
+def tiers(base: str, mode: str) -> list[str]:
+    """The compiled forms of `base`: compile (fp8 and int8 are compiled already), then the graph forms of `mode`."""
+    graphs = [e for e in recipes.EXTRAS if e != "compile" and mode in recipes.get(e).modes]
+    first = base if recipes.get(base).compile else recipes.on_top(base, "compile")
+    return [first, *(recipes.on_top(base, e) for e in graphs)]
 
 
 def compiled_grid(eager_rows: list[dict], advices, mode: str) -> tuple[list[Hand], list[str]]:
     """The compiled forms of every eager base and fp8 / int8, less what the pruning rules drop: (to time, notes)."""
     todo, notes, seen = [], [], {r["recipe"] for r in eager_rows}
     called_ok = {r.recipe for a in advices for r in a.recipes if r.status == "ok" and not r.keep_fp32}
-    bases = [(r["recipe"], prune_reason(r, eager_rows)) for r in eager_rows if r["recipe"] != "channels_last"]
-    for base, why in [*bases, *((q, None) for q in QUANT[mode])]:
-        for name, optional in tiers(base, mode):
+    # channels_last's compiled forms are amp_bf16's ("compile", "cuda_graphs")
+    eager = [(r["recipe"], prune_reason(r, eager_rows)) for r in eager_rows if r["recipe"] != "channels_last"]
+    for base, why in [*eager, *((q, None) for q in bases(mode, quantized=True))]:
+        for name in tiers(base, mode):
             if name in seen:
                 continue
             seen.add(name)
-            unknown = known(name) if optional else None
-            if unknown or (why and name not in called_ok):
-                notes.append(f"{name}: {unknown or why}")
+            if why and name not in called_ok:
+                notes.append(f"{name}: {why}")
                 continue
             todo.append(Hand(name, name, base=base))
     return todo, notes
@@ -504,37 +323,25 @@ def skipped_here(hands: list[Hand], mode: str, device) -> tuple[list[Hand], list
 
 
 # --- by hand ----------------------------------------------------------------------------------------------------------
-def hand_time(step, seconds: float = 1.0, windows: int = WINDOWS) -> dict:
+def hand_time(step, device, seconds: float = 1.0, windows: int = WINDOWS) -> dict:
     """ms a call over `windows` windows of about `seconds` of back-to-back calls each (CUDA events around each
     window): {"ms": total time / total calls, "windows": [ms a call in each window]}."""
-    end = time.perf_counter() + 0.2
+    end = time.perf_counter() + engine.TIMING["warmup_ms"] / 1e3
     while time.perf_counter() < end:     # warm-up
         step()
-    total_ms, total_calls, per_window = 0.0, 0, []
-    for _ in range(windows):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        calls, deadline = 0, time.perf_counter() + seconds
-        start.record()
-        while time.perf_counter() < deadline:
-            step()
-            calls += 1
-        stop.record()
-        torch.cuda.synchronize()     # sync point: read the events once the calls are done
-        ms = start.elapsed_time(stop)
-        total_ms, total_calls = total_ms + ms, total_calls + calls
-        per_window.append(ms / calls)
-    return {"ms": total_ms / total_calls, "windows": per_window}
+    spans = [window(step, device, seconds=seconds) for _ in range(windows)]
+    return {"ms": sum(ms for ms, _ in spans) / sum(n for _, n in spans), "windows": [ms / n for ms, n in spans]}
 
 
 @dataclass
 class Bench:
-    """What every hand row needs: the hand model (on the device), the spec, the mode, the device, the accuracy
-    check (step -> dict with "passes"), the first advice (its statuses and times) and the window length."""
-    model: nn.Module
+    """What every hand row needs: the spec (the hand model and its inputs on the device), the mode, the device,
+    fp32's reference (tcperf.engine.reference), the first advice (its statuses, times and tolerance) and the window
+    length."""
     spec: object
     mode: str
     device: torch.device
-    check: object
+    ref: dict
     advice: object
     seconds: float
     deadline: float | None = None   # perf_counter after which no row starts
@@ -542,6 +349,14 @@ class Bench:
 
 def advisor_row(advice, name: str):
     return next((r for r in advice.recipes if r.recipe == name), None)
+
+
+def check(b: Bench, step, holder: dict) -> dict:
+    """The step's accuracy against fp32 strict's, judged as the advisor judges it."""
+    acc = engine._check(step, b.spec, b.mode, accuracy.DEFAULT_STEPS, b.ref, holder)
+    err, _, passes, why = accuracy.judge(acc, b.mode, b.advice.tolerance)
+    row = {"rel_error" if b.mode == "infer" else "loss_gap": err, "passes": passes}
+    return {**row, "check": why} if why else row
 
 
 def by_hand_one(b: Bench, h: Hand) -> dict:
@@ -553,38 +368,36 @@ def by_hand_one(b: Bench, h: Hand) -> dict:
         print(f"  by hand {row['recipe']}: not reached before --deadline", flush=True)
         return row
     try:
-        t0 = time.perf_counter()
-        step = prepare(b.model, b.spec, h.runs, b.mode, b.device, h.keep)
-        row.update(b.check(step))
+        t0, holder = time.perf_counter(), {}
+        step = engine._prepare(b.spec, recipes.get(h.runs), b.mode, b.device, keep=h.keep, tap=b.ref.get("tap"),
+                               holder=holder)
+        row.update(check(b, step, holder))
         row["first_s"] = time.perf_counter() - t0          # prepare + the check's calls: compile time included
-        row.update(hand_time(step, b.seconds))
+        row.update(hand_time(step, b.device, b.seconds))
         del step
     except Exception as e:      # noqa: BLE001 - a recipe that cannot run by hand is a row, not a crash
         row.update(passes=False, why=f"{type(e).__name__}: {str(e).strip()[:160]}")
     finally:
-        release()
+        release(b.device)
     advisor = f"{row['advisor_status']} {_f(row['advisor_ms'])}".strip() if r else "not run"
     print(f"  by hand {row['recipe']}: {_f(row.get('ms'))} ms (advisor: {advisor}), passes {row.get('passes')}, "
           f"first call {row.get('first_s', 0):.1f} s {row.get('why', '')}", flush=True)
     return row
 
 
-def make_bench(model, spec, advices, mode, device, seconds, deadline=None) -> Bench:
-    model, tol = model.to(device), advices[0].tolerance
-    if mode == "infer":
-        ref = infer_reference(model, spec, device)
-        check = lambda step: check_infer(step, ref, tol)      # noqa: E731
-    else:
-        ref = train_reference(model, spec, device)
-        check = lambda step: check_train(step, ref, tol)      # noqa: E731
-    return Bench(model, spec, mode, device, check, advices[0], seconds, deadline)
+def make_bench(spec, advices, mode, device, seconds, deadline=None) -> Bench:
+    """fp32 strict's reference on the hand spec (its outputs, or its losses and noise runs)."""
+    ref = engine.reference(spec, mode, device)
+    if engine.reference_note(ref):
+        print(f"  {engine.reference_note(ref)}", flush=True)
+    return Bench(spec, mode, device, ref, advices[0], seconds, deadline)
 
 
-def by_hand(model, spec, advices, mode, device, seconds, deadline=None) -> tuple[list[dict], list[str]]:
+def by_hand(spec, advices, mode, device, seconds, deadline=None) -> tuple[list[dict], list[str]]:
     """The grid timed by hand: eager first, then the compiled forms the pruning rules leave (the advisor's picks
     first), then any pick not yet timed. -> (one row a recipe, what was pruned)."""
-    b = make_bench(model, spec, advices, mode, device, seconds, deadline)
-    eager, pruned = skipped_here(eager_grid(model, mode), mode, device)
+    b = make_bench(spec, advices, mode, device, seconds, deadline)
+    eager, pruned = skipped_here(eager_grid(spec.model, mode), mode, device)
     rows = [by_hand_one(b, h) for h in eager]
     compiled, notes = compiled_grid(rows, advices, mode)
     compiled, skipped = skipped_here(compiled, mode, device)
@@ -601,13 +414,11 @@ def by_hand(model, spec, advices, mode, device, seconds, deadline=None) -> tuple
 # --- one case -------------------------------------------------------------------------------------------------------
 def healthy(name: str) -> bool:
     """fp32 / tf32 / amp_bf16 / amp_fp16 / bf16, plain, channels_last or compiled: no fp8, int8 or extension."""
-    from tcperf.recipes import get
     try:
-        rec = get(name)
-    except Exception:      # noqa: BLE001
+        rec = recipes.get(name)
+    except Exception:      # noqa: BLE001 - a mixed recipe's label
         return name in HEALTHY
-    return (getattr(rec, "precision", None) in HEALTHY and not getattr(rec, "fp8", False)
-            and not getattr(rec, "int8", False) and not getattr(rec, "transform", None))
+    return rec.precision in HEALTHY and not (rec.fp8 or rec.int8 or rec.transform)
 
 
 def healthy_failing(advice, hand, mode) -> list[str]:
@@ -620,11 +431,8 @@ def healthy_failing(advice, hand, mode) -> list[str]:
 
 
 def advise(spec, mode, device, timeout, target):
-    import tcperf.advisor.api as api
     extra = {"timeout": timeout} if timeout is not None else {}
-    if target and "target" in inspect.signature(api.run).parameters:
-        extra["target"] = target
-    return api.run(spec, mode=mode, device=device,
+    return api.run(spec, mode=mode, device=device, target=target,
                    log=lambda text: print(f"  {spec.name}: {text}", flush=True), **extra)
 
 
@@ -642,7 +450,7 @@ def advise_repeats(spec, model, mode, device, case, args) -> tuple[list, list[fl
         advices.append(advice)
         run_ids.append(advice.save(args.db, f"benchmarks/advise_gpu.py {case}"))
         del mine
-        release()
+        release(device)
     return advices, seconds, run_ids
 
 
@@ -653,7 +461,8 @@ def one(case: str, device, args) -> dict:
     advices, advise_s, run_ids = advise_repeats(spec, model, mode, device, case, args)
     spec.model = None
     t0 = time.perf_counter()
-    hand, pruned = by_hand(model, spec, advices, mode, device, args.hand_seconds, args.deadline_at)
+    hand_spec = on_device(dataclasses.replace(spec, model=model), device)
+    hand, pruned = by_hand(hand_spec, advices, mode, device, args.hand_seconds, args.deadline_at)
     row = summarize(case, mode, advices, hand, advise_s)
     row.update(pruned=pruned, hand_s=time.perf_counter() - t0, case_s=time.perf_counter() - t_case,
                run_ids=run_ids, size=args.size, hand_seconds=args.hand_seconds)
@@ -711,12 +520,12 @@ def summarize(case, mode, advices, hand, advise_s) -> dict:
 
 
 def error_row(case: str, e: BaseException, t0: float) -> dict:
-    import traceback
     traceback.print_exc()
     return {"case": case, "mode": mode_of(case), "verdict": "ERROR", "error": f"{type(e).__name__}: {e}"[:300],
             "case_s": time.perf_counter() - t0, "hand": [], "healthy_failing": [], "picks": [], "pruned": []}
 
 
+# --- output ---------------------------------------------------------------------------------------------------------
 # --- output ---------------------------------------------------------------------------------------------------------
 def _s(x) -> str:
     return "" if x is None else str(x)
@@ -732,7 +541,7 @@ def _joined(picks: list[dict], key: str, fmt=str) -> str:
 
 
 def table_row(r: dict) -> list[str]:
-    picks, ok = r.get("picks") or [], r.get("checks") or {}
+    picks = r.get("picks") or []
     spread = r.get("repeat_spread")
     return [r["case"], _joined(picks, "recommended") if picks else r.get("error", ""), _f(r.get("advisor_ms")),
             _joined(picks, "hand_ms", _f) if picks else "", str(r.get("best_by_hand") or ""),
@@ -794,7 +603,6 @@ def write_json(path: Path, rows: list[dict]) -> None:
 
 # --- --check-build ----------------------------------------------------------------------------------------------------
 def pickles(spec) -> str:
-    import io
     try:
         torch.save(spec, io.BytesIO())
         return "pickled spec"
@@ -807,8 +615,6 @@ def worker_gets(spec, target: str | None) -> str:
     weights loaded into the factory's model: the state_dict keys must match), or pickled."""
     if not target:
         return pickles(spec)
-    import tempfile
-    from tcperf.spec import load_source, save_source
     with tempfile.TemporaryDirectory() as folder:
         rebuilt = load_source(save_source(spec, folder, target), "cpu")
     if sorted(rebuilt.kwargs) != sorted(spec.kwargs) or len(rebuilt.args) != len(spec.args):
@@ -822,11 +628,11 @@ def build_one(case: str, size: str) -> str:
     spec.model.train(mode == "train")
     with torch.no_grad():
         out = spec.model(*spec.args, **spec.kwargs)
-    loss = hand_loss(spec)(out, spec.targets) if mode == "train" else None
-    ref = flat(out)
-    leaf = last_leaf(spec.model, spec, "cpu") if degenerate(ref) else None
+    loss = engine._loss(spec)(out, spec.targets) if mode == "train" else None
+    ref = accuracy.check_outputs(out)
+    leaf = engine.last_leaf(spec) if accuracy.degenerate(ref) else None
     params = sum(p.numel() for p in spec.model.parameters())
-    return (f"{type(spec.model).__name__} {params / 1e6:.2f}M params, {ref.numel()} output values"
+    return (f"{type(spec.model).__name__} {params / 1e6:.2f}M params, {sum(t.numel() for t in ref)} output values"
             + (f", loss {float(loss):.4g}" if loss is not None else "")
             + (f", degenerate output: compare the input of {leaf}" if leaf else "")
             + f"; to the advisor's workers: {worker_gets(spec, target_of(case, size))}")
@@ -848,7 +654,7 @@ def check_build(cases: list[str], size: str) -> int:
 # --- main -----------------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(ALL_CASES), help=f"comma-separated, from: {', '.join(ALL_CASES)}")
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from: {', '.join(CASES)}")
     ap.add_argument("--out", default="out")
     ap.add_argument("--db", default=None)
     ap.add_argument("--timeout", type=float, default=None, help="seconds per recipe, passed to the advisor")
@@ -864,9 +670,9 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     args.deadline_at = time.perf_counter() + args.deadline if args.deadline else None
-    unknown = [c for c in args.cases if c not in ALL_CASES]
+    unknown = [c for c in args.cases if c not in CASES]
     if unknown:
-        ap.error(f"unknown case(s) {', '.join(unknown)}; choose from: {', '.join(ALL_CASES)}")
+        ap.error(f"unknown case(s) {', '.join(unknown)}; choose from: {', '.join(CASES)}")
     if args.repeats < 1 or args.hand_seconds <= 0:
         ap.error("--repeats must be >= 1 and --hand-seconds > 0")
     return args
@@ -881,7 +687,7 @@ def run_cases(args, device, path: Path) -> list[dict]:
             rows.append(one(case, device, args))
         except Exception as e:      # noqa: BLE001 - one case that cannot run is a row, the next case runs
             rows.append(error_row(case, e, t0))
-        release()
+        release(device)
         write_json(path, rows)
         print(f"== {case}: {rows[-1]['verdict']} in {rows[-1]['case_s']:.0f} s", flush=True)
     return rows

@@ -33,6 +33,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from hand_loops import window  # beside this script: one clock for the hand loops
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = {"gpu": [2**20, 2**24, 2**28, 2**30], "cpu": [2**12, 2**16]}
 WARMUP, REPEATS = 5, 5
@@ -41,15 +43,26 @@ WITHIN = 0.03
 
 
 # --- the plain loop ---------------------------------------------------------------------------------------------------
-def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> None:
-    """A plain all-reduce loop on one rank; rank 0 writes {size: seconds a call}."""
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def join(rank: int, world: int, port: int, kind: str) -> torch.device:
+    """This rank in the process group (NCCL, one GPU a rank; gloo on a CPU): its device."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if kind == "gpu":
         torch.cuda.set_device(rank)
         dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
-    else:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-    device = torch.device("cuda", rank) if kind == "gpu" else torch.device("cpu")
+        return torch.device("cuda", rank)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    return torch.device("cpu")
+
+
+def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> None:
+    """A plain all-reduce loop on one rank; rank 0 writes {size: seconds a call}."""
+    device = join(rank, world, port, kind)
     times = {}
     for size in SIZES[kind]:
         x = torch.ones(size // 4, dtype=torch.float32, device=device)
@@ -64,19 +77,10 @@ def plain_rank(rank: int, world: int, port: int, kind: str, out_file: str) -> No
 
 
 def loop_ms(step, device, iters: int) -> float:
-    """`iters` calls of step() back to back between two CUDA events (perf_counter on a CPU): ms a call."""
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step()
-        return (time.perf_counter() - t0) * 1e3 / iters
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        step()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / iters
+    """`iters` calls of step() back to back in one window (hand_loops.window: CUDA events, perf_counter on a CPU):
+    ms a call."""
+    ms, calls = window(step, device, calls=iters)
+    return ms / calls
 
 
 def all_reduce_ms(x: torch.Tensor, device, iters: int) -> float:
@@ -98,11 +102,8 @@ def loop_iters(x: torch.Tensor, device, loop_ms_budget: float) -> int:
 
 
 def plain(world: int, kind: str, folder: str) -> dict:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     path = os.path.join(folder, "plain.json")
-    mp.spawn(plain_rank, args=(world, port, kind, path), nprocs=world)
+    mp.spawn(plain_rank, args=(world, free_port(), kind, path), nprocs=world)
     with open(path) as f:
         times = {int(k): v for k, v in json.load(f).items()}
     factor = 2 * (world - 1) / world

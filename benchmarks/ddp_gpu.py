@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
@@ -37,11 +36,8 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-from comm_gpu import child_json, loop_ms, recorder, slowest, tcperf  # noqa: E402  (commands run with a timeout, killed whole; parts)
+# beside this script: a command run with a timeout and killed whole, the report's parts, a rank, the clock
+from comm_gpu import child_json, free_port, join, loop_ms, recorder, slowest, tcperf
 
 WITHIN, TARGET = 0.03, 0.97
 WARMUP = {"gpu": 5, "cpu": 2}
@@ -70,14 +66,9 @@ DEFAULT_ROWS = {"gpu": "resnet50-ddp,gpt2-ddp-compile,gpt2-fsdp2,gpt2-fsdp2-comp
 # --- the plain loop (in each spawned rank) ------------------------------------------------------------------------
 def plain_rank(rank: int, world: int, port: int, row: dict, kind: str, config: str, out_file: str) -> None:
     """One rank of the plain loop for `row`; rank 0 writes what it measured."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if kind == "gpu":
-        torch.cuda.set_device(rank)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
-    else:
+    if kind != "gpu":
         torch.set_num_threads(1)        # ranks share the host's cores
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-    device = torch.device("cuda", rank) if kind == "gpu" else torch.device("cpu")
+    device = join(rank, world, port, kind)
     step, items = plain_step(Row(**row), device, config)
     for _ in range(WARMUP[kind]):
         step()                          # the first compiles
@@ -136,11 +127,8 @@ def plain_main(a) -> int:
     """--plain ROW: spawn the ranks, print rank 0's figures as JSON (run in a child the parent can time out)."""
     import torch.multiprocessing as mp
     row = next(r for r in ROWS if r.name == a.plain)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     path = os.path.join(a.out, f"plain-{row.name}-x{a.world}.json")
-    mp.spawn(plain_rank, args=(a.world, port, asdict(row), a.kind, a.config, path), nprocs=a.world)
+    mp.spawn(plain_rank, args=(a.world, free_port(), asdict(row), a.kind, a.config, path), nprocs=a.world)
     with open(path) as f:
         print(json.dumps(json.load(f)))
     return 0

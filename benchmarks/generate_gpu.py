@@ -28,9 +28,8 @@ import time
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from tcperf.store import Store  # noqa: E402
+from tcperf.store import Store
 
 FULL = {"precisions": "bf16,int8wo,int4wo-128,fp8-row", "output": "128", "sweep": "1,2,4,8,16,32,64,128,"
         "192,256,384,512,768,1024", "sweep_output": "32", "hf": True, "rep_ms": "1000", "size": "8192"}

@@ -1,9 +1,12 @@
-"""Plain hand-written training loops for tcperf's built-in models: no tcperf code between the model and the clock.
-The yardstick of benchmarks/overhead.py (tcperf's overhead) and benchmarks/models_gpu.py (the ladder's best rung).
+"""Plain hand-written loops and the clock they are read with: no tcperf code between the model and the clock.
+The yardstick of benchmarks/overhead.py (tcperf's overhead), benchmarks/models_gpu.py (the ladder's best rung) and
+benchmarks/advise_gpu.py (the advisor's pick); `window` is also comm_gpu.py's, ddp_gpu.py's and step_timing.py's
+clock.
 
     how = {"autocast": torch.bfloat16, "channels_last": True, "compile": True, "fused": True, "graph": True}
     items_per_s = plain_loop("resnet50", "full", 256, how, steps=30, device=torch.device("cuda"))
-    windows = plain_loop(..., windows=3)      # [items/s, items/s, items/s]: one build and compile, 3 windows
+    windows = plain_loop(..., windows=WINDOWS)   # [items/s, items/s, items/s]: one build and compile, 3 windows
+    ms, calls = window(step, device, seconds=1.0)  # one CUDA-event window of back-to-back calls
 
 how: autocast (a dtype or None), channels_last, compile (torch.compile of the model), fused (AdamW with fused=True;
 else as users write it, foreach), graph (the whole step, optimizer included, captured in one CUDA graph after
@@ -12,16 +15,34 @@ around `steps` back-to-back steps, after warm-up.
 """
 from __future__ import annotations
 
-import os
-import sys
+import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tcperf import models  # noqa: E402
+from tcperf import models
 
 WARMUP = 5
+WINDOWS = 3          # windows a hand loop is timed in: one build and compile, the spread of 3 readings
+
+
+def window(step, device, calls: int | None = None, seconds: float | None = None) -> tuple[float, int]:
+    """Back-to-back calls of step() in one window, `calls` of them or as many as `seconds` of host time allow:
+    (ms the window took, calls made). On a GPU the window is read between two CUDA events, on a CPU with
+    perf_counter."""
+    cuda = torch.device(device).type == "cuda"
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+    deadline = None if seconds is None else time.perf_counter() + seconds
+    t0, made = time.perf_counter(), 0
+    while (made < calls) if deadline is None else (time.perf_counter() < deadline):
+        step()
+        made += 1
+    if not cuda:
+        return (time.perf_counter() - t0) * 1e3, made
+    end.record()
+    torch.cuda.synchronize()         # sync point: read the events once all calls are done
+    return start.elapsed_time(end), made
 
 
 def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device, windows: int | None = None):
@@ -52,20 +73,15 @@ def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device
         step = _captured(step, device)
     for _ in range(max(WARMUP, steps // 3)):
         step()
-    rates = [mod.items_per_batch(cfg, batch) / _window(step, steps) for _ in range(windows or 1)]
+    rates = [mod.items_per_batch(cfg, batch) / _seconds(step, steps, device) for _ in range(windows or 1)]
     return rates if windows else rates[0]
 
 
-def _window(step, steps: int) -> float:
-    """Seconds a step over one CUDA-event window of `steps` back-to-back steps."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+def _seconds(step, steps: int, device) -> float:
+    """Seconds a step over one window of `steps` back-to-back steps, started on an idle GPU."""
     torch.cuda.synchronize()
-    start.record()
-    for _ in range(steps):
-        step()
-    end.record()
-    torch.cuda.synchronize()         # sync point: read the events once all steps are done
-    return start.elapsed_time(end) / 1e3 / steps
+    ms, _ = window(step, device, calls=steps)
+    return ms / 1e3 / steps
 
 
 def _captured(step, device):

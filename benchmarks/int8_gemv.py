@@ -17,6 +17,8 @@ the decode step with the tuning on (GPU_OPTIONS).
 """
 from __future__ import annotations
 
+import argparse
+
 import torch
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
@@ -71,6 +73,7 @@ def row(n: int, k: int, m: int, device) -> dict:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()     # no options: --help only
     if not torch.cuda.is_available():
         print("int8_gemv.py needs a CUDA GPU")
         return 1

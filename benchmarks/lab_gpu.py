@@ -22,8 +22,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # run from a checkout
-from tcperf.commands import lab as lab_command  # noqa: E402
+from tcperf.commands import lab as lab_command
 
 console = Console(width=200)
 

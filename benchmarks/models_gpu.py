@@ -29,13 +29,11 @@ import time
 import torch
 from rich.console import Console
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from hand_loops import plain_loop  # noqa: E402  (beside this script)
-from tcperf import env, ladder, recipes  # noqa: E402
-from tcperf.commands.models import print_ladder  # noqa: E402
-from tcperf.runner import TimingConfig  # noqa: E402
-from tcperf.store import Store  # noqa: E402
+from hand_loops import WINDOWS, plain_loop  # beside this script
+from tcperf import env, ladder, recipes
+from tcperf.commands.models import print_ladder
+from tcperf.runner import TimingConfig
+from tcperf.store import Store
 
 UP_TO_COMPILE = ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "compile"]
 FULL = {  # mode -> model -> recipes; batches are each model's own: ResNet-50 256, GPT-2 16, LSTM 64, DCGAN 128
@@ -64,7 +62,6 @@ HAND = {  # model -> the plain loops the best training rung is held against (han
                                               "graph": True}},
 }
 HAND_STEPS = 40
-HAND_WINDOWS = 3
 
 
 def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
@@ -118,7 +115,7 @@ def checks(rows: list[dict]) -> dict:
 
 
 def hand_loops(rows: list[dict], device, models_wanted, config: str) -> dict:
-    """Each model's hand loops (HAND: one build and compile each, HAND_WINDOWS windows) against the ladder's best
+    """Each model's hand loops (HAND: one build and compile each, WINDOWS windows) against the ladder's best
     training rung; a hand loop is judged by its best window, as the ladder's rung by its mean."""
     out = {}
     for name, loops in HAND.items():
@@ -130,7 +127,7 @@ def hand_loops(rows: list[dict], device, models_wanted, config: str) -> dict:
         times = {}
         for label, how in loops.items():
             try:
-                times[label] = plain_loop(name, config, batch, how, HAND_STEPS, device, windows=HAND_WINDOWS)
+                times[label] = plain_loop(name, config, batch, how, HAND_STEPS, device, windows=WINDOWS)
             except Exception as e:                       # recorded for this loop, the others go on
                 print(f"  hand {name} {label}: {type(e).__name__}: {e}"[:200], flush=True)
             torch.cuda.empty_cache()

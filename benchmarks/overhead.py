@@ -20,10 +20,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from hand_loops import plain_loop  # noqa: E402  (beside this script)
-from tcperf import env, ladder, models  # noqa: E402
+from hand_loops import plain_loop  # beside this script
+from tcperf import env, ladder, models
 
 TARGET = 0.03
 CASES = (  # model, tcperf recipe, batch, what the plain loop does the same way

@@ -14,6 +14,7 @@ a short window can catch a GPU at its power cap in one of two speeds, and this s
 
     python benchmarks/step_timing.py [--models fp16_overflow,awkward] [--recipes amp_bf16,compile,cuda_graphs,fp8]
                                      [--out DIR]
+--models: examples/ files by name (awkward is awkward_mlp.py) or cases of benchmarks/advise_gpu.py (llama_infer).
 Writes step_timing.json (every figure, the clock log) under --out. About 20 s a recipe.
 """
 from __future__ import annotations
@@ -30,12 +31,13 @@ from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+import advise_gpu  # beside this script: its cases
+from hand_loops import window
+from tcperf import engine, recipes, source
+from tcperf.timing import time_fn
 
-from advise_gpu import load_model  # noqa: E402
-
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+SHORT = {"awkward": "awkward_mlp"}      # --models names of the example files
 REPEATS = {"short loop": 6, "300 ms": 6, "sustained": 3}
 
 
@@ -79,16 +81,15 @@ def short_loop(step, calls: int = 20, repeats: int = 5) -> float:
     """The 2026-11-22 hand loop: median over `repeats` of (events around `calls` calls) / calls."""
     for _ in range(3):
         step()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            step()
-        end.record()
-        torch.cuda.synchronize()     # sync point: read the events once the calls are done
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+    return statistics.median(window(step, "cuda", calls=calls)[0] / calls for _ in range(repeats))
+
+
+def load_model(name: str):
+    """A --models name: an example file's factory (fp16_overflow, awkward: examples/awkward_mlp.py, linear_head)
+    or a case of benchmarks/advise_gpu.py at GPU size; a spec on the CPU."""
+    if name in advise_gpu.CASES:
+        return advise_gpu.build_spec(name)[0]
+    return source.load_spec(f"{EXAMPLES / SHORT.get(name, name)}.py:factory")
 
 
 def windows(samples: list[float], ms: float = 250.0) -> list[float]:
@@ -103,8 +104,6 @@ def windows(samples: list[float], ms: float = 250.0) -> list[float]:
 
 
 def one_recipe(spec, name: str, device, log: ClockLog) -> dict:
-    from tcperf import engine, recipes
-    from tcperf.timing import time_fn
     step = engine._prepare(spec, recipes.get(name), "infer", device)
     step()
     torch.cuda.synchronize()     # sync point: compiled and ready
@@ -121,15 +120,13 @@ def one_recipe(spec, name: str, device, log: ClockLog) -> dict:
     return row
 
 
-def one_model(model: str, recipes: list[str], device, log: ClockLog) -> list[dict]:
-    from tcperf.advisor import load
-    from tcperf.recipes import NotApplicable
-    spec = load.on_device(load_model(model, "infer"), device)
+def one_model(model: str, names: list[str], device, log: ClockLog) -> list[dict]:
+    spec = source.on_device(load_model(model), device)
     rows = []
-    for name in recipes:
+    for name in names:
         try:
             row = {"model": model, **one_recipe(spec, name, device, log)}
-        except NotApplicable as e:
+        except recipes.NotApplicable as e:
             print(f"{model} {name}: skipped ({e})")
             continue
         rows.append(row)

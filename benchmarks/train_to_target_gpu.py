@@ -25,13 +25,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tcperf import cli  # noqa: E402
-from tcperf.report.convergence import chart  # noqa: E402
-from tcperf.store import Store  # noqa: E402
-from tcperf.totarget import clock as clocks  # noqa: E402
-from tcperf.totarget import stats  # noqa: E402
+from tcperf import cli
+from tcperf.report.convergence import chart
+from tcperf.store import Store
+from tcperf.totarget import clock as clocks
+from tcperf.totarget import stats
 
 TARGETS = (3.0, 2.6, 2.4, 2.2, 2.0, 1.9, 1.8, 1.7, 1.6, 1.5, 1.4)      # bits per byte, read from the traces after the runs
 

@@ -8,6 +8,8 @@
 set -u
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/logs" "$OUT/files"
+# tcperf is not pip-installed on the GPU machine: the checkout on PYTHONPATH, set once here, serves every stage
+# (python3 -m tcperf, the tests, benchmarks/*.py; a benchmark finds its siblings in its own folder)
 export PYTHONUNBUFFERED=1 TCPERF_DB="$OUT/tcperf.db" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export MPLBACKEND=Agg
 # Wheels carried in .whl/ (the device tool's `carry`), installed beside the image's packages as the device README

@@ -1,14 +1,13 @@
 """The new cases of benchmarks/advise_gpu.py at CPU size, and its grid logic, on the CPU.
 
 What these tests prove:
-- every factory-file case (FAMILIES: Llama, T5, the LSTM tagger, EfficientNet, Swin, the diffusion UNet) builds
+- every case from tests/thirdparty (Llama, T5, the LSTM tagger, EfficientNet, Swin, the diffusion UNet) builds
   from its tiny factory in tests/thirdparty/, runs a forward, and for training a loss backward, in a second or two;
   each has its GPU-size twin (gpu_<factory>) in the same file;
 - `advise_gpu.py --check-build --size cpu` builds, runs and rebuilds them as the advisor's workers do, exit 0;
 - the hand grid: compiled forms pruned by the two rules (fp32 > 3x slower; an eager base that does not pass),
   unless an advice called the form ok; picks outside the grid added once; the checked targets (ratio, repeats).
 """
-import importlib.util
 import subprocess
 import sys
 import time
@@ -17,26 +16,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_benchmarks import load
+
+from tcperf import accuracy, engine
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks" / "advise_gpu.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("advise_gpu_under_test", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ag = _bench()
+ag = load("advise_gpu")
+FAMILIES = [name for name, c in ag.CASES.items() if c.file and c.file.parent == ag.THIRDPARTY]
 NEEDS = {"hf_llama.py": "transformers", "hf_t5.py": "transformers", "timm_effnet.py": "timm", "timm_swin.py": "timm"}
 
 
-@pytest.mark.parametrize("case", list(ag.FAMILIES))
+@pytest.mark.parametrize("case", FAMILIES)
 def test_tiny_factory_builds_and_runs(case):
-    pytest.importorskip(NEEDS.get(ag.FAMILIES[case][0], "torch"))
+    pytest.importorskip(NEEDS.get(ag.CASES[case].file.name, "torch"))
     from tcperf.source import import_file, split_target
     path, gpu_factory = split_target(ag.target_of(case, "gpu"))
     assert callable(getattr(import_file(path), gpu_factory, None)), f"no GPU-size factory {gpu_factory} in {path}"
@@ -44,9 +37,10 @@ def test_tiny_factory_builds_and_runs(case):
     spec, mode = ag.build_spec(case, "cpu")
     model = spec.model.train(mode == "train")
     out = model(*spec.args, **spec.kwargs)
-    assert ag.flat(out).numel() > 0 and torch.isfinite(ag.flat(out)).all(), case
+    outs = accuracy.check_outputs(out)
+    assert outs and all(t.numel() and torch.isfinite(t).all() for t in outs), case
     if mode == "train":
-        loss = ag.hand_loss(spec)(out, spec.targets)
+        loss = engine._loss(spec)(out, spec.targets)
         loss.backward()
         assert torch.isfinite(loss) and any(p.grad is not None for p in model.parameters()), case
     params = sum(p.numel() for p in model.parameters())
@@ -58,10 +52,10 @@ def test_tiny_factory_builds_and_runs(case):
 def test_check_build_new_cases():
     pytest.importorskip("transformers")
     pytest.importorskip("timm")
-    cmd = [sys.executable, str(BENCH), "--check-build", "--size", "cpu", "--cases", ",".join(ag.FAMILIES)]
+    cmd = [sys.executable, str(BENCH), "--check-build", "--size", "cpu", "--cases", ",".join(FAMILIES)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
-    assert proc.stdout.count("rebuilt as a worker does") == len(ag.FAMILIES), proc.stdout
+    assert proc.stdout.count("rebuilt as a worker does") == len(FAMILIES), proc.stdout
 
 
 # --- the grid logic, on made-up rows -----------------------------------------------------------------------------
@@ -102,7 +96,7 @@ def test_checks_ratio_and_repeats():
 
 def test_a_hand_grid_cut_by_the_deadline_is_incomplete_and_names_what_it_missed():
     import time as _time
-    b = ag.Bench(None, None, "infer", None, None, _advice("compile"), 0.5, deadline=_time.perf_counter() - 1)
+    b = ag.Bench(None, "infer", None, {}, _advice("compile"), 0.5, deadline=_time.perf_counter() - 1)
     row = ag.by_hand_one(b, ag.Hand("int8", "int8"))                 # nothing prepared: the deadline passed
     assert row["not_reached"] and row["passes"] is None
     hand = [{"recipe": "compile", "ms": 1.0, "passes": True}, {"recipe": "tf32", "ms": 2.0, "passes": True}, row]
@@ -112,3 +106,11 @@ def test_a_hand_grid_cut_by_the_deadline_is_incomplete_and_names_what_it_missed(
     assert r["verdict"] == "FAIL"                                   # a check failed on the rows reached
     r = ag.summarize("t5_infer", "infer", [_advice("int8")], hand, [50.0])
     assert r["verdict"] == "INCOMPLETE" and r["checks"]["ratio"] is None   # the pick itself was not reached
+
+
+def test_a_hand_row_on_the_cpu_is_prepared_checked_and_timed():
+    spec, mode = ag.build_spec("lstm_infer", "cpu")
+    b = ag.make_bench(spec, [_advice("fp32")], mode, torch.device("cpu"), seconds=0.01)
+    row = ag.by_hand_one(b, ag.Hand("amp_bf16", "amp_bf16"))
+    assert row["passes"] and row["rel_error"] < 0.05, row
+    assert row["ms"] > 0 and len(row["windows"]) == ag.WINDOWS and row["advisor_status"] is None

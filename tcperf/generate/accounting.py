@@ -64,7 +64,7 @@ def _cache_tensors(m: nn.Module) -> list[torch.Tensor]:
 
 
 def linear_weights(model: nn.Module) -> int:
-    """Multiply-adds per token of every Linear-like layer (out x in; tcperf.generate.quant's layers carry the
+    """Multiply-adds per token of every Linear-like layer (out x in; tcperf.quant's layers carry the
     same in_features / out_features): the output layer counts, the embedding gather does not."""
     sizes = [(getattr(m, "in_features", None), getattr(m, "out_features", None)) for m in model.modules()]
     return sum(k * n for k, n in sizes if isinstance(k, int) and isinstance(n, int))

@@ -1,0 +1,123 @@
+"""Every script in benchmarks/ imports, answers --help, and names only what tcperf has, on the CPU in seconds: a
+rename in tcperf breaks a test here instead of a GPU call.
+
+What these tests prove, for each benchmarks/*.py (new scripts are picked up by the glob):
+- it imports as `python3 benchmarks/NAME.py` imports it (its own folder on sys.path for its siblings, tcperf
+  installed), without running its main;
+- its main() answers --help (argparse exits 0 with a usage line) before touching a GPU;
+- every name it takes from tcperf exists: `from tcperf.x import y` anywhere in the file (inside functions too) and
+  every attribute it reads off a tcperf module or class it imported (`engine._prepare`, `Store.open`); and no
+  argument or assignment hides one of those names.
+"""
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py"))
+
+
+def load(name: str):
+    """benchmarks/NAME.py as a module, its siblings importable as when it runs as a script; main() not run."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.append(str(BENCHMARKS))
+    module = importlib.import_module(name)
+    assert Path(module.__file__).parent == BENCHMARKS, f"{name} resolves to {module.__file__}"
+    return module
+
+
+def resolve(dotted: str):
+    """The object a dotted name under tcperf names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ModuleNotFoundError(dotted)
+
+
+def tcperf_bound(nodes) -> dict[str, str]:
+    """The names these nodes import from tcperf: {local name: dotted name in tcperf}."""
+    bound: dict[str, str] = {}
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tcperf":
+            bound.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            bound.update({a.asname: a.name for a in node.names if a.asname and a.name.split(".")[0] == "tcperf"})
+    return bound
+
+
+def tcperf_names(path: Path) -> list[str]:
+    """Every dotted name a script takes from tcperf: what it imports, and the attributes it reads off them."""
+    tree = ast.parse(path.read_text())
+    bound = tcperf_bound(ast.walk(tree))
+    read = {f"{bound[n.value.id]}.{n.attr}" for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bound}
+    return sorted({*bound.values(), *read})
+
+
+def own_nodes(scope: ast.AST):
+    """The nodes of a module or function, those of the functions inside it left out."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def shadowed(path: Path) -> set[str]:
+    """tcperf names a scope imports and also binds to something else within it (an argument, an assignment): a
+    `recipes` parameter hides the module `recipes` in that function."""
+    tree = ast.parse(path.read_text())
+    found = set()
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        inside = list(ast.walk(scope))[1:]
+        rebound = {n.arg for n in inside if isinstance(n, ast.arg)}
+        rebound |= {n.id for n in inside if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        found |= rebound & set(tcperf_bound(own_nodes(scope)))
+    return found
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_imports_and_answers_help(name, monkeypatch, capsys):
+    module = load(name)
+    if not hasattr(module, "main"):               # a library of its siblings (hand_loops)
+        return
+    monkeypatch.setattr(sys, "argv", [f"benchmarks/{name}.py", "--help"])
+    with pytest.raises(SystemExit) as done:
+        module.main()
+    assert done.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_names_it_takes_from_tcperf_exist(name):
+    names = tcperf_names(BENCHMARKS / f"{name}.py")
+    missing = []
+    for dotted in names:
+        try:
+            resolve(dotted)
+        except (AttributeError, ModuleNotFoundError) as e:
+            missing.append(f"{dotted} ({type(e).__name__}: {e})")
+    assert not missing, f"benchmarks/{name}.py names what tcperf lacks: {missing}"
+    hidden = shadowed(BENCHMARKS / f"{name}.py")
+    assert not hidden, f"benchmarks/{name}.py binds {hidden} to something else in the scope that imports them"
+
+
+def test_the_name_check_sees_a_rename(tmp_path):
+    script = tmp_path / "renamed.py"
+    script.write_text("from tcperf import engine\n\ndef f():\n    from tcperf.recipes import on_top\n"
+                      "    return engine._prepare_renamed, on_top\n")
+    names = tcperf_names(script)
+    assert names == ["tcperf.engine", "tcperf.engine._prepare_renamed", "tcperf.recipes.on_top"]
+    with pytest.raises(AttributeError):
+        resolve("tcperf.engine._prepare_renamed")
+    script.write_text("from tcperf import recipes\n\ndef f(recipes):\n    return recipes.get\n")
+    assert shadowed(script) == {"recipes"}
