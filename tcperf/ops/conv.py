@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..precision import Precision
-from .base import Op, Prepared, generator, randn
+from .base import Op, Prepared, generator, one_of, randn
 
 LAYOUTS = ("NCHW", "NHWC")
 PASSES = ("fwd", "bwd_data", "bwd_weight")
@@ -34,12 +34,8 @@ def geometry(shape: dict) -> dict:
     for side in ("h", "w"):
         g[f"pad_{side}"] = int(shape.get(f"pad_{side}", shape.get("pad", 0)))
         g[f"stride_{side}"] = int(shape.get(f"stride_{side}", shape.get("stride", 1)))
-    g["layout"] = str(shape.get("layout", "NCHW")).upper()
-    g["pass"] = str(shape.get("pass", "fwd"))
-    if g["layout"] not in LAYOUTS:
-        raise UserError(f"unknown layout {g['layout']!r}; choose from: {', '.join(LAYOUTS)}")
-    if g["pass"] not in PASSES:
-        raise UserError(f"unknown conv pass {g['pass']!r}; choose from: {', '.join(PASSES)}")
+    g["layout"] = one_of(str(shape.get("layout", "NCHW")).upper(), LAYOUTS, "layout")
+    g["pass"] = one_of(str(shape.get("pass", "fwd")), PASSES, "conv pass")
     g["P"] = (g["H"] + 2 * g["pad_h"] - g["R"]) // max(g["stride_h"], 1) + 1
     g["Q"] = (g["W"] + 2 * g["pad_w"] - g["S"]) // max(g["stride_w"], 1) + 1
     if min(g[k] for k in ("N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w")) < 1 or min(g["P"], g["Q"]) < 1:
