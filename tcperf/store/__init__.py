@@ -31,8 +31,7 @@ from . import location, migrate
 from .location import mask
 from .schema import HEAD, SCHEMA_VERSION, results, runs
 
-__all__ = ["Store", "SCHEMA_VERSION", "HEAD", "RESULT_COLUMNS", "case_key", "default_path", "default_location",
-           "mask"]
+__all__ = ["Store", "SCHEMA_VERSION", "HEAD", "RESULT_COLUMNS", "case_key", "default_location", "mask"]
 
 RESULT_COLUMNS = ("op", "suite", "case_key", "shape", "precision", "status", "error", "tolerance",
                   "median_ms", "iqr_ms", "min_ms", "mean_ms", "n", "samples", "flops", "bytes", "tflops",
@@ -42,17 +41,10 @@ _JSON_COLUMNS = {"shape": "{}", "samples": "[]", "metrics": "{}", "warnings": "[
 
 def default_location() -> str:
     """$TCPERF_DB (a path or a URL), else the default SQLite file."""
-    return os.environ.get("TCPERF_DB") or str(_default_file())
-
-
-def default_path() -> Path:
-    """The default store as a path (tcperf 0.1's name; a URL in $TCPERF_DB is not a path: see default_location)."""
-    return Path(os.environ["TCPERF_DB"]) if os.environ.get("TCPERF_DB") else _default_file()
-
-
-def _default_file() -> Path:
+    if os.environ.get("TCPERF_DB"):
+        return os.environ["TCPERF_DB"]
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "tcperf" / "results.db"
+    return str(Path(base) / "tcperf" / "results.db")
 
 
 def case_key(op: str, shape: dict, precision: str) -> str:
