@@ -27,7 +27,7 @@ from .. import peaks
 from ..errors import UserError
 from ..generate import accounting, hf, measure, quant
 from ..generate import model as plain
-from .common import add_measuring, console, err_console, measure_into_store, print_json
+from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
 
 LOOPS = ("plain", "hf")
 DEFAULTS = {  # device type -> model, batches, prompt, output
@@ -60,14 +60,7 @@ def add_parser(sub) -> None:
 
 
 def ints(text: str, what: str) -> list[int]:
-    """'1,2,4' -> [1, 2, 4]; UserError for anything but positive integers."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise UserError(f"bad --{what} {text!r}; give positive integers such as 1,2,4")
-    return sorted(set(values))
+    return sorted(set(positive_ints(text, f"--{what}")))
 
 
 def loops(text: str) -> list[str]:

@@ -19,7 +19,7 @@ from .. import env as envmod
 from .. import lab, peaks
 from ..lab import bench
 from ..store import Store
-from ..table import STATUS_STYLE
+from ..table import STATUS_STYLE, fmt_ms
 from .common import add_measuring, console, err_console, measure_into_store, print_json
 
 
@@ -85,10 +85,6 @@ def _ms(value) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else ""
 
 
-def _kernel(r: dict) -> str:
-    return f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else ""
-
-
 def _rate(r: dict) -> str:
     if r.get("tflops"):
         return f"{r['tflops']:.4g} {'TOPS' if r['precision'] == 'int8' else 'TFLOPS'}"
@@ -108,7 +104,7 @@ def _note(r: dict, m: dict) -> str:
 COLUMNS = (("kernel", lambda r, m: r["op"][4:]), ("size", lambda r, m: m.get("label", "")),
            ("prec", lambda r, m: r["precision"]),
            ("status", lambda r, m: f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]"),
-           ("NumPy ms", lambda r, m: _ms(m.get("numpy_ms"))), ("kernel ms ± IQR", lambda r, m: _kernel(r)),
+           ("NumPy ms", lambda r, m: _ms(m.get("numpy_ms"))), ("kernel ms ± IQR", lambda r, m: fmt_ms(r)),
            ("torch ms", lambda r, m: _ms(m.get("torch_ms"))))
 GPU_COLUMNS = (("e2e pageable ms", lambda r, m: _ms(m.get("e2e_pageable_ms"))),
                ("e2e pinned ms", lambda r, m: _ms(m.get("e2e_pinned_ms"))), ("rate", lambda r, m: _rate(r)),

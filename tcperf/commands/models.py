@@ -22,7 +22,8 @@ from rich.table import Table
 from .. import env as envmod
 from .. import ladder, models, peaks, recipes
 from ..errors import UserError
-from .common import add_measuring, console, err_console, measure_into_store, print_json
+from ..table import fmt_ms
+from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
 
 
 def add_parser(sub) -> None:
@@ -58,16 +59,7 @@ def parse_batches(text: str | None) -> list | None:
     """None (each model's default) | 'auto' | '32,64' -> [32, 64]; UserError for anything else."""
     if text is None:
         return None
-    if text.strip() == "auto":
-        return ["auto"]
-    bad = UserError(f"bad --batch {text!r}; give positive integers such as 32,64, or auto")
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise bad from None
-    if not values or min(values) < 1:
-        raise bad
-    return values
+    return ["auto"] if text.strip() == "auto" else positive_ints(text, "--batch", "32,64, or auto")
 
 
 def main(args) -> int:
@@ -154,7 +146,7 @@ def ladder_table(rows: list[dict], title: str) -> Table:
         note = r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])])
         t.add_row(r["precision"], f"[{status}]{r['status']}[/]",
                   f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
-                  f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else "",
+                  fmt_ms(r),
                   _x(m.get("speedup_prev")), _x(m.get("speedup_fp32")),
                   f"{m['peak_mem_gib']:.1f}" if m.get("peak_mem_gib") else "",
                   f"{m['mfu']:.0%}" if m.get("mfu") else "",
