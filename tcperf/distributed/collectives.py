@@ -190,7 +190,7 @@ def task(case: dict, device, job: dict) -> dict:
     prep, size = _prepare(coll, dtype, case["shape"]["bytes"], n, r, device)
     row = _row(case, coll, size, n, job)
     launch.beat(f"{row['metrics']['label']}: check")
-    err = _worst(_error(prep, dtype), device)
+    [err] = _slowest([_error(prep, dtype)], device)                # the worst rank's
     row["error"] = err
     if not err <= TOLERANCE[dtype]:          # this way round, NaN fails too
         return {**row, "status": "wrong", "message": f"relative error {err:.3g} > {TOLERANCE[dtype]:g}: not timed"}
@@ -224,12 +224,6 @@ def _error(prep: Prepared, dtype: str) -> float:
     return err if err == err else math.inf
 
 
-def _worst(value: float, device, op=dist.ReduceOp.MAX) -> float:
-    t = torch.tensor([value], dtype=torch.float32, device=device)
-    dist.all_reduce(t, op=op)
-    return t.item()
-
-
 def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job: dict) -> None:
     """Time `run` as nccl-tests does (tcperf.timing.time_loop: a warm-up, then `iters` calls between two events,
     the mean), REPEATS times; each repeat's time is the slowest rank's. The median of the repeats sets the bandwidth,
@@ -251,7 +245,7 @@ def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job:
 def _iters(run, device, rep_ms: float) -> int:
     """Calls a repeat's loop makes, the same on every rank: its share of `rep_ms` over the slowest rank's probe."""
     from ..timing import time_loop
-    probe = _worst(time_loop(run, device, iters=PROBE_REPS, warmup=1), device)
+    [probe] = _slowest([time_loop(run, device, iters=PROBE_REPS, warmup=1)], device)
     return int(min(MAX_REPS, max(MIN_REPS, rep_ms / REPEATS / max(probe, 1e-4))))
 
 
