@@ -27,6 +27,7 @@ from .. import peaks
 from ..errors import UserError
 from ..generate import accounting, hf, measure, quant
 from ..generate import model as plain
+from ..table import status_cell
 from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
 
 LOOPS = ("plain", "hf")
@@ -189,8 +190,7 @@ def generate_table(rows: list[dict], title: str) -> Table:
     for r in rows:
         m = r.get("metrics") or {}
         itl, dec, pre = m.get("itl_ms"), m.get("decode") or {}, m.get("prefill") or {}
-        status = {"ok": "green", "wrong": "bold red", "skipped": "dim"}.get(r["status"], "red")
-        t.add_row(r["precision"], str(r["shape"]["batch"]), f"[{status}]{r['status']}[/]",
+        t.add_row(r["precision"], str(r["shape"]["batch"]), status_cell(r["status"]),
                   f"{_ms(m.get('ttft_ms'))} ± {_ms(m.get('ttft_ms'), 'iqr')}" if m.get("ttft_ms") else "",
                   f"{_ms(itl)} / {_ms(itl, 'p90')} / {_ms(itl, 'p99')}" if itl else "",
                   f"{m['tokens_s_user']:,.0f}" if m.get("tokens_s_user") else "",

@@ -22,7 +22,7 @@ from rich.table import Table
 from .. import env as envmod
 from .. import ladder, models, peaks, recipes
 from ..errors import UserError
-from ..table import fmt_ms
+from ..table import fmt_ms, status_cell
 from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
 
 
@@ -142,9 +142,8 @@ def ladder_table(rows: list[dict], title: str) -> Table:
         t.add_column(col, justify=justify, overflow="fold")
     for r in rows:
         m = r.get("metrics") or {}
-        status = {"ok": "green", "wrong": "bold red", "skipped": "dim"}.get(r["status"], "red")
         note = r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])])
-        t.add_row(r["precision"], f"[{status}]{r['status']}[/]",
+        t.add_row(r["precision"], status_cell(r["status"]),
                   f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
                   fmt_ms(r),
                   _x(m.get("speedup_prev")), _x(m.get("speedup_fp32")),

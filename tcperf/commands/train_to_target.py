@@ -21,6 +21,7 @@ from .. import recipes
 from .. import totarget
 from ..errors import UserError
 from ..store import Store
+from ..table import status_cell
 from ..totarget import clock as clocks
 from ..totarget import loop, stats
 from .common import add_db, add_device, add_json, console, measure_into_store, print_json
@@ -122,8 +123,7 @@ def summary_table(rows: list[dict], title: str) -> Table:
         t.add_column(col, overflow="fold", justify="left" if col in ("recipe", "status", "note") else "right")
     for r in rows:
         m = r.get("metrics") or {}
-        style = {"ok": "green", "skipped": "dim"}.get(r["status"], "red")
-        t.add_row(r["precision"], f"[{style}]{r['status']}[/]", f"{m.get('reached', 0)}/{m.get('runs', 0)}",
+        t.add_row(r["precision"], status_cell(r["status"]), f"{m.get('reached', 0)}/{m.get('runs', 0)}",
                   f"{_s(m.get('median_s'))} ± {_s(m.get('iqr_s'), '')}" if m.get("median_s") is not None else "never",
                   f"{_s(m.get('min_s'), '')}-{_s(m.get('max_s'))}" if m.get("min_s") is not None else "",
                   _s(m.get("steps"), ""), _s(m.get("epochs"), ""), _s(m.get("final_metric"), ""),
