@@ -74,12 +74,6 @@ def make_optimizer(mod: ModuleType, params) -> torch.optim.Optimizer:
     return torch.optim.AdamW(params, **mod.OPTIMIZER)
 
 
-def model_flops(mod: ModuleType, cfg: dict, batch: int, mode: str) -> float | None:
-    """The module's own formula, or None to let torch.utils.flop_counter count them."""
-    formula = getattr(mod, "flops", None)
-    return formula(cfg, batch, mode) if formula else None
-
-
 def train_step(mod: ModuleType, model, inputs, targets, optimizer) -> torch.Tensor:
     """A plain training step: forward, loss, backward, optimizer step. Returns the loss (no host sync)."""
     optimizer.zero_grad(set_to_none=True)
