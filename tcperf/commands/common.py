@@ -112,3 +112,12 @@ def _progress(args) -> Progress:
 
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
+
+
+def print_stored(args, store: Store, run_id: int, print_tables) -> int:
+    """A stored run as JSON (--json: the run and its results), else as print_tables() prints it; exit status 0."""
+    if args.json:
+        print_json({"run": store.run(run_id), "results": store.results(run_id)})
+    else:
+        print_tables()
+    return 0

@@ -23,7 +23,7 @@ from .. import env as envmod
 from .. import ladder, models, peaks, recipes
 from ..errors import UserError
 from ..table import fmt_ms, status_cell
-from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
+from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_stored
 
 
 def add_parser(sub) -> None:
@@ -86,11 +86,7 @@ def main(args) -> int:
     run_id, results, store = measure_into_store(
         "models", cases, args, label="model ladder", extra={"ceilings": ceilings} if ceilings else None,
         runner=runner)
-    if args.json:
-        print_json({"run": store.run(run_id), "results": store.results(run_id)})
-    else:
-        print_ladder(store.results(run_id), console)
-    return 0
+    return print_stored(args, store, run_id, lambda: print_ladder(store.results(run_id), console))
 
 
 def _nproc(args, batches, device) -> int | None:

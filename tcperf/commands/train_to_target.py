@@ -24,7 +24,7 @@ from ..store import Store
 from ..table import status_cell
 from ..totarget import clock as clocks
 from ..totarget import loop, stats
-from .common import add_db, add_device, add_json, console, measure_into_store, print_json
+from .common import add_db, add_device, add_json, console, measure_into_store, print_stored
 
 KIND = "train-to-target"
 GPU_RECIPES = "fp32,tf32,amp_bf16,compile"
@@ -99,11 +99,7 @@ def main(args) -> int:
         rows = [r for r in results if r["precision"] == name] or [_skipped(name, device)]
         store.add_result(run_id, stats.summary_row(name, rows, shape, clock, target, task.higher_is_better,
                                                    args.usd_per_hour))
-    if args.json:
-        print_json({"run": store.run(run_id), "results": store.results(run_id)})
-    else:
-        print_run(store, run_id, console)
-    return 0
+    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
 
 
 def _skipped(name: str, device) -> dict:
