@@ -49,17 +49,6 @@ def _number(value: str):
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
-SUITES: dict[str, Suite] = {}
-
-
-def register(suite: Suite) -> None:
-    SUITES[suite.name] = suite
-
-
-register(Suite("quick", "quick.csv", "what `tcperf run` measures: GEMMs (one misaligned), a convolution in NCHW "
-                                      "and NHWC, an attention and a device-to-device copy"))
-
-
 # --- DeepBench's tables: one row -> the case(s) tcperf measures for it (see deepbench/README.md) ----------------
 def _ints(row: dict, keys) -> dict:
     return {k: int(row[k]) for k in keys}
@@ -102,19 +91,22 @@ DEEPBENCH = {
     "rnn_infer": (deepbench_rnn, "DeepBench inference RNNs: forward"),
     "sparse": (deepbench_sparse, "DeepBench's 90-95 % sparse GEMMs, run as 2:4 structured sparse and as dense"),
 }
-for _table, (_map, _about) in DEEPBENCH.items():
-    register(Suite("deepbench-" + _table.replace("_", "-"), f"deepbench/{_table}.csv", _about,
-                   op=_table.split("_")[0], to_shape=_map, source="DeepBench",
-                   keep=in_deepbench_code if _table == "conv_infer" else None))
 
-# --- modern suites, in tcperf's own CSV format -------------------------------------------------------------------
-register(Suite("llm", "llm.csv", "LLM linear layers: GPT-2 124M (vocabulary 50257 and padded 50304), Llama-3 8B "
-                                  "and 70B projections, prefill and decode (M = 1..256)"))
-register(Suite("attention", "attention.csv", "scaled-dot-product attention: sequence 512..16k, head_dim 64 and "
-                                              "128, causal and full, forward and backward"))
-register(Suite("vit", "vit.csv", "ViT-B/16 at 224x224, batch 64: patch embedding, attention and MLP layers"))
-register(Suite("resnet50", "resnet50.csv", "ResNet-50 convolutions at batch 64 (every distinct layer), NCHW and "
-                                            "NHWC, forward and backward"))
+# --- every suite: tcperf's own CSV files, DeepBench's tables, then the modern suites -----------------------------
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("quick", "quick.csv", "what `tcperf run` measures: GEMMs (one misaligned), a convolution in NCHW and NHWC, "
+                                "an attention and a device-to-device copy"),
+    *(Suite("deepbench-" + table.replace("_", "-"), f"deepbench/{table}.csv", about, op=table.split("_")[0],
+            to_shape=to_shape, source="DeepBench", keep=in_deepbench_code if table == "conv_infer" else None)
+      for table, (to_shape, about) in DEEPBENCH.items()),
+    Suite("llm", "llm.csv", "LLM linear layers: GPT-2 124M (vocabulary 50257 and padded 50304), Llama-3 8B and 70B "
+                            "projections, prefill and decode (M = 1..256)"),
+    Suite("attention", "attention.csv", "scaled-dot-product attention: sequence 512..16k, head_dim 64 and 128, "
+                                        "causal and full, forward and backward"),
+    Suite("vit", "vit.csv", "ViT-B/16 at 224x224, batch 64: patch embedding, attention and MLP layers"),
+    Suite("resnet50", "resnet50.csv", "ResNet-50 convolutions at batch 64 (every distinct layer), NCHW and NHWC, "
+                                      "forward and backward"),
+)}
 
 
 def names() -> list[str]:
