@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from . import interpreting
-from .matmul_naive import bytes_moved, flops, numpy_fn  # noqa: F401  (same maths as every matmul)
+from .matmul_naive import bytes_moved, flops, make_inputs, numpy_fn  # noqa: F401  (same maths as every matmul)
 from .matmul_tiled import store_tile, tile_product
 
 
@@ -104,8 +104,3 @@ tuned_config = partial(chosen_config, matmul_tc_tuned)
 
 def torch_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b                                    # cuBLAS, fp32 accumulate
-
-
-def make_inputs(n: int, dtype: torch.dtype, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-    from ..ops.base import randn
-    return randn((n, n), dtype, "cpu", gen), randn((n, n), dtype, "cpu", gen)     # A: [n, n], B: [n, n]

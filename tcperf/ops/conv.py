@@ -97,10 +97,6 @@ class Conv(Op):
                         info={"layout": g["layout"], "pass": g["pass"]})
 
 
-def _forward(x, w, dy, stride, padding):
-    return F.conv2d(x, w, None, stride, padding)
-
-
 def _backward(x, w, dy, stride, padding, mask):
     """torch.ops.aten.convolution_backward: the call autograd makes; mask picks (input, weight, bias) grads."""
     return torch.ops.aten.convolution_backward(dy, x, w, None, list(stride), list(padding), [1, 1], False,
@@ -108,7 +104,7 @@ def _backward(x, w, dy, stride, padding, mask):
 
 
 _CALLS = {
-    "fwd": _forward,
+    "fwd": lambda x, w, dy, stride, padding: F.conv2d(x, w, None, stride, padding),
     "bwd_data": lambda x, w, dy, stride, padding: _backward(x, w, dy, stride, padding, [True, False, False])[0],
     "bwd_weight": lambda x, w, dy, stride, padding: _backward(x, w, dy, stride, padding, [False, True, False])[1],
 }
