@@ -128,10 +128,8 @@ class Store:
 
     def run(self, run_id: int | None = None) -> dict:
         """One run (the latest when run_id is None); UserError when there is none."""
-        if run_id is None:
-            rows = self._read(select(runs).order_by(runs.c.id.desc()).limit(1))
-        else:
-            rows = self._read(select(runs).where(runs.c.id == run_id))
+        latest = select(runs).order_by(runs.c.id.desc()).limit(1)
+        rows = self._read(latest if run_id is None else select(runs).where(runs.c.id == run_id))
         if not rows:
             raise UserError(f"no run {run_id} in {self.where}" if run_id is not None else f"no runs yet in {self.where}")
         return _status(rows[0])
@@ -165,8 +163,7 @@ class Store:
             .where(runs.c.kind == "ceilings", runs.c.device == device, results.c.op == "ceiling",
                    results.c.status == "ok")
             .order_by(results.c.run_id.desc()))
-        latest: dict = {}
-        out: dict = {}
+        latest, out = {}, {}                   # precision -> the latest run that measured it, its best figure
         for r in rows:
             value = r["gbps"] if r["precision"] == "bandwidth" else r["tflops"]
             if not value or latest.setdefault(r["precision"], r["run_id"]) != r["run_id"]:
