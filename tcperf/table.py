@@ -10,6 +10,11 @@ from .tensorcore import padding_cell
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "skipped": "dim", "error": "red", "oom": "red", "timeout": "red"}
 
 
+def status_cell(status: str) -> str:
+    """A result's status in its colour (red for every failure)."""
+    return f"[{STATUS_STYLE.get(status, 'red')}]{status}[/]"
+
+
 def fmt_ms(r: dict) -> str:
     if r.get("median_ms") is None:
         return ""
@@ -24,6 +29,11 @@ def rate(r: dict) -> tuple[float | None, str]:
     if r.get("gbps"):
         return r["gbps"], "GB/s"
     return None, ""
+
+
+def rate_cell(r: dict) -> str:
+    value, unit = rate(r)
+    return f"{value:.4g} {unit}" if value else ""
 
 
 def percent_peak(r: dict, sheet: dict) -> float | None:
@@ -78,11 +88,9 @@ def results_table(results: list[dict], gpu_name: str | None = None, ceilings: di
         t.add_column(col, justify=justify, overflow="fold")
     ups = speedups(results)
     for i, r in enumerate(results):
-        value, unit = rate(r)
         pp, pc = percent_peak(r, sheet), percent_ceiling(r, ceilings)
         note = r.get("message") or "; ".join(r.get("warnings") or [])
         t.add_row(f"{r['op']} {(r.get('metrics') or {}).get('label', '')}", r["precision"],
-                  f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]", fmt_ms(r),
-                  f"{value:.4g} {unit}" if value else "", f"{pp:.0f}%" if pp else "", f"{pc:.0f}%" if pc else "",
-                  f"{ups[i]:.2f}x" if i in ups else "", tc_cell(r), note)
+                  status_cell(r["status"]), fmt_ms(r), rate_cell(r), f"{pp:.0f}%" if pp else "",
+                  f"{pc:.0f}%" if pc else "", f"{ups[i]:.2f}x" if i in ups else "", tc_cell(r), note)
     return t

@@ -50,47 +50,29 @@ def misaligned(dims: dict, precision: str) -> list[str]:
 
 def wave_quantization(m: int, n: int, sm_count: int | None, tile=NOMINAL_TILE) -> dict:
     """Output tiles against the SM count: the share of the last wave's SMs that have work."""
-    tiles = math.ceil(m / tile[0]) * math.ceil(n / tile[1])
+    return _waves(math.ceil(m / tile[0]) * math.ceil(n / tile[1]), sm_count)
+
+
+def _waves(tiles: int, sm_count: int | None) -> dict:
     if not sm_count:
         return {"tiles": tiles}
     waves = math.ceil(tiles / sm_count)
-    efficiency = tiles / (waves * sm_count)
-    return {"tiles": tiles, "waves": waves, "wave_efficiency": round(efficiency, 3)}
+    return {"tiles": tiles, "waves": waves, "wave_efficiency": round(tiles / (waves * sm_count), 3)}
 
 
-INT8_ROW_MAJOR_B = ("int8 with B row-major: cuBLAS picks an sm80 WMMA kernel (an H200 measured 128 TOPS at 8192^3); "
-                    "store B transposed (b_t=T, as nn.Linear stores its [N, K] weight) for the Hopper kernel")
-
-
-def gemm_verdict(m: int, n: int, k: int, precision: str, sm_count: int | None = None, b_t: str = "N") -> dict:
-    """Everything tcperf can say about a GEMM's Tensor Core eligibility without running it."""
-    p = get(precision)
-    bad = misaligned({"m": m, "n": n, "k": k}, precision) if uses_tensor_cores(precision) else []
-    waves = wave_quantization(m, n, sm_count)
-    issues = list(bad)
+def _poor_wave(waves: dict, sm_count: int | None, tile=NOMINAL_TILE) -> list[str]:
     if waves.get("wave_efficiency", 1.0) < POOR_WAVE and waves.get("waves", 99) <= 4:
-        issues.append(f"{waves['tiles']} tiles of {NOMINAL_TILE[0]}x{NOMINAL_TILE[1]} over {sm_count} SMs: "
-                      f"last wave {waves['wave_efficiency']:.0%} busy")
-    if precision == "int8" and b_t != "T":
-        issues.append(INT8_ROW_MAJOR_B)
-    limit = gemm_hard_limit(m, n, k, precision)
-    padded = {d: pad_to(v, p.align) for d, v in (("m", m), ("n", n), ("k", k)) if v % p.align}
-    return {
-        "tensor_cores": uses_tensor_cores(precision),
-        "aligned": not bad,
-        "misaligned": bad,
-        "hard_limit": limit,
-        "issues": issues,
-        "fix": ("pad " + ", ".join(f"{d} {v}->{padded[d]}" for d, v in (("m", m), ("n", n), ("k", k)) if d in padded))
-               if padded and uses_tensor_cores(precision) else None,
-        **waves,
-    }
+        return [f"{waves['tiles']} tiles of {tile[0]}x{tile[1]} over {sm_count} SMs: "
+                f"last wave {waves['wave_efficiency']:.0%} busy"]
+    return []
 
 
-# --- convolution, attention, RNN and 2:4 sparse: the same rules, applied to each op's implicit GEMM ------------
-TC_LAYOUT = "NHWC"          # cuDNN's Tensor Core kernels read and write NHWC; NCHW costs a transpose each way
-ATTENTION_TILE = 128        # flash / memory-efficient kernels walk the sequence in blocks of 64-128 rows
-POOR_FILL = 0.9             # flag a sequence whose last block leaves more than a tenth of the block work idle
+def _alignment(dims: dict, precision: str) -> tuple[bool, list[str], dict]:
+    """(Tensor Cores reachable, the dimensions that miss the 16-byte rule, {dimension: (size, padded size)})."""
+    if not uses_tensor_cores(precision):
+        return False, [], {}
+    align = get(precision).align
+    return True, misaligned(dims, precision), {d: (v, pad_to(v, align)) for d, v in dims.items() if v % align}
 
 
 def _fix(pads: dict, extra: list[str] = ()) -> str | None:
@@ -100,11 +82,31 @@ def _fix(pads: dict, extra: list[str] = ()) -> str | None:
     return "; ".join(parts) or None
 
 
-def _poor_wave(waves: dict, sm_count: int | None, tile=NOMINAL_TILE) -> list[str]:
-    if waves.get("wave_efficiency", 1.0) < POOR_WAVE and waves.get("waves", 99) <= 4:
-        return [f"{waves['tiles']} tiles of {tile[0]}x{tile[1]} over {sm_count} SMs: "
-                f"last wave {waves['wave_efficiency']:.0%} busy"]
-    return []
+def _verdict(tc: bool, bad: list[str], issues: list[str], fix: str | None, waves: dict, limit: str | None = None,
+             **facts) -> dict:
+    """The verdict every operation gives, in one shape; `facts` are the operation's own (layout, ...)."""
+    return {"tensor_cores": tc, "aligned": not bad, "misaligned": bad, "hard_limit": limit, "issues": issues,
+            "fix": fix, **facts, **waves}
+
+
+INT8_ROW_MAJOR_B = ("int8 with B row-major: cuBLAS picks an sm80 WMMA kernel (an H200 measured 128 TOPS at 8192^3); "
+                    "store B transposed (b_t=T, as nn.Linear stores its [N, K] weight) for the Hopper kernel")
+
+
+def gemm_verdict(m: int, n: int, k: int, precision: str, sm_count: int | None = None, b_t: str = "N") -> dict:
+    """Everything tcperf can say about a GEMM's Tensor Core eligibility without running it."""
+    tc, bad, pads = _alignment({"m": m, "n": n, "k": k}, precision)
+    waves = wave_quantization(m, n, sm_count)
+    issues = bad + _poor_wave(waves, sm_count)
+    if precision == "int8" and b_t != "T":
+        issues.append(INT8_ROW_MAJOR_B)
+    return _verdict(tc, bad, issues, _fix(pads), waves, gemm_hard_limit(m, n, k, precision))
+
+
+# --- convolution, attention, RNN and 2:4 sparse: the same rules, applied to each op's implicit GEMM ------------
+TC_LAYOUT = "NHWC"          # cuDNN's Tensor Core kernels read and write NHWC; NCHW costs a transpose each way
+ATTENTION_TILE = 128        # flash / memory-efficient kernels walk the sequence in blocks of 64-128 rows
+POOR_FILL = 0.9             # flag a sequence whose last block leaves more than a tenth of the block work idle
 
 
 def conv_gemm_dims(g: dict) -> dict:
@@ -119,31 +121,24 @@ def conv_gemm_dims(g: dict) -> dict:
 def conv_verdict(g: dict, precision: str, sm_count: int | None = None) -> dict:
     """Channels C and K against the 16-byte rule, the layout, and the implicit GEMM's waves. `g` is the
     normalised geometry (tcperf.ops.conv.geometry): N C H W K R S P Q layout pass."""
-    p = get(precision)
-    tc = uses_tensor_cores(precision)
-    bad = misaligned({"C": g["C"], "K": g["K"]}, precision) if tc else []
-    issues = list(bad)
-    if tc and g["C"] < p.align:
-        issues.append(f"C={g['C']} (an image input): padding to {p.align} channels often costs more than it saves")
-    extra = []
+    tc, bad, pads = _alignment({"C": g["C"], "K": g["K"]}, precision)
+    issues, extra, align = list(bad), [], get(precision).align
+    if tc and g["C"] < align:
+        issues.append(f"C={g['C']} (an image input): padding to {align} channels often costs more than it saves")
     if tc and g["layout"] != TC_LAYOUT:
         issues.append(f"{g['layout']}: Tensor Core kernels work in NHWC, so cuDNN transposes in and out")
         extra.append("use NHWC (channels_last)")
     gemm = conv_gemm_dims(g)
     waves = wave_quantization(gemm["m"], gemm["n"], sm_count)
-    issues += _poor_wave(waves, sm_count)
-    pads = {d: (g[d], pad_to(g[d], p.align)) for d in ("C", "K") if tc and g[d] % p.align}
-    return {"tensor_cores": tc, "aligned": not bad, "misaligned": bad, "hard_limit": None, "issues": issues,
-            "fix": _fix(pads, extra), "layout": g["layout"], "implicit_gemm": gemm, **waves}
+    return _verdict(tc, bad, issues + _poor_wave(waves, sm_count), _fix(pads, extra), waves, layout=g["layout"],
+                    implicit_gemm=gemm)
 
 
 def attention_verdict(batch: int, heads: int, seq: int, head_dim: int, precision: str,
                       sm_count: int | None = None) -> dict:
     """head_dim against the 16-byte rule, the sequence against the kernels' 128-row blocks, and the waves of
     (batch * heads * sequence blocks) thread blocks over the SMs."""
-    p = get(precision)
-    tc = uses_tensor_cores(precision)
-    bad = misaligned({"head_dim": head_dim}, precision) if tc else []
+    tc, bad, pads = _alignment({"head_dim": head_dim}, precision)
     issues = list(bad)
     if precision == "fp32":
         issues.append("fp32: the memory-efficient kernel may still use 3xTF32 Tensor Core math (sm80+)")
@@ -154,33 +149,21 @@ def attention_verdict(batch: int, heads: int, seq: int, head_dim: int, precision
     if fill < POOR_FILL:
         issues.append(f"seq={seq}: the last {ATTENTION_TILE}-row block is partly empty "
                       f"({fill:.0%} of block work useful)")
-    tiles = batch * heads * blocks
-    waves = {"tiles": tiles}
-    if sm_count:
-        n_waves = math.ceil(tiles / sm_count)
-        waves.update(waves=n_waves, wave_efficiency=round(tiles / (n_waves * sm_count), 3))
+    waves = _waves(batch * heads * blocks, sm_count)
     issues += _poor_wave(waves, sm_count, (ATTENTION_TILE, head_dim))
-    pads = {"head_dim": (head_dim, pad_to(head_dim, p.align))} if bad else {}
-    return {"tensor_cores": tc, "aligned": not bad, "misaligned": bad, "hard_limit": None, "issues": issues,
-            "fix": _fix(pads), "sequence_block_fill": round(fill, 3), **waves}
+    return _verdict(tc, bad, issues, _fix(pads), waves, sequence_block_fill=round(fill, 3))
 
 
 def rnn_verdict(cell: str, hidden: int, batch: int, inp: int, precision: str, sm_count: int | None = None) -> dict:
     """cuDNN runs an RNN as GEMMs (input projections, one per sequence) plus a recurrent GEMM per step:
     hidden, input and batch should all be multiples of 16 bytes for Tensor Core kernels."""
-    p = get(precision)
-    tc = uses_tensor_cores(precision)
-    dims = {"hidden": hidden, "input": inp, "batch": batch}
-    bad = misaligned(dims, precision) if tc else []
+    tc, bad, pads = _alignment({"hidden": hidden, "input": inp, "batch": batch}, precision)
     issues = list(bad)
     if precision == "bf16":
         issues.append("bf16: cuDNN's persistent RNN kernels are fp16/fp32 only; bf16 may step through GEMMs")
     gates = {"vanilla": 1, "lstm": 4, "gru": 3}.get(cell, 1)
     waves = wave_quantization(batch, gates * hidden, sm_count)   # the per-step recurrent GEMM
-    issues += _poor_wave(waves, sm_count)
-    pads = {d: (v, pad_to(v, p.align)) for d, v in dims.items() if tc and v % p.align}
-    return {"tensor_cores": tc, "aligned": not bad, "misaligned": bad, "hard_limit": None, "issues": issues,
-            "fix": _fix(pads), **waves}
+    return _verdict(tc, bad, issues + _poor_wave(waves, sm_count), _fix(pads), waves)
 
 
 def sparse_verdict(m: int, n: int, k: int, precision: str, fmt: str, min_rows: int, min_cols: int,

@@ -27,6 +27,20 @@ import torch
 UNSTABLE_SPREAD = 0.10   # IQR / median above this is flagged, as torch.utils.benchmark and pyperf do
 
 
+def _quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default), without numpy."""
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def _of_samples(statistic) -> property:
+    """A read-only statistic of Measurement.samples_ms, computed when read."""
+    return property(lambda self: statistic(self.samples_ms))
+
+
 @dataclass
 class Measurement:
     samples_ms: list[float]
@@ -36,33 +50,12 @@ class Measurement:
     back_to_back: bool = False
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def n(self) -> int:
-        return len(self.samples_ms)
-
-    @property
-    def median_ms(self) -> float:
-        return statistics.median(self.samples_ms)
-
-    @property
-    def q1_ms(self) -> float:
-        return _quantile(self.samples_ms, 0.25)
-
-    @property
-    def q3_ms(self) -> float:
-        return _quantile(self.samples_ms, 0.75)
-
-    @property
-    def iqr_ms(self) -> float:
-        return self.q3_ms - self.q1_ms
-
-    @property
-    def min_ms(self) -> float:
-        return min(self.samples_ms)
-
-    @property
-    def mean_ms(self) -> float:
-        return statistics.fmean(self.samples_ms)
+    # the statistics every tcperf number is printed with (milliseconds, but n)
+    n = _of_samples(len)
+    median_ms = _of_samples(statistics.median)
+    iqr_ms = _of_samples(lambda s: _quantile(s, 0.75) - _quantile(s, 0.25))
+    min_ms = _of_samples(min)
+    mean_ms = _of_samples(statistics.fmean)
 
     @property
     def spread(self) -> float:
@@ -77,15 +70,6 @@ class Measurement:
         return {"median_ms": self.median_ms, "iqr_ms": self.iqr_ms, "min_ms": self.min_ms,
                 "mean_ms": self.mean_ms, "n": self.n, "warmup": self.warmup,
                 "flush_l2": self.flush_l2, "graph": self.graph, "back_to_back": self.back_to_back}
-
-
-def _quantile(xs: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default), without numpy."""
-    s = sorted(xs)
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def _counts(estimate_ms: float, warmup_ms: float, rep_ms: float, min_reps: int, max_reps: int) -> tuple[int, int]:

@@ -47,7 +47,7 @@ def test_conv_geometry_matches_deepbench_output_sizes():
     from tcperf.ops.conv import geometry
     for name in ("deepbench-conv-train", "deepbench-conv-infer"):
         for row in suites.rows(suites.get(name)):
-            g = geometry(suites.deepbench_conv_infer(row)[0])
+            g = geometry(suites.deepbench_conv(row)[0])
             assert (g["P"], g["Q"]) == (int(row["out_P"]), int(row["out_Q"])), row
 
 

@@ -26,6 +26,7 @@ from .. import env as envmod
 from .. import peaks
 from ..errors import UserError
 from ..precision import KERNEL_PRECISIONS, PRECISIONS, parse_list, unsupported_reason
+from ..table import fmt_ms
 from .common import add_measuring, console, measure_into_store, print_json
 
 SIZES = {"cuda": (4096, 8192), "cpu": (512,)}  # GEMM m = n = k: aligned for every precision, many waves
@@ -116,9 +117,8 @@ def ceilings_table(run: dict, results: list[dict]) -> Table:
         unit = "GB/s" if bandwidth else ("TOPS" if r["precision"] == "int8" else "TFLOPS")
         peak = sheet.get("bandwidth_gbs" if bandwidth else r["precision"])
         share = peaks.percent_of(value, peak)
-        ms = f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else ""
         metrics = r.get("metrics") or {}
-        t.add_row(r["precision"], metrics.get("label", ""), r["status"], ms, str(metrics.get("repeats", "")),
+        t.add_row(r["precision"], metrics.get("label", ""), r["status"], fmt_ms(r), str(metrics.get("repeats", "")),
                   f"{value:.4g} {unit}" if value else "", f"{peak:.4g}" if peak else "",
                   f"{share:.0f}%" if share else "", r.get("message") or "; ".join(r.get("warnings") or []),
                   style="bold" if best.get(r["precision"]) is r else None)

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import env as envmod
+from ..errors import UserError
 from ..runner import TimingConfig, run_cases
 from ..store import Store, mask
 
@@ -43,6 +44,17 @@ def add_measuring(p) -> None:
     p.add_argument("--no-flush-l2", action="store_true", help="do not clear the L2 cache between timed calls")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (less launch overhead)")
     p.add_argument("--rep-ms", type=float, default=100.0, help="time budget for the timed calls of one case")
+
+
+def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
+    """'1,2,4' -> [1, 2, 4]; a UserError naming `flag` for anything but positive integers."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise UserError(f"bad {flag} {text!r}; give positive integers such as {example}")
+    return values
 
 
 def timing_from(args) -> TimingConfig:
@@ -100,3 +112,12 @@ def _progress(args) -> Progress:
 
 def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, default=str))
+
+
+def print_stored(args, store: Store, run_id: int, print_tables) -> int:
+    """A stored run as JSON (--json: the run and its results), else as print_tables() prints it; exit status 0."""
+    if args.json:
+        print_json({"run": store.run(run_id), "results": store.results(run_id)})
+    else:
+        print_tables()
+    return 0

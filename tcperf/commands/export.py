@@ -13,28 +13,16 @@ import io
 import json
 import sys
 
-from ..errors import UserError
+from ..errors import choices
 from ..report.common import advice_summary, application, label, relative_spread
 from ..rows import group_name, headline, kind
 from ..store import RESULT_COLUMNS, Store
 from .common import add_db
 
-FORMATS = {}
-
-
-def exporter(name):
-    def register(fn):
-        FORMATS[name] = fn
-        return fn
-    return register
-
-
-@exporter("json")
 def to_json(run: dict, results: list[dict]) -> str:
     return json.dumps({"run": run, "results": results}, indent=2, default=str)
 
 
-@exporter("csv")
 def to_csv(run: dict, results: list[dict]) -> str:
     """One flat row a result: the columns, with JSON fields kept as JSON text (samples left out)."""
     buf = io.StringIO()
@@ -84,7 +72,6 @@ def mlperf_entry(r: dict) -> dict:
     }
 
 
-@exporter("mlperf")
 def to_mlperf(run: dict, results: list[dict]) -> str:
     from .. import __version__
     doc = {"format": "tcperf-mlperf-like", "format_version": 1, "benchmark_suite": f"tcperf {__version__}",
@@ -141,7 +128,6 @@ def plain(value) -> str:
     return " ".join(str(value).splitlines())     # one line a cell
 
 
-@exporter("flat-csv")
 def to_flat_csv(run: dict, results: list[dict]) -> str:
     rows = [flat_row(run, r) for r in results]
     extra = sorted({k for row in rows for k in row} - set(FLAT_COLUMNS))   # shape_* and accuracy_* columns
@@ -150,6 +136,9 @@ def to_flat_csv(run: dict, results: list[dict]) -> str:
     w.writeheader()
     w.writerows(rows)
     return buf.getvalue()
+
+
+FORMATS = {"json": to_json, "csv": to_csv, "mlperf": to_mlperf, "flat-csv": to_flat_csv}
 
 
 def add_parser(sub) -> None:
@@ -163,7 +152,7 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     if args.format not in FORMATS:
-        raise UserError(f"unknown format {args.format!r}; choose from: {', '.join(FORMATS)}")
+        raise choices("format", args.format, FORMATS)
     store = Store.open(args.db)
     run = store.run(args.run)
     text = FORMATS[args.format](run, store.results(run["id"]))

@@ -27,7 +27,8 @@ from .. import peaks
 from ..errors import UserError
 from ..generate import accounting, hf, measure, quant
 from ..generate import model as plain
-from .common import add_measuring, console, err_console, measure_into_store, print_json
+from ..table import status_cell
+from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
 
 LOOPS = ("plain", "hf")
 DEFAULTS = {  # device type -> model, batches, prompt, output
@@ -60,14 +61,7 @@ def add_parser(sub) -> None:
 
 
 def ints(text: str, what: str) -> list[int]:
-    """'1,2,4' -> [1, 2, 4]; UserError for anything but positive integers."""
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise UserError(f"bad --{what} {text!r}; give positive integers such as 1,2,4")
-    return sorted(set(values))
+    return sorted(set(positive_ints(text, f"--{what}")))
 
 
 def loops(text: str) -> list[str]:
@@ -196,8 +190,7 @@ def generate_table(rows: list[dict], title: str) -> Table:
     for r in rows:
         m = r.get("metrics") or {}
         itl, dec, pre = m.get("itl_ms"), m.get("decode") or {}, m.get("prefill") or {}
-        status = {"ok": "green", "wrong": "bold red", "skipped": "dim"}.get(r["status"], "red")
-        t.add_row(r["precision"], str(r["shape"]["batch"]), f"[{status}]{r['status']}[/]",
+        t.add_row(r["precision"], str(r["shape"]["batch"]), status_cell(r["status"]),
                   f"{_ms(m.get('ttft_ms'))} ± {_ms(m.get('ttft_ms'), 'iqr')}" if m.get("ttft_ms") else "",
                   f"{_ms(itl)} / {_ms(itl, 'p90')} / {_ms(itl, 'p99')}" if itl else "",
                   f"{m['tokens_s_user']:,.0f}" if m.get("tokens_s_user") else "",

@@ -19,7 +19,7 @@ from .. import env as envmod
 from .. import lab, peaks
 from ..lab import bench
 from ..store import Store
-from ..table import STATUS_STYLE
+from ..table import fmt_ms, rate_cell, status_cell
 from .common import add_measuring, console, err_console, measure_into_store, print_json
 
 
@@ -85,16 +85,6 @@ def _ms(value) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else ""
 
 
-def _kernel(r: dict) -> str:
-    return f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else ""
-
-
-def _rate(r: dict) -> str:
-    if r.get("tflops"):
-        return f"{r['tflops']:.4g} {'TOPS' if r['precision'] == 'int8' else 'TFLOPS'}"
-    return f"{r['gbps']:.4g} GB/s" if r.get("gbps") else ""
-
-
 def _pct(m: dict) -> str:
     return f"{m['pct_ceiling']:.0f}% {m['ceiling']['source']}" if m.get("pct_ceiling") else ""
 
@@ -107,11 +97,11 @@ def _note(r: dict, m: dict) -> str:
 # (header, cell) in order; the GPU columns are left out of a table of interpreted rows.
 COLUMNS = (("kernel", lambda r, m: r["op"][4:]), ("size", lambda r, m: m.get("label", "")),
            ("prec", lambda r, m: r["precision"]),
-           ("status", lambda r, m: f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]"),
-           ("NumPy ms", lambda r, m: _ms(m.get("numpy_ms"))), ("kernel ms ± IQR", lambda r, m: _kernel(r)),
+           ("status", lambda r, m: status_cell(r["status"])),
+           ("NumPy ms", lambda r, m: _ms(m.get("numpy_ms"))), ("kernel ms ± IQR", lambda r, m: fmt_ms(r)),
            ("torch ms", lambda r, m: _ms(m.get("torch_ms"))))
 GPU_COLUMNS = (("e2e pageable ms", lambda r, m: _ms(m.get("e2e_pageable_ms"))),
-               ("e2e pinned ms", lambda r, m: _ms(m.get("e2e_pinned_ms"))), ("rate", lambda r, m: _rate(r)),
+               ("e2e pinned ms", lambda r, m: _ms(m.get("e2e_pinned_ms"))), ("rate", lambda r, m: rate_cell(r)),
                ("% ceiling", lambda r, m: _pct(m)),
                ("vs torch", lambda r, m: f"{m['vs_torch']:.2f}x" if m.get("vs_torch") else ""))
 LEFT = ("kernel", "size", "prec", "status", "note")

@@ -22,7 +22,8 @@ from rich.table import Table
 from .. import env as envmod
 from .. import ladder, models, peaks, recipes
 from ..errors import UserError
-from .common import add_measuring, console, err_console, measure_into_store, print_json
+from ..table import fmt_ms, status_cell
+from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_stored
 
 
 def add_parser(sub) -> None:
@@ -58,16 +59,7 @@ def parse_batches(text: str | None) -> list | None:
     """None (each model's default) | 'auto' | '32,64' -> [32, 64]; UserError for anything else."""
     if text is None:
         return None
-    if text.strip() == "auto":
-        return ["auto"]
-    bad = UserError(f"bad --batch {text!r}; give positive integers such as 32,64, or auto")
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise bad from None
-    if not values or min(values) < 1:
-        raise bad
-    return values
+    return ["auto"] if text.strip() == "auto" else positive_ints(text, "--batch", "32,64, or auto")
 
 
 def main(args) -> int:
@@ -94,11 +86,7 @@ def main(args) -> int:
     run_id, results, store = measure_into_store(
         "models", cases, args, label="model ladder", extra={"ceilings": ceilings} if ceilings else None,
         runner=runner)
-    if args.json:
-        print_json({"run": store.run(run_id), "results": store.results(run_id)})
-    else:
-        print_ladder(store.results(run_id), console)
-    return 0
+    return print_stored(args, store, run_id, lambda: print_ladder(store.results(run_id), console))
 
 
 def _nproc(args, batches, device) -> int | None:
@@ -150,11 +138,10 @@ def ladder_table(rows: list[dict], title: str) -> Table:
         t.add_column(col, justify=justify, overflow="fold")
     for r in rows:
         m = r.get("metrics") or {}
-        status = {"ok": "green", "wrong": "bold red", "skipped": "dim"}.get(r["status"], "red")
         note = r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])])
-        t.add_row(r["precision"], f"[{status}]{r['status']}[/]",
+        t.add_row(r["precision"], status_cell(r["status"]),
                   f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
-                  f"{r['median_ms']:.4g} ± {r.get('iqr_ms') or 0:.2g}" if r.get("median_ms") else "",
+                  fmt_ms(r),
                   _x(m.get("speedup_prev")), _x(m.get("speedup_fp32")),
                   f"{m['peak_mem_gib']:.1f}" if m.get("peak_mem_gib") else "",
                   f"{m['mfu']:.0%}" if m.get("mfu") else "",

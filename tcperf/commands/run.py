@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import env as envmod
 from .. import suites
 from ..precision import KERNEL_PRECISIONS
-from .common import add_measuring, console, err_console, measure_into_store, print_json
+from .common import add_measuring, console, err_console, measure_into_store, print_stored
 from .show import print_run
 
 CPU_PRECISIONS = ("fp32", "bf16", "fp64")
@@ -29,8 +29,4 @@ def main(args) -> int:
     cases = suites.with_precisions(suites.load("quick", device.type), precisions)
     run_id, results, store = measure_into_store("run", cases, args, profile=device.type == "cuda", pad=True,
                                                 label="quick suite")
-    if args.json:
-        print_json({"run": store.run(run_id), "results": store.results(run_id)})
-    else:
-        print_run(store, run_id, console)
-    return 0
+    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))

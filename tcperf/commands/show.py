@@ -5,7 +5,7 @@ import datetime
 
 from ..store import Store
 from ..table import results_table
-from .common import add_db, add_json, console, print_json
+from .common import add_db, add_json, console, print_stored
 
 
 def add_parser(sub) -> None:
@@ -18,12 +18,8 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     store = Store.open(args.db)
-    run = store.run(args.run)
-    if args.json:
-        print_json({"run": run, "results": store.results(run["id"])})
-    else:
-        print_run(store, run["id"], console)
-    return 0
+    run_id = store.run(args.run)["id"]             # the latest when none is given
+    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
 
 
 def print_run(store: Store, run_id: int, out) -> None:

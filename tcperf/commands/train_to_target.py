@@ -21,9 +21,10 @@ from .. import recipes
 from .. import totarget
 from ..errors import UserError
 from ..store import Store
+from ..table import status_cell
 from ..totarget import clock as clocks
 from ..totarget import loop, stats
-from .common import add_db, add_device, add_json, console, measure_into_store, print_json
+from .common import add_db, add_device, add_json, console, measure_into_store, print_stored
 
 KIND = "train-to-target"
 GPU_RECIPES = "fp32,tf32,amp_bf16,compile"
@@ -98,11 +99,7 @@ def main(args) -> int:
         rows = [r for r in results if r["precision"] == name] or [_skipped(name, device)]
         store.add_result(run_id, stats.summary_row(name, rows, shape, clock, target, task.higher_is_better,
                                                    args.usd_per_hour))
-    if args.json:
-        print_json({"run": store.run(run_id), "results": store.results(run_id)})
-    else:
-        print_run(store, run_id, console)
-    return 0
+    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
 
 
 def _skipped(name: str, device) -> dict:
@@ -122,8 +119,7 @@ def summary_table(rows: list[dict], title: str) -> Table:
         t.add_column(col, overflow="fold", justify="left" if col in ("recipe", "status", "note") else "right")
     for r in rows:
         m = r.get("metrics") or {}
-        style = {"ok": "green", "skipped": "dim"}.get(r["status"], "red")
-        t.add_row(r["precision"], f"[{style}]{r['status']}[/]", f"{m.get('reached', 0)}/{m.get('runs', 0)}",
+        t.add_row(r["precision"], status_cell(r["status"]), f"{m.get('reached', 0)}/{m.get('runs', 0)}",
                   f"{_s(m.get('median_s'))} ± {_s(m.get('iqr_s'), '')}" if m.get("median_s") is not None else "never",
                   f"{_s(m.get('min_s'), '')}-{_s(m.get('max_s'))}" if m.get("min_s") is not None else "",
                   _s(m.get("steps"), ""), _s(m.get("epochs"), ""), _s(m.get("final_metric"), ""),

@@ -190,7 +190,7 @@ def task(case: dict, device, job: dict) -> dict:
     prep, size = _prepare(coll, dtype, case["shape"]["bytes"], n, r, device)
     row = _row(case, coll, size, n, job)
     launch.beat(f"{row['metrics']['label']}: check")
-    err = _worst(_error(prep, dtype), device)
+    [err] = launch.slowest([_error(prep, dtype)], device)        # the worst rank's
     row["error"] = err
     if not err <= TOLERANCE[dtype]:          # this way round, NaN fails too
         return {**row, "status": "wrong", "message": f"relative error {err:.3g} > {TOLERANCE[dtype]:g}: not timed"}
@@ -224,12 +224,6 @@ def _error(prep: Prepared, dtype: str) -> float:
     return err if err == err else math.inf
 
 
-def _worst(value: float, device, op=dist.ReduceOp.MAX) -> float:
-    t = torch.tensor([value], dtype=torch.float32, device=device)
-    dist.all_reduce(t, op=op)
-    return t.item()
-
-
 def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job: dict) -> None:
     """Time `run` as nccl-tests does (tcperf.timing.time_loop: a warm-up, then `iters` calls between two events,
     the mean), REPEATS times; each repeat's time is the slowest rank's. The median of the repeats sets the bandwidth,
@@ -237,7 +231,7 @@ def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job:
     from ..timing import Measurement, time_loop
     iters = _iters(run, device, (job.get("timing") or {}).get("rep_ms", 100.0))
     mine = [time_loop(run, device, iters=iters, warmup=WARMUP) for _ in range(REPEATS)]
-    m = Measurement(_slowest(mine, device), warmup=WARMUP, flush_l2=False, back_to_back=True)
+    m = Measurement(launch.slowest(mine, device), warmup=WARMUP, flush_l2=False, back_to_back=True)
     alg, bus = coll.bandwidth(size, m.median_ms * 1e-3, n)
     row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=m.mean_ms,
                n=m.n, gbps=bus)
@@ -251,12 +245,5 @@ def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job:
 def _iters(run, device, rep_ms: float) -> int:
     """Calls a repeat's loop makes, the same on every rank: its share of `rep_ms` over the slowest rank's probe."""
     from ..timing import time_loop
-    probe = _worst(time_loop(run, device, iters=PROBE_REPS, warmup=1), device)
+    [probe] = launch.slowest([time_loop(run, device, iters=PROBE_REPS, warmup=1)], device)
     return int(min(MAX_REPS, max(MIN_REPS, rep_ms / REPEATS / max(probe, 1e-4))))
-
-
-def _slowest(values: list[float], device) -> list[float]:
-    """Element by element, the largest of every rank's values (all_reduce MAX)."""
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()

@@ -85,6 +85,14 @@ def join_world(device_type: str, timeout_s: float) -> torch.device:
     return device
 
 
+def slowest(values: list[float], device) -> list[float]:
+    """Element by element, the largest of every rank's values (all_reduce MAX)."""
+    import torch.distributed as dist
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
 def beat(label: str) -> None:
     """Tell the parent this rank reached `label` (a stage of the current case); nothing outside a launched rank."""
     if _EVENTS is not None:

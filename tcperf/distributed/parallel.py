@@ -189,13 +189,12 @@ def _totals(row: dict, items: int | None, device) -> None:
     """Total throughput from the slowest rank's mean step (every rank steps together)."""
     if row.get("mean_ms") is None:
         return
-    t = torch.tensor([row["mean_ms"]], dtype=torch.float64, device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    n = dist.get_world_size()
-    row["metrics"].update(rank0_mean_ms=row["mean_ms"], slowest_rank_ms=t.item())
-    row["mean_ms"] = t.item()
+    [step_ms] = launch.slowest([row["mean_ms"]], device)
+    row["metrics"].update(rank0_mean_ms=row["mean_ms"], slowest_rank_ms=step_ms)
+    row["mean_ms"] = step_ms
     if items:
-        row["metrics"].update(throughput=n * items / (t.item() * 1e-3), per_gpu=items / (t.item() * 1e-3))
+        n = dist.get_world_size()
+        row["metrics"].update(throughput=n * items / (step_ms * 1e-3), per_gpu=items / (step_ms * 1e-3))
 
 
 # --- exposed communication ------------------------------------------------------------------------------------------

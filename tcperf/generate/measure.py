@@ -14,6 +14,7 @@ A recipe outside its tolerance is timed all the same and stored as status "wrong
 """
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 
@@ -120,7 +121,10 @@ class Session:
         self.r, self.device, self.seed, self.compile = r, torch.device(device), case.get("seed", 0), case.get("compile")
         self.prompt, self.output, self.src = s["prompt"], s["output"], case["source"]
         self.notes: list[str] = []
-        self.build()
+        self.build()                            # self.model (bf16 or the recipe's activation dtype), self.args
+        ref = self.reference() if self.r.name != "bf16" else None     # before the model is quantized
+        self.notes += quant.quantize(self.model, self.r)
+        self.accuracy = self.check(ref)
         self.dims = accounting.model_dims(self.model, self.args, torch.empty((), dtype=self.r.kv_dtype).element_size())
         self.max_batch = self.fitting_batch(case["max_batch"])
 
@@ -172,15 +176,12 @@ class PlainSession(Session):
         else:
             self.model = _factory_transformer(self.src, self.device, self.r.act)
             self.args = self.model.args
-        ref = self.reference() if self.r.name != "bf16" else None
-        self.notes += quant.quantize(self.model, self.r)
-        self.accuracy = self.check(ref)
 
     def reference(self) -> tuple[torch.Tensor, torch.Tensor]:
         """bf16's tokens (prompt + greedy) and its teacher-forced logits at the generated positions."""
         p, n = self.acc_lengths()
         ref = plain.build(self.args, self.device, torch.bfloat16, self.seed) if self.r.act != torch.bfloat16 \
-            else _copy(self.model)
+            else copy.deepcopy(self.model)
         ref.setup_caches(ACC_ROWS, p + n)
         prompt = _prompts(ACC_ROWS, p, self.args.vocab, self.device, self.seed + 1)
         tokens = torch.cat([prompt, loop.generate(ref, prompt, n)], dim=1)
@@ -223,14 +224,11 @@ class HfSession(Session):
     def build(self) -> None:
         self.model = hf.build_hf(self.src, self.device, self.r.act, self.seed)
         self.args = hf.dims_args(self.model)
-        ref = self.reference() if self.r.name != "bf16" else None
-        self.notes += quant.quantize(self.model, self.r)
-        self.accuracy = self.check(ref)
 
     def reference(self):
         p, n = self.acc_lengths()
         ref = hf.build_hf(self.src, self.device, torch.bfloat16, self.seed) if self.r.act != torch.bfloat16 \
-            else _copy(self.model)
+            else copy.deepcopy(self.model)
         prompt = _prompts(ACC_ROWS, p, self.args.vocab, self.device, self.seed + 1)
         with torch.no_grad():
             tokens = torch.cat([prompt, hf.hf_generate(ref, prompt, n, compile=False)], dim=1)
@@ -248,11 +246,6 @@ class HfSession(Session):
     def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
         with torch.no_grad():
             return hf.timed_generate(self.model, prompt, self.output, self.compile)
-
-
-def _copy(model):
-    import copy
-    return copy.deepcopy(model)
 
 
 def _factory_transformer(src: dict, device, dtype) -> plain.Transformer:

@@ -34,23 +34,23 @@ from ..errors import choices
 
 @dataclass(frozen=True)
 class Entry:
-    module: str
     kind: str                  # "vector": n elements | "matrix": n x n operands (n^3 multiply-adds for products)
     precisions: tuple          # operand precisions, tcperf.precision names
     bound: str                 # "memory" (rated in GB/s) | "compute" (rated in TFLOPS)
     max_default: int | None = None   # the default sweep stops here (the naive matmul takes minutes beyond)
 
 
-# name -> kernel; the order is the tutorial's order. Adding a kernel is one module and one line here.
+# name (the module tcperf.lab.NAME) -> kernel; the order is the tutorial's order. Adding a kernel is one module and
+# one line here.
 KERNELS: dict[str, Entry] = {
-    "vector_add": Entry("tcperf.lab.vector_add", "vector", ("fp32",), "memory"),
-    "matrix_add": Entry("tcperf.lab.matrix_add", "matrix", ("fp32",), "memory"),
-    "sigmoid": Entry("tcperf.lab.sigmoid", "vector", ("fp32",), "memory"),
-    "matmul_naive": Entry("tcperf.lab.matmul_naive", "matrix", ("fp32",), "compute", max_default=2048),
-    "matmul_tiled": Entry("tcperf.lab.matmul_tiled", "matrix", ("fp32",), "compute"),
-    "matmul_tc": Entry("tcperf.lab.matmul_tc", "matrix", ("fp16", "bf16"), "compute"),
-    "dense": Entry("tcperf.lab.dense", "matrix", ("fp16", "bf16"), "compute"),
-    "matmul_int8": Entry("tcperf.lab.matmul_int8", "matrix", ("int8",), "compute"),
+    "vector_add": Entry("vector", ("fp32",), "memory"),
+    "matrix_add": Entry("matrix", ("fp32",), "memory"),
+    "sigmoid": Entry("vector", ("fp32",), "memory"),
+    "matmul_naive": Entry("matrix", ("fp32",), "compute", max_default=2048),
+    "matmul_tiled": Entry("matrix", ("fp32",), "compute"),
+    "matmul_tc": Entry("matrix", ("fp16", "bf16"), "compute"),
+    "dense": Entry("matrix", ("fp16", "bf16"), "compute"),
+    "matmul_int8": Entry("matrix", ("int8",), "compute"),
 }
 
 
@@ -66,7 +66,8 @@ def get(name: str) -> Entry:
 
 def load(name: str):
     """Import a kernel module (compiled for the GPU, or interpreted if TRITON_INTERPRET=1 is set by now)."""
-    return importlib.import_module(get(name).module)
+    get(name)                  # UserError naming the kernels
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 def interpreting() -> bool:

@@ -33,6 +33,7 @@ import torch
 
 from .. import lab, precision
 from ..errors import UserError
+from ..ops.base import rel_error
 from ..timing import Measurement, time_fn
 
 # The default sweeps (issue: vectors 1e3..1e8, matrices 128..8192), and the interpreter's small ones.
@@ -97,17 +98,14 @@ def cases(kernels: list[str], sizes: list[int] | None, interpreted: bool, quick:
 @contextlib.contextmanager
 def interpreter(on: bool):
     """TRITON_INTERPRET=1 (or unset) for the worker processes started inside; the caller's value back after."""
-    saved = os.environ.get("TRITON_INTERPRET")
+    saved = os.environ.pop("TRITON_INTERPRET", None)
     if on:
         os.environ["TRITON_INTERPRET"] = "1"
-    else:
-        os.environ.pop("TRITON_INTERPRET", None)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
+        os.environ.pop("TRITON_INTERPRET", None)
+        if saved is not None:
             os.environ["TRITON_INTERPRET"] = saved
 
 
@@ -157,7 +155,7 @@ def check(name: str, prec_name: str, n: int, run_on: torch.device | str) -> Chec
     reference = mod.numpy_fn(*[a.astype(np.float64) for a in arrays])
     xs = [x.to(run_on) for x in host]
     out = mod.triton_fn(*xs)
-    return Checked(mod, host, arrays, xs, out, reference, _rel_error(out, reference))
+    return Checked(mod, host, arrays, xs, out, reference, rel_error(out.cpu(), torch.from_numpy(reference)))
 
 
 def _measure(name, prec, n, device, job, result, interpreted) -> dict:
@@ -185,11 +183,6 @@ def _measure(name, prec, n, device, job, result, interpreted) -> dict:
     if kernel.unstable:
         result["warnings"].append(f"unstable: IQR/median = {kernel.spread:.0%}")
     return result
-
-
-def _rel_error(out: torch.Tensor, reference: np.ndarray) -> float:
-    from ..ops.base import rel_error
-    return rel_error(out.cpu(), torch.from_numpy(reference))
 
 
 def _time(fn, device: torch.device, job: dict, interpreted: bool) -> Measurement:

@@ -18,24 +18,20 @@ Against cuBLAS (torch.matmul) at 4096^3 and 8192^3, see docs/lab.md. Run it:
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import triton
 import triton.language as tl
 
 from . import interpreting
-from .matmul_naive import bytes_moved, flops, numpy_fn  # noqa: F401  (same maths as every matmul)
+from .matmul_naive import bytes_moved, flops, make_inputs, numpy_fn  # noqa: F401  (same maths as every matmul)
 from .matmul_tiled import store_tile, tile_product
 
 
-# Tried once per (M, N, K, dtype) by triton.autotune; a configuration that does not fit this GPU's shared
-# memory is skipped by the tuner. The first is the one Triton's matmul tutorial lists first for CUDA GPUs.
-CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=8),
-    triton.Config({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-]
+# (BLOCK_M, BLOCK_N, num_stages, num_warps) tried once per (M, N, K, dtype) by triton.autotune; a configuration that
+# does not fit this GPU's shared memory is skipped by the tuner. The first is Triton's matmul tutorial's first.
+TILES = ((128, 256, 3, 8), (128, 256, 4, 8), (256, 128, 3, 8), (128, 128, 4, 4), (64, 128, 4, 4))
 # The interpreter runs programs one after another on the CPU: small tiles, no tuning.
 INTERPRETER_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2}
 
@@ -59,12 +55,21 @@ def matmul_tc_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      GROUP_M: tl.constexpr, UPCAST: tl.constexpr):
     pid_m, pid_n = tile_order(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    INT8: tl.constexpr = a_ptr.dtype.element_ty == tl.int8     # lesson 8: exact sums of int8 products in int32
     acc = tile_product(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n,
-                       BLOCK_M, BLOCK_N, BLOCK_K, tl.float32, "tf32", UPCAST)   # [BLOCK_M, BLOCK_N] fp32
+                       BLOCK_M, BLOCK_N, BLOCK_K, tl.int32 if INT8 else tl.float32, "ieee" if INT8 else "tf32",
+                       UPCAST)                                  # [BLOCK_M, BLOCK_N] fp32 (int8 operands: int32)
     store_tile(c_ptr, acc.to(c_ptr.dtype.element_ty), M, N, stride_cm, stride_cn, pid_m, pid_n, BLOCK_M, BLOCK_N)
 
 
-matmul_tc_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"])(matmul_tc_kernel)
+def autotuned(kernel, block_k: int = 64):
+    """`kernel` autotuned over TILES, BLOCK_K elements of K a step (64 16-bit ones: 128 bytes, as int8's 128)."""
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": block_k, "GROUP_M": 8}, num_stages=stages,
+                             num_warps=warps) for m, n, stages, warps in TILES]
+    return triton.autotune(configs, key=["M", "N", "K"])(kernel)
+
+
+matmul_tc_tuned = autotuned(matmul_tc_kernel)
 
 
 def launch(kernel, tuned, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *extra, **constexprs) -> None:
@@ -94,14 +99,8 @@ def triton_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return c
 
 
-def tuned_config() -> str | None:
-    return chosen_config(matmul_tc_tuned)
+tuned_config = partial(chosen_config, matmul_tc_tuned)
 
 
 def torch_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b                                    # cuBLAS, fp32 accumulate
-
-
-def make_inputs(n: int, dtype: torch.dtype, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-    from ..ops.base import randn
-    return randn((n, n), dtype, "cpu", gen), randn((n, n), dtype, "cpu", gen)     # A: [n, n], B: [n, n]

@@ -1,5 +1,5 @@
-"""The model registry: name -> module. Adding a model is one module and one line here; the tests parametrize over
-`names()`, so a new model is tested at its small configuration automatically.
+"""The model registry: name -> module tcperf.models.NAME. Adding a model is one module and one name here; the tests
+parametrize over `names()`, so a new model is tested at its small configuration automatically.
 
 Every model module has the same small shape (synthetic data only, random initialisation, nothing downloaded):
 
@@ -27,23 +27,17 @@ import torch
 
 from ..errors import UserError, choices
 
-_MODULES = {
-    "resnet50": "tcperf.models.resnet50",
-    "bert": "tcperf.models.bert",
-    "gpt2": "tcperf.models.gpt2",
-    "lstm": "tcperf.models.lstm",
-    "dcgan": "tcperf.models.dcgan",
-}
+NAMES = ("resnet50", "bert", "gpt2", "lstm", "dcgan")
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    return list(NAMES)
 
 
 def get(name: str) -> ModuleType:
-    if name not in _MODULES:
-        raise choices("model", name, [*_MODULES, "all"])
-    return importlib.import_module(_MODULES[name])
+    if name not in NAMES:
+        raise choices("model", name, [*NAMES, "all"])
+    return importlib.import_module(f"{__name__}.{name}")
 
 
 def parse_list(text: str) -> list[str]:
@@ -78,12 +72,6 @@ def make_optimizer(mod: ModuleType, params) -> torch.optim.Optimizer:
     """AdamW with the model's hyper-parameters, as users write it (PyTorch's default, foreach): the ladder's fused
     rung adds fused=True (tcperf.recipes)."""
     return torch.optim.AdamW(params, **mod.OPTIMIZER)
-
-
-def model_flops(mod: ModuleType, cfg: dict, batch: int, mode: str) -> float | None:
-    """The module's own formula, or None to let torch.utils.flop_counter count them."""
-    formula = getattr(mod, "flops", None)
-    return formula(cfg, batch, mode) if formula else None
 
 
 def train_step(mod: ModuleType, model, inputs, targets, optimizer) -> torch.Tensor:

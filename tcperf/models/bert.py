@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .transformer import Block, init_weights, token_loss, tokens
+from .transformer import Block, init_weights, token_batch, token_loss
 
 KIND = "transformer"
 UNIT = "samples/s"
@@ -49,16 +49,10 @@ class Bert(nn.Module):
         return self.decoder(x)                           # (B, T, V)
 
 
-def build(cfg: dict) -> nn.Module:
-    return Bert(cfg)
-
-
-def make_batch(cfg: dict, batch: int, device, gen: torch.Generator):
-    return (tokens(cfg, batch, device, gen),), tokens(cfg, batch, device, gen)
-
-
+build = Bert  # build(cfg) -> the model, randomly initialised
+make_batch = token_batch
 loss_fn = token_loss
 
 
 def items_per_batch(cfg: dict, batch: int) -> int:
-    return batch
+    return batch                    # sequences

@@ -14,7 +14,7 @@ import math
 import torch
 import torch.nn as nn
 
-from .transformer import Block, init_weights, token_loss, tokens
+from .transformer import Block, init_weights, token_batch, token_loss, tokens_per_batch
 
 KIND = "transformer"
 UNIT = "tokens/s"
@@ -49,16 +49,7 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))                # (B, T, V)
 
 
-def build(cfg: dict) -> nn.Module:
-    return GPT(cfg)
-
-
-def make_batch(cfg: dict, batch: int, device, gen: torch.Generator):
-    return (tokens(cfg, batch, device, gen),), tokens(cfg, batch, device, gen)
-
-
+build = GPT  # build(cfg) -> the model, randomly initialised
+make_batch = token_batch
 loss_fn = token_loss
-
-
-def items_per_batch(cfg: dict, batch: int) -> int:
-    return batch * cfg["seq"]
+items_per_batch = tokens_per_batch

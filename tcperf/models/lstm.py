@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .transformer import token_loss, tokens
+from .transformer import token_batch, token_loss, tokens_per_batch
 
 KIND = "rnn"
 UNIT = "tokens/s"
@@ -38,19 +38,10 @@ class LSTMLM(nn.Module):
         return self.decoder(y)               # (B, T, V)
 
 
-def build(cfg: dict) -> nn.Module:
-    return LSTMLM(cfg)
-
-
-def make_batch(cfg: dict, batch: int, device, gen: torch.Generator):
-    return (tokens(cfg, batch, device, gen),), tokens(cfg, batch, device, gen)
-
-
+build = LSTMLM  # build(cfg) -> the model, randomly initialised
+make_batch = token_batch
 loss_fn = token_loss
-
-
-def items_per_batch(cfg: dict, batch: int) -> int:
-    return batch * cfg["seq"]
+items_per_batch = tokens_per_batch
 
 
 def flops(cfg: dict, batch: int, mode: str) -> float:

@@ -49,8 +49,7 @@ def make_batch(cfg: dict, batch: int, device, gen: torch.Generator):
     return (images,), labels
 
 
-def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, labels)
+loss_fn = F.cross_entropy          # loss_fn(logits (B, classes), labels (B,))
 
 
 def items_per_batch(cfg: dict, batch: int) -> int:

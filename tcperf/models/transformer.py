@@ -1,6 +1,7 @@
 """Transformer pieces shared by the GPT-2 and BERT models, written nanoGPT-style: every projection is a plain
 nn.Linear called as a module (so the fp8/int8 recipes can swap it) and attention is
-F.scaled_dot_product_attention, which picks the flash / efficient / cuDNN kernel itself.
+F.scaled_dot_product_attention, which picks the flash / efficient / cuDNN kernel itself. The token data and loss
+at the end serve every language model (GPT-2, BERT, the LSTM).
 
 Dropout is left out on purpose: the ladder's accuracy check compares recipes on the same data, and random masks
 (drawn differently by eager and compiled code) would hide the arithmetic difference it is looking for.
@@ -66,6 +67,15 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
 def tokens(cfg: dict, batch: int, device, gen: torch.Generator) -> torch.Tensor:
     """Random token ids, (B, T)."""
     return torch.randint(0, cfg["vocab"], (batch, cfg["seq"]), generator=gen, device=device)
+
+
+def token_batch(cfg: dict, batch: int, device, gen: torch.Generator):
+    """A language model's make_batch: random tokens in, random tokens as the targets (B, T) each."""
+    return (tokens(cfg, batch, device, gen),), tokens(cfg, batch, device, gen)
+
+
+def tokens_per_batch(cfg: dict, batch: int) -> int:
+    return batch * cfg["seq"]
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

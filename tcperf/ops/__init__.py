@@ -1,4 +1,5 @@
-"""The operation registry: name -> Op. Adding an operation is one module and one line here.
+"""The operation registry: name -> Op, the `OP` of module tcperf.ops.NAME. Adding an operation is one module and one
+name here.
 
 A case may also name an op as 'package.module:ATTR' (used by the tests to inject broken, crashing and hanging
 ops into real worker processes).
@@ -10,24 +11,17 @@ import importlib
 from ..errors import choices
 from .base import Op
 
-_MODULES = {
-    "gemm": "tcperf.ops.gemm",
-    "copy": "tcperf.ops.copy",
-    "conv": "tcperf.ops.conv",
-    "rnn": "tcperf.ops.rnn",
-    "attention": "tcperf.ops.attention",
-    "sparse": "tcperf.ops.sparse",
-}
+NAMES = ("gemm", "copy", "conv", "rnn", "attention", "sparse")
 
 
 def names() -> list[str]:
-    return list(_MODULES)
+    return list(NAMES)
 
 
 def get(name: str) -> Op:
     if ":" in name:
         module, attr = name.split(":", 1)
         return getattr(importlib.import_module(module), attr)
-    if name not in _MODULES:
-        raise choices("operation", name, _MODULES)
-    return importlib.import_module(_MODULES[name]).OP
+    if name not in NAMES:
+        raise choices("operation", name, NAMES)
+    return importlib.import_module(f"{__name__}.{name}").OP

@@ -27,9 +27,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from ..errors import UserError
 from ..precision import Precision
-from .base import Op, Prepared, generator, randn
+from .base import Op, Prepared, flat, generator, one_of, randn, sizes
 
 BACKENDS = (("flash", "FLASH_ATTENTION"), ("efficient", "EFFICIENT_ATTENTION"), ("cudnn", "CUDNN_ATTENTION"),
             ("math", "MATH"))
@@ -37,13 +36,9 @@ REFERENCE_BYTES = 2**30      # float64 scores per reference chunk
 
 
 def dims(shape: dict) -> dict:
-    d = {k: int(shape[k]) for k in ("batch", "heads", "seq", "head_dim")}
+    d = sizes({k: int(shape[k]) for k in ("batch", "heads", "seq", "head_dim")}, "attention")
     d["causal"] = str(shape.get("causal", False)).lower() in ("true", "1", "yes")
-    d["pass"] = str(shape.get("pass", "fwd"))
-    if d["pass"] not in ("fwd", "bwd"):
-        raise UserError(f"unknown attention pass {d['pass']!r}; choose from: fwd, bwd")
-    if min(d["batch"], d["heads"], d["seq"], d["head_dim"]) < 1:
-        raise UserError(f"attention sizes must be >= 1 ({shape})")
+    d["pass"] = one_of(str(shape.get("pass", "fwd")), ("fwd", "bwd"), "attention pass")
     return d
 
 
@@ -127,11 +122,7 @@ def _prepare_backward(q, k, v, causal, gen) -> Prepared:
     o = _sdpa(backend, q, k, v, causal)         # one forward with its graph kept; the backward is what is timed
     run = lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
     ref = lambda: reference(q, k, v, causal, do)
-    return Prepared(run=run, reference=ref, compare=_flat, info={"backend": name})
-
-
-def _flat(grads) -> torch.Tensor:
-    return torch.cat([g.reshape(-1).double() for g in grads])
+    return Prepared(run=run, reference=ref, compare=flat, info={"backend": name})
 
 
 def _attend(q, k, v, causal):

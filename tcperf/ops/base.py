@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from ..errors import UserError, choices
 from ..precision import Precision
 
 
@@ -62,6 +63,20 @@ class Op:
         return None
 
 
+def one_of(value: str, valid, what: str) -> str:
+    """A shape's option checked: `value` if it is one of `valid`, else a UserError naming them."""
+    if value not in valid:
+        raise choices(what, value, valid)
+    return value
+
+
+def sizes(values: dict, what: str) -> dict:
+    """A shape's sizes checked: `values` (name -> int) if every one is >= 1, else a UserError listing them."""
+    if min(values.values()) < 1:
+        raise UserError(f"{what} sizes must be >= 1 ({', '.join(f'{k}={v}' for k, v in values.items())})")
+    return values
+
+
 def generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
@@ -72,6 +87,14 @@ def randn(shape, dtype: torch.dtype, device, gen: torch.Generator, scale: float 
     x = torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale
     x = torch.where(x == 0, torch.full_like(x, 1e-3), x)
     return x.to(dtype)
+
+
+def rand_int8(shape, device, gen: torch.Generator) -> torch.Tensor:
+    """Random non-zero int8 values in [-64, 64]: no zeros, and k * 64 * 64 stays far inside int32 (and inside
+    float64's exact range, so a float64 reference is exact)."""
+    mag = torch.randint(1, 65, shape, generator=gen, device=device, dtype=torch.int32)
+    sign = torch.randint(0, 2, shape, generator=gen, device=device, dtype=torch.int32) * 2 - 1
+    return (mag * sign).to(torch.int8)
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -85,6 +108,11 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     denom = torch.linalg.vector_norm(ref).item()
     diff = torch.linalg.vector_norm(out - ref).item()
     return diff / denom if denom > 0 else diff
+
+
+def flat(grads) -> torch.Tensor:
+    """Gradients (dx, every weight's, ...) as one float64 vector, so one relative error covers them all."""
+    return torch.cat([g.reshape(-1).double() for g in grads])
 
 
 def poison(t: torch.Tensor) -> None:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from ..errors import UserError
 from ..precision import Precision
-from .base import Op, Prepared, generator, randn
+from .base import Op, Prepared, generator, one_of, randn
 
 LAYOUTS = ("NCHW", "NHWC")
 PASSES = ("fwd", "bwd_data", "bwd_weight")
@@ -34,12 +34,8 @@ def geometry(shape: dict) -> dict:
     for side in ("h", "w"):
         g[f"pad_{side}"] = int(shape.get(f"pad_{side}", shape.get("pad", 0)))
         g[f"stride_{side}"] = int(shape.get(f"stride_{side}", shape.get("stride", 1)))
-    g["layout"] = str(shape.get("layout", "NCHW")).upper()
-    g["pass"] = str(shape.get("pass", "fwd"))
-    if g["layout"] not in LAYOUTS:
-        raise UserError(f"unknown layout {g['layout']!r}; choose from: {', '.join(LAYOUTS)}")
-    if g["pass"] not in PASSES:
-        raise UserError(f"unknown conv pass {g['pass']!r}; choose from: {', '.join(PASSES)}")
+    g["layout"] = one_of(str(shape.get("layout", "NCHW")).upper(), LAYOUTS, "layout")
+    g["pass"] = one_of(str(shape.get("pass", "fwd")), PASSES, "conv pass")
     g["P"] = (g["H"] + 2 * g["pad_h"] - g["R"]) // max(g["stride_h"], 1) + 1
     g["Q"] = (g["W"] + 2 * g["pad_w"] - g["S"]) // max(g["stride_w"], 1) + 1
     if min(g[k] for k in ("N", "C", "H", "W", "K", "R", "S", "stride_h", "stride_w")) < 1 or min(g["P"], g["Q"]) < 1:
@@ -101,10 +97,6 @@ class Conv(Op):
                         info={"layout": g["layout"], "pass": g["pass"]})
 
 
-def _forward(x, w, dy, stride, padding):
-    return F.conv2d(x, w, None, stride, padding)
-
-
 def _backward(x, w, dy, stride, padding, mask):
     """torch.ops.aten.convolution_backward: the call autograd makes; mask picks (input, weight, bias) grads."""
     return torch.ops.aten.convolution_backward(dy, x, w, None, list(stride), list(padding), [1, 1], False,
@@ -112,7 +104,7 @@ def _backward(x, w, dy, stride, padding, mask):
 
 
 _CALLS = {
-    "fwd": _forward,
+    "fwd": lambda x, w, dy, stride, padding: F.conv2d(x, w, None, stride, padding),
     "bwd_data": lambda x, w, dy, stride, padding: _backward(x, w, dy, stride, padding, [True, False, False])[0],
     "bwd_weight": lambda x, w, dy, stride, padding: _backward(x, w, dy, stride, padding, [False, True, False])[1],
 }

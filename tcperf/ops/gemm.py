@@ -14,7 +14,7 @@ import torch
 
 from ..precision import Precision
 from ..quant import fp8_quantize
-from .base import Op, Prepared, generator, randn
+from .base import Op, Prepared, generator, rand_int8, randn
 
 
 class Gemm(Op):
@@ -82,16 +82,9 @@ def _prepare_fp8(shape: dict, device, seed: int) -> Prepared:
     return Prepared(run=run, reference=ref, info={"scale_a": sa.item(), "scale_b": sb.item()})
 
 
-def _int8(rows: int, cols: int, device, gen) -> torch.Tensor:
-    """Random non-zero int8 values in [-64, 64]: no zeros, and k * 64 * 64 stays far inside int32."""
-    mag = torch.randint(1, 65, (rows, cols), generator=gen, device=device, dtype=torch.int32)
-    sign = torch.randint(0, 2, (rows, cols), generator=gen, device=device, dtype=torch.int32) * 2 - 1
-    return (mag * sign).to(torch.int8)
-
-
 def _prepare_int8(shape: dict, device, seed: int) -> Prepared:
     gen = generator(device, seed)
-    make = lambda rows, cols: _int8(rows, cols, device, gen)
+    make = lambda rows, cols: rand_int8((rows, cols), device, gen)
     a = _operand(shape["m"], shape["k"], shape.get("a_t", "N"), make)
     b = _operand(shape["k"], shape["n"], shape.get("b_t", "N"), make)   # 'T': column-major, cuBLASLt's int8 layout
     return Prepared(run=lambda: torch._int_mm(a, b), reference=lambda: a.double() @ b.double())

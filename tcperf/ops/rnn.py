@@ -23,9 +23,8 @@ import math
 
 import torch
 
-from ..errors import UserError
 from ..precision import Precision
-from .base import Op, Prepared, generator, randn
+from .base import Op, Prepared, flat, generator, one_of, randn, sizes
 
 CELLS = {"vanilla": 1, "lstm": 4, "gru": 3}     # cell -> gates (GEMM blocks per step)
 PASSES = ("fwd", "bwd")
@@ -34,17 +33,13 @@ NONLINEARITY = "tanh"     # see the module docstring
 
 def dims(shape: dict) -> dict:
     """cell, gates, hidden H, batch B, timesteps T, input I, pass; UserError for unknown cells or passes."""
-    cell, rnn_pass = str(shape.get("cell", "lstm")).lower(), str(shape.get("pass", "fwd"))
-    if cell not in CELLS:
-        raise UserError(f"unknown RNN cell {cell!r}; choose from: {', '.join(CELLS)}")
-    if rnn_pass not in PASSES:
-        raise UserError(f"unknown RNN pass {rnn_pass!r}; choose from: {', '.join(PASSES)}")
-    h, b, t = int(shape["hidden"]), int(shape["batch"]), int(shape["timesteps"])
-    d = {"cell": cell, "gates": CELLS[cell], "H": h, "B": b, "T": t, "I": int(shape.get("input", h)),
-         "pass": rnn_pass}
-    if min(d["H"], d["B"], d["T"], d["I"]) < 1:
-        raise UserError(f"RNN sizes must be >= 1 (hidden={h}, batch={b}, timesteps={t}, input={d['I']})")
-    return d
+    cell = one_of(str(shape.get("cell", "lstm")).lower(), CELLS, "RNN cell")
+    rnn_pass = one_of(str(shape.get("pass", "fwd")), PASSES, "RNN pass")
+    h = int(shape["hidden"])
+    n = sizes({"hidden": h, "batch": int(shape["batch"]), "timesteps": int(shape["timesteps"]),
+               "input": int(shape.get("input", h))}, "RNN")
+    return {"cell": cell, "gates": CELLS[cell], "H": h, "B": n["batch"], "T": n["timesteps"], "I": n["input"],
+            "pass": rnn_pass}
 
 
 class Rnn(Op):
@@ -128,14 +123,9 @@ def _prepare_backward(layer, twin, x, gen, info) -> Prepared:
     def reference():
         x64 = x.detach().double().requires_grad_(True)
         y64 = twin(x64)[0]
-        return _flat(torch.autograd.grad(y64, (x64, *twin.parameters()), dy.double()))
+        return flat(torch.autograd.grad(y64, (x64, *twin.parameters()), dy.double()))
 
-    return Prepared(run=run, reference=reference, compare=_flat, info=info)
-
-
-def _flat(grads) -> torch.Tensor:
-    """dx and every weight gradient as one vector, so one relative error covers them all."""
-    return torch.cat([g.reshape(-1).double() for g in grads])
+    return Prepared(run=run, reference=reference, compare=flat, info=info)
 
 
 OP = Rnn()

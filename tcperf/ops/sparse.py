@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import UserError
 from ..precision import Precision
-from .base import Op, Prepared, generator, randn
+from .base import Op, Prepared, generator, one_of, randn
 
 FORMATS = ("2:4", "dense")
 DEFAULT_MIN = {"cusparselt": (16, 16), "cutlass": (32, 64)}   # fp16/bf16 sparse-operand tiles (rows, cols)
@@ -34,9 +33,7 @@ DENSE_COLS = 8     # the dense operand's columns are padded to a multiple of 8 (
 
 
 def dims(shape: dict) -> tuple[int, int, int, str]:
-    fmt = str(shape.get("format", "2:4"))
-    if fmt not in FORMATS:
-        raise UserError(f"unknown sparse format {fmt!r}; choose from: {', '.join(FORMATS)}")
+    fmt = one_of(str(shape.get("format", "2:4")), FORMATS, "sparse format")
     return int(shape["m"]), int(shape["n"]), int(shape["k"]), fmt
 
 

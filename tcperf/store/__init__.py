@@ -31,8 +31,7 @@ from . import location, migrate
 from .location import mask
 from .schema import HEAD, SCHEMA_VERSION, results, runs
 
-__all__ = ["Store", "SCHEMA_VERSION", "HEAD", "RESULT_COLUMNS", "case_key", "default_path", "default_location",
-           "mask"]
+__all__ = ["Store", "SCHEMA_VERSION", "HEAD", "RESULT_COLUMNS", "case_key", "default_location", "mask"]
 
 RESULT_COLUMNS = ("op", "suite", "case_key", "shape", "precision", "status", "error", "tolerance",
                   "median_ms", "iqr_ms", "min_ms", "mean_ms", "n", "samples", "flops", "bytes", "tflops",
@@ -42,17 +41,10 @@ _JSON_COLUMNS = {"shape": "{}", "samples": "[]", "metrics": "{}", "warnings": "[
 
 def default_location() -> str:
     """$TCPERF_DB (a path or a URL), else the default SQLite file."""
-    return os.environ.get("TCPERF_DB") or str(_default_file())
-
-
-def default_path() -> Path:
-    """The default store as a path (tcperf 0.1's name; a URL in $TCPERF_DB is not a path: see default_location)."""
-    return Path(os.environ["TCPERF_DB"]) if os.environ.get("TCPERF_DB") else _default_file()
-
-
-def _default_file() -> Path:
+    if os.environ.get("TCPERF_DB"):
+        return os.environ["TCPERF_DB"]
     base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "tcperf" / "results.db"
+    return str(Path(base) / "tcperf" / "results.db")
 
 
 def case_key(op: str, shape: dict, precision: str) -> str:
@@ -136,10 +128,8 @@ class Store:
 
     def run(self, run_id: int | None = None) -> dict:
         """One run (the latest when run_id is None); UserError when there is none."""
-        if run_id is None:
-            rows = self._read(select(runs).order_by(runs.c.id.desc()).limit(1))
-        else:
-            rows = self._read(select(runs).where(runs.c.id == run_id))
+        latest = select(runs).order_by(runs.c.id.desc()).limit(1)
+        rows = self._read(latest if run_id is None else select(runs).where(runs.c.id == run_id))
         if not rows:
             raise UserError(f"no run {run_id} in {self.where}" if run_id is not None else f"no runs yet in {self.where}")
         return _status(rows[0])
@@ -173,8 +163,7 @@ class Store:
             .where(runs.c.kind == "ceilings", runs.c.device == device, results.c.op == "ceiling",
                    results.c.status == "ok")
             .order_by(results.c.run_id.desc()))
-        latest: dict = {}
-        out: dict = {}
+        latest, out = {}, {}                   # precision -> the latest run that measured it, its best figure
         for r in rows:
             value = r["gbps"] if r["precision"] == "bandwidth" else r["tflops"]
             if not value or latest.setdefault(r["precision"], r["run_id"]) != r["run_id"]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from typing import Callable
 
@@ -48,17 +49,6 @@ def _number(value: str):
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
-SUITES: dict[str, Suite] = {}
-
-
-def register(suite: Suite) -> None:
-    SUITES[suite.name] = suite
-
-
-register(Suite("quick", "quick.csv", "what `tcperf run` measures: GEMMs (one misaligned), a convolution in NCHW "
-                                      "and NHWC, an attention and a device-to-device copy"))
-
-
 # --- DeepBench's tables: one row -> the case(s) tcperf measures for it (see deepbench/README.md) ----------------
 def _ints(row: dict, keys) -> dict:
     return {k: int(row[k]) for k in keys}
@@ -68,31 +58,15 @@ def deepbench_gemm(row: dict) -> dict:
     return {**_ints(row, ("m", "n", "k")), "a_t": row["a_t"], "b_t": row["b_t"]}
 
 
-def _conv(row: dict, passes) -> list[dict]:
+def deepbench_conv(row: dict, passes=("fwd",)) -> list[dict]:
     """Each pass in NCHW (as DeepBench ran it) and NHWC (what Tensor Cores want), side by side."""
     base = _ints(row, ("N", "C", "H", "W", "K", "R", "S", "pad_h", "pad_w", "stride_h", "stride_w"))
     return [{**base, "layout": layout, "pass": p} for p in passes for layout in ("NCHW", "NHWC")]
 
 
-def deepbench_conv_train(row: dict) -> list[dict]:
-    return _conv(row, ("fwd", "bwd_data", "bwd_weight"))
-
-
-def deepbench_conv_infer(row: dict) -> list[dict]:
-    return _conv(row, ("fwd",))
-
-
-def _rnn(row: dict, passes) -> list[dict]:
+def deepbench_rnn(row: dict, passes=("fwd",)) -> list[dict]:
     base = {"cell": row["cell"], **_ints(row, ("hidden", "batch", "timesteps"))}
     return [{**base, "pass": p} for p in passes]
-
-
-def deepbench_rnn_train(row: dict) -> list[dict]:
-    return _rnn(row, ("fwd", "bwd"))
-
-
-def deepbench_rnn_infer(row: dict) -> list[dict]:
-    return _rnn(row, ("fwd",))
 
 
 def deepbench_sparse(row: dict) -> list[dict]:
@@ -105,33 +79,34 @@ def in_deepbench_code(row: dict) -> bool:
     return "commented out" not in row.get("note", "")
 
 
-for _name, _file, _op, _map, _about in (
-    ("deepbench-gemm-train", "gemm_train.csv", "gemm", deepbench_gemm,
-     "DeepBench training GEMMs (DeepSpeech, language models, speaker ID, ...): NN/NT/TN"),
-    ("deepbench-gemm-infer", "gemm_infer.csv", "gemm", deepbench_gemm,
-     "DeepBench inference GEMMs, server and device sets"),
-    ("deepbench-conv-train", "conv_train.csv", "conv", deepbench_conv_train,
-     "DeepBench training convolutions: forward, backward-data, backward-weight, NCHW and NHWC"),
-    ("deepbench-conv-infer", "conv_infer.csv", "conv", deepbench_conv_infer,
-     "DeepBench inference convolutions: forward, NCHW and NHWC"),
-    ("deepbench-rnn-train", "rnn_train.csv", "rnn", deepbench_rnn_train,
-     "DeepBench training RNNs (vanilla, LSTM, GRU): forward and backward"),
-    ("deepbench-rnn-infer", "rnn_infer.csv", "rnn", deepbench_rnn_infer,
-     "DeepBench inference RNNs: forward"),
-    ("deepbench-sparse", "sparse.csv", "sparse", deepbench_sparse,
-     "DeepBench's 90-95 % sparse GEMMs, run as 2:4 structured sparse and as dense"),
-):
-    register(Suite(_name, f"deepbench/{_file}", _about, op=_op, to_shape=_map, source="DeepBench",
-                   keep=in_deepbench_code if _file == "conv_infer.csv" else None))
+# table -> (its rows -> cases, what it holds): suite deepbench-gemm-train reads deepbench/gemm_train.csv as gemm cases
+DEEPBENCH = {
+    "gemm_train": (deepbench_gemm, "DeepBench training GEMMs (DeepSpeech, language models, speaker ID, ...): NN/NT/TN"),
+    "gemm_infer": (deepbench_gemm, "DeepBench inference GEMMs, server and device sets"),
+    "conv_train": (partial(deepbench_conv, passes=("fwd", "bwd_data", "bwd_weight")),
+                   "DeepBench training convolutions: forward, backward-data, backward-weight, NCHW and NHWC"),
+    "conv_infer": (deepbench_conv, "DeepBench inference convolutions: forward, NCHW and NHWC"),
+    "rnn_train": (partial(deepbench_rnn, passes=("fwd", "bwd")),
+                  "DeepBench training RNNs (vanilla, LSTM, GRU): forward and backward"),
+    "rnn_infer": (deepbench_rnn, "DeepBench inference RNNs: forward"),
+    "sparse": (deepbench_sparse, "DeepBench's 90-95 % sparse GEMMs, run as 2:4 structured sparse and as dense"),
+}
 
-# --- modern suites, in tcperf's own CSV format -------------------------------------------------------------------
-register(Suite("llm", "llm.csv", "LLM linear layers: GPT-2 124M (vocabulary 50257 and padded 50304), Llama-3 8B "
-                                  "and 70B projections, prefill and decode (M = 1..256)"))
-register(Suite("attention", "attention.csv", "scaled-dot-product attention: sequence 512..16k, head_dim 64 and "
-                                              "128, causal and full, forward and backward"))
-register(Suite("vit", "vit.csv", "ViT-B/16 at 224x224, batch 64: patch embedding, attention and MLP layers"))
-register(Suite("resnet50", "resnet50.csv", "ResNet-50 convolutions at batch 64 (every distinct layer), NCHW and "
-                                            "NHWC, forward and backward"))
+# --- every suite: tcperf's own CSV files, DeepBench's tables, then the modern suites -----------------------------
+SUITES: dict[str, Suite] = {s.name: s for s in (
+    Suite("quick", "quick.csv", "what `tcperf run` measures: GEMMs (one misaligned), a convolution in NCHW and NHWC, "
+                                "an attention and a device-to-device copy"),
+    *(Suite("deepbench-" + table.replace("_", "-"), f"deepbench/{table}.csv", about, op=table.split("_")[0],
+            to_shape=to_shape, source="DeepBench", keep=in_deepbench_code if table == "conv_infer" else None)
+      for table, (to_shape, about) in DEEPBENCH.items()),
+    Suite("llm", "llm.csv", "LLM linear layers: GPT-2 124M (vocabulary 50257 and padded 50304), Llama-3 8B and 70B "
+                            "projections, prefill and decode (M = 1..256)"),
+    Suite("attention", "attention.csv", "scaled-dot-product attention: sequence 512..16k, head_dim 64 and 128, "
+                                        "causal and full, forward and backward"),
+    Suite("vit", "vit.csv", "ViT-B/16 at 224x224, batch 64: patch embedding, attention and MLP layers"),
+    Suite("resnet50", "resnet50.csv", "ResNet-50 convolutions at batch 64 (every distinct layer), NCHW and NHWC, "
+                                      "forward and backward"),
+)}
 
 
 def names() -> list[str]:

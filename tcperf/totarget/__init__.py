@@ -1,8 +1,8 @@
 """Time to accuracy (`tcperf train-to-target`): train until a validation metric first reaches a target, per
 precision recipe, over N seeded runs; DAWNBench's end-to-end measure.
 
-A workload is one module with `build(options: dict, device) -> Task`; WORKLOADS maps names to modules (adding one
-is one module and one line). `file.py:factory` (a user's model, loaded by tcperf.source like `advise`)
+A workload is one module with `build(options: dict, device) -> Task`; WORKLOADS maps names to modules of this
+package (adding one is one module and one entry). `file.py:factory` (a user's model, loaded by tcperf.source like `advise`)
 trains on the classification data given with --data (an ImageFolder directory or an .npz file).
 
     task = build({"workload": "bytes-gpt", "size": "small"}, "cpu")
@@ -21,13 +21,7 @@ import torch
 
 from ..errors import UserError, choices
 
-WORKLOADS = {
-    "bytes-gpt": "tcperf.totarget.bytes_gpt",
-    "cifar10": "tcperf.totarget.cifar10",
-    "imagefolder": "tcperf.totarget.folder",
-    "npz": "tcperf.totarget.npz",
-}
-FACTORY = "tcperf.totarget.factory"
+WORKLOADS = {"bytes-gpt": "bytes_gpt", "cifar10": "cifar10", "imagefolder": "folder", "npz": "npz"}
 DEFAULT = "bytes-gpt"
 
 
@@ -59,10 +53,10 @@ def is_factory(name: str) -> bool:
 def module_for(name: str):
     """The workload module for a name or a `file.py:factory`; UserError naming the valid choices."""
     if is_factory(name):
-        return importlib.import_module(FACTORY)
+        return importlib.import_module(f"{__name__}.factory")
     if name not in WORKLOADS:
         raise choices("workload", name, [*WORKLOADS, "file.py:factory"])
-    return importlib.import_module(WORKLOADS[name])
+    return importlib.import_module(f"{__name__}.{WORKLOADS[name]}")
 
 
 def build(options: dict, device) -> Task:

@@ -14,16 +14,12 @@ import torch
 from ..errors import UserError
 from . import images, need_data
 
-TARGET = 0.9
-BATCH = 256
-HOLD_OUT = 5          # every 5th image validates when there is no val/ folder
-
 
 def build(options: dict, device, model=None):
     path = need_data(options, "DIR (an ImageFolder: one sub-folder per class)")
     data, classes = load(path, options.get("image_size") or 32)
-    return images.task(options["workload"], data, device, classes=len(classes), batch=options.get("batch") or BATCH,
-                       target=TARGET, model=model, info={"data": str(path), "class_names": classes})
+    return images.task(options["workload"], data, device, classes=len(classes), batch=options.get("batch"),
+                       model=model, info={"data": str(path), "class_names": classes})
 
 
 def load(path: Path, size: int) -> tuple[dict, list[str]]:
@@ -38,8 +34,7 @@ def load(path: Path, size: int) -> tuple[dict, list[str]]:
             raise UserError(f"--data {path}: train/ and {val.name}/ have different classes")
         return {"train_x": train[0], "train_y": train[1], "test_x": test[0], "test_y": test[1]}, names
     (x, y), names = _read(path, size)
-    held = torch.arange(len(y)) % HOLD_OUT == HOLD_OUT - 1
-    return {"train_x": x[~held], "train_y": y[~held], "test_x": x[held], "test_y": y[held]}, names
+    return images.held_out(x, y), names                         # no val/ folder: every 5th image validates
 
 
 def _read(folder: Path, size: int):

@@ -9,6 +9,7 @@ GPUs is not measured (no CIFAR-10 download here): claim none.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -18,6 +19,8 @@ from . import Task
 
 LABEL_SMOOTHING = 0.2        # airbench94's
 EVAL_BATCH = 2000
+TARGET, BATCH = 0.9, 256     # your data's (an ImageFolder, an .npz): the default accuracy and batch
+HOLD_OUT = 5                 # your data as one set: every 5th example validates
 
 
 def conv_group(cin: int, cout: int) -> list[nn.Module]:
@@ -93,6 +96,12 @@ def check_labels(y: torch.Tensor, classes: int, where: str) -> None:
         raise UserError(f"{where}: labels out of range: {int(y.min())}..{int(y.max())} for {classes} classes")
 
 
+def held_out(x, y) -> dict:
+    """One labelled set (tensors or arrays) split in two: every HOLD_OUT-th example validates."""
+    held = np.arange(len(y)) % HOLD_OUT == HOLD_OUT - 1
+    return {"train_x": x[~held], "train_y": y[~held], "test_x": x[held], "test_y": y[held]}
+
+
 def normalize(train_x: torch.Tensor, test_x: torch.Tensor):
     """Both sets scaled by the training set's per-channel mean and std (dim 1 is the channel or feature)."""
     dims = [d for d in range(train_x.dim()) if d != 1]
@@ -112,11 +121,12 @@ def sgd_schedule(steps: int, warmup: float = 0.2, floor: float = 0.02):
     return lr_at
 
 
-def task(name: str, data: dict, device, *, classes: int, batch: int, target: float, model=None, sgd_epochs=None,
-         info: dict | None = None) -> Task:
+def task(name: str, data: dict, device, *, classes: int, batch: int | None = None, target: float = TARGET,
+         model=None, sgd_epochs=None, info: dict | None = None) -> Task:
     """A classification Task from CPU tensors data = {train_x, train_y, test_x, test_y} (float images (N, C, H, W)
     or features (N, F); int64 labels). The model: `model` (a factory's) or the fast ResNet / an MLP. sgd_epochs:
     airbench's SGD and schedule planned over that many epochs; None: AdamW at lr 1e-3, constant."""
+    batch = batch or BATCH
     check_labels(data["train_y"], classes, f"{name} training set")
     check_labels(data["test_y"], classes, f"{name} test set")
     train_x, test_x = normalize(data["train_x"].float(), data["test_x"].float())

@@ -17,17 +17,13 @@ import torch
 from ..errors import UserError
 from . import images, need_data
 
-TARGET = 0.9
-BATCH = 256
-HOLD_OUT = 5
-
 
 def build(options: dict, device, model=None):
     path = need_data(options, "FILE.npz (x_train, y_train, x_test, y_test; or x, y)")
     data = load(path)
     classes = int(max(data["train_y"].max(), data["test_y"].max())) + 1 if len(data["train_y"]) else 0
-    return images.task(options["workload"], data, device, classes=max(classes, 2), batch=options.get("batch") or BATCH,
-                       target=TARGET, model=model, info={"data": str(path)})
+    return images.task(options["workload"], data, device, classes=max(classes, 2), batch=options.get("batch"),
+                       model=model, info={"data": str(path)})
 
 
 def load(path: Path) -> dict:
@@ -37,16 +33,14 @@ def load(path: Path) -> dict:
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise UserError(f"--data {path}: not a readable .npz file: {str(e).splitlines()[0]}") from None
     if {"x_train", "y_train", "x_test", "y_test"} <= set(arrays):
-        parts = {k: arrays[k] for k in ("x_train", "y_train", "x_test", "y_test")}
+        parts = {"train_x": arrays["x_train"], "train_y": arrays["y_train"], "test_x": arrays["x_test"],
+                 "test_y": arrays["y_test"]}
     elif {"x", "y"} <= set(arrays):
-        held = np.arange(len(arrays["y"])) % HOLD_OUT == HOLD_OUT - 1
-        parts = {"x_train": arrays["x"][~held], "y_train": arrays["y"][~held], "x_test": arrays["x"][held],
-                 "y_test": arrays["y"][held]}
+        parts = images.held_out(arrays["x"], arrays["y"])              # every 5th example validates
     else:
         raise UserError(f"--data {path}: needs arrays x_train, y_train, x_test, y_test (or x, y); has "
                         f"{', '.join(sorted(arrays)) or 'none'}")
-    return {"train_x": _inputs(parts["x_train"], path), "train_y": _labels(parts["y_train"], path),
-            "test_x": _inputs(parts["x_test"], path), "test_y": _labels(parts["y_test"], path)}
+    return {k: _labels(v, path) if k.endswith("_y") else _inputs(v, path) for k, v in parts.items()}
 
 
 def _inputs(x: np.ndarray, path: Path) -> torch.Tensor:

@@ -17,9 +17,6 @@ from .. import compare
 from . import reached
 from .clock import CLOCKS, Clock
 
-RUN_STATUSES = ("ok", "not_reached", "diverged")     # a run's own; the runner adds error, oom, timeout
-
-
 def first_reach(trace: list[dict], target: float, higher: bool) -> dict | None:
     """The first trace point (evaluation) at the target, DAWNBench's rule; None when none is."""
     return next((p for p in trace if reached(p["metric"], target, higher)), None)
@@ -108,10 +105,8 @@ def summarize(rows: list[dict], clock: Clock, target: float, higher: bool, usd_p
     got = [r["metrics"] for r in ran if time_to_target(r["metrics"] or {}, target, higher, clock) is not None]
     out = {"runs": len(ran), "reached": len(times), "share": len(times) / len(ran) if ran else 0.0,
            "times_s": times, "statuses": {s: sum(r["status"] == s for r in ran) for s in {r["status"] for r in ran}},
-           "final_metric": _median(((r.get("metrics") or {}).get("final_metric") for r in ran)),
-           "throughput": _median(((r.get("metrics") or {}).get("throughput") for r in ran)),
-           "compile_s": _median(((r.get("metrics") or {}).get("compile_s") for r in ran)),
-           "warmup_s": _median(((r.get("metrics") or {}).get("warmup_s") for r in ran)),
+           **{k: _median((r.get("metrics") or {}).get(k) for r in ran)
+              for k in ("final_metric", "throughput", "compile_s", "warmup_s")},
            **split_of(ran, target, higher)}
     if times:
         q1, q3 = np.percentile(times, [25, 75])
@@ -141,9 +136,7 @@ def summary_row(recipe: str, rows: list[dict], shape: dict, clock: Clock, target
         "; ".join(sorted({r["message"] for r in rows if r.get("message")}))[:300]
     return {"op": "totarget.recipe", "suite": shape["workload"], "shape": shape, "precision": recipe,
             "status": summary_status(s, rows), "message": message.strip("; "),
-            "median_ms": s["median_s"] * 1e3 if s.get("median_s") is not None else None,
-            "iqr_ms": s["iqr_s"] * 1e3 if s.get("iqr_s") is not None else None,
-            "min_ms": s["min_s"] * 1e3 if s.get("min_s") is not None else None,
+            **{f"{k}_ms": s[f"{k}_s"] * 1e3 if s.get(f"{k}_s") is not None else None for k in ("median", "iqr", "min")},
             "samples": [t * 1e3 for t in s["times_s"]], "n": s["reached"], "metrics": {**s, "clock": clock.name}}
 
 
