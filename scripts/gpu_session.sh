@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
-#   bash scripts/gpu_session.sh STAGE...     stages: env tests ceilings run fidelity suites models overhead lab
+#   bash scripts/gpu_session.sh STAGE...     stages: env tests testfiles ceilings run fidelity suites models overhead lab
 #                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, their tests) ttt
 #                                            smoke (two advise runs through the CLI) generate
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
@@ -35,6 +35,10 @@ for s in "$@"; do
     case $s in
         env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
         tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
+        testfiles) for f in ${TESTS:-$(grep -l "mark.gpu" tests/test_*.py)}; do   # one pytest a file: a hang or the
+                  stage "tests-$(basename "$f" .py)" ${FILE_LIMIT:-150} python3 -m pytest -m gpu -v -p no:cacheprovider \
+                      -rs --timeout ${TEST_TIMEOUT:-120} --tb=short "$f"              # limit costs that file alone
+                  done ;;
         run)      stage run ${RUN_LIMIT:-240} bash -c "time python3 -m tcperf run" ;;
         fidelity) stage fidelity ${FIDELITY_LIMIT:-300} python3 benchmarks/fidelity.py --out "$OUT/files" ;;
         suites)   stage suites ${SUITES_LIMIT:-420} python3 benchmarks/suites_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
