@@ -1,3 +1,4 @@
+"""`python -m tcperf`: the same entry point as the `tcperf` command."""
 import sys
 
 from .cli import main
