@@ -15,7 +15,8 @@ import torch
 from .spec import map_tensors
 
 
-def _cast(x, dtype):
+def cast_floats(x, dtype):
+    """Every floating-point tensor in x (any output structure) cast to dtype; the rest as it was."""
     return map_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, x)
 
 
@@ -29,8 +30,8 @@ class Fp32Island(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         with torch.autocast(self.device_type, enabled=False):
-            out = self.module(*_cast(args, torch.float32), **_cast(kwargs, torch.float32))
-        return out if self.out_dtype is None else _cast(out, self.out_dtype)
+            out = self.module(*cast_floats(args, torch.float32), **cast_floats(kwargs, torch.float32))
+        return out if self.out_dtype is None else cast_floats(out, self.out_dtype)
 
 
 def keep_fp32(model, names, device_type="cuda"):

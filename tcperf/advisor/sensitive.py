@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from ..islands import _cast
+from ..islands import cast_floats
 
 
 class LowpOnly(torch.nn.Module):
@@ -34,11 +34,11 @@ class LowpOnly(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         if self.cast_weights:
-            out = self.module(*_cast(args, self.dtype), **_cast(kwargs, self.dtype))
+            out = self.module(*cast_floats(args, self.dtype), **cast_floats(kwargs, self.dtype))
         else:
             with torch.autocast(self.device_type, dtype=self.dtype):
                 out = self.module(*args, **kwargs)
-        return _cast(out, torch.float32)     # rounded to low precision by the module, handed on as float32
+        return cast_floats(out, torch.float32)     # rounded to low precision by the module, handed on as float32
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 
-from ..islands import Fp32Island, _cast, keep_fp32
+from ..islands import Fp32Island, cast_floats, keep_fp32
 from ..spec import map_tensors
 
 _NO_STEP_GRAPH = ("# the whole-step CUDA graph measured has no switch here: this is the recipe without it (the "
@@ -84,7 +84,7 @@ def _header(s: Setup, *imports: str) -> list[str]:
     head = ["import torch", *imports, ""]
     if s.keep_fp32:
         head = ["import copy", "import dataclasses", *head]
-        head += [inspect.getsource(f).rstrip() + "\n\n" for f in (map_tensors, _cast, Fp32Island, keep_fp32)]
+        head += [inspect.getsource(f).rstrip() + "\n\n" for f in (map_tensors, cast_floats, Fp32Island, keep_fp32)]
     return head
 
 
