@@ -318,10 +318,10 @@ def test_the_probe_hands_the_saved_model_on_before_checking_it(monkeypatch):
 def test_a_spare_imports_the_users_file_before_the_model_is_saved(tmp_path):
     """What a spare does while the probe builds the model: the user's file, under the name pickles refer to it by."""
     from tcperf import engine
-    from tcperf.source import module_name
+    from tcperf.source import imports_source, module_name
     user = tmp_path / "user_model.py"
     user.write_text("IMPORTED = True\n")
-    engine.preload({"source": {"kind": "imports", "files": [str(user)]}})
+    engine.preload({"source": imports_source([str(user)])})
     assert sys.modules[module_name(user)].IMPORTED
 
 

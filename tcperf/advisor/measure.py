@@ -22,7 +22,7 @@ import torch
 
 from .. import accuracy, engine
 from ..errors import one_line
-from ..source import save_source, split_target
+from ..source import imports_source, save_source, split_target
 from ..spec import Spec
 from .snippets import Setup
 
@@ -209,7 +209,7 @@ class Bench:
             self.spares = Spares(self.device, min(count, spare_limit(total)), self.env)
             if self.source["kind"] == "file":      # the user's file (and transformers, timm ...) imported meanwhile
                 path, _ = split_target(self.source["target"])
-                self.spares.preload({"source": {"kind": "imports", "files": [str(path)]}, "task": engine.TASK})
+                self.spares.preload({"source": imports_source([str(path)]), "task": engine.TASK})
 
     def _preload_spares(self) -> None:
         """The spares load the model the probe saved, as many as host memory holds a quarter of."""
