@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 
+from ..rows import FAILED
 from ..store import Store
 from ..table import results_table
 from .common import add_db, add_json, console, print_stored
@@ -37,7 +38,7 @@ def print_run(store: Store, run_id: int, out) -> None:
                             title=title))
     for w in run.get("warnings") or []:
         out.print(f"[yellow]warning:[/] {w}")
-    bad = [r for r in results if r["status"] in ("wrong", "error", "oom", "timeout")]
+    bad = [r for r in results if r["status"] in FAILED]
     if bad:
         out.print(f"[red]{len(bad)} case(s) failed or were wrong[/]: see the note column")
     spent = time_spent(run, results)
