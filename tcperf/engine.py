@@ -20,17 +20,19 @@ computed once, in the first worker that needs it, and handed to the others throu
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import gc
 import json
+import math
 import os
 import time
 from pathlib import Path
 
 import torch
 
-from . import accuracy, env, peaks, recipes
+from . import accuracy, env, peaks, recipes, stream, workload
 from .source import import_files, load_source, on_device
 from .spec import Spec, callable_model, tensor_inputs
 
@@ -100,8 +102,21 @@ def _prepare(spec: Spec, rec: recipes.Recipe, mode: str, device, *, keep=(), tap
     if perturb is not None:
         _perturb(model, perturb)
     torch.manual_seed(perturb or 0)       # the same dropout masks and default-loss draws in every recipe
+    varying, names = _workload_shapes(spec)
     return recipes.prepare(callable_model(spec, model), rec, mode, tensor_inputs(spec), device,
-                           loss_fn=_loss(spec), optimizer=spec.optimizer, targets=spec.targets, wrap=wrap)
+                           loss_fn=_loss(spec), optimizer=spec.optimizer, targets=spec.targets, wrap=wrap,
+                           varying=varying, tensor_names=names)
+
+
+def stream_of(spec: Spec) -> list[tuple] | None:
+    """The workload's stream as the steps' tensors (tcperf.workload.flat), or None without a workload."""
+    return [workload.flat(a, k) for a, k in spec.workload] if spec.workload else None
+
+
+def _workload_shapes(spec: Spec) -> tuple[dict, list]:
+    if not spec.workload:
+        return {}, []
+    return workload.varying_dims(stream_of(spec)), workload.names(*spec.workload[0])
 
 
 def _loss(spec: Spec):
@@ -159,11 +174,18 @@ def reference(spec: Spec, mode: str, device, steps: int = accuracy.DEFAULT_STEPS
         losses, _ = train_losses(_prepare(spec, fp32, mode, device), steps)
         noise = [train_losses(_prepare(spec, fp32, mode, device, perturb=i + 1), steps)[0]
                  for i in range(accuracy.NOISE_RUNS)]
+        ref = {"mode": mode, "steps": steps, "losses": losses, "noise": noise,
+               "noise_floor": accuracy.noise_floor(losses, noise)}
+        if spec.workload:
+            ref["stream"] = stream_losses(_prepare(spec, fp32, mode, device).call, stream_of(spec))
         _release(device)
-        return {"mode": mode, "steps": steps, "losses": losses, "noise": noise,
-                "noise_floor": accuracy.noise_floor(losses, noise)}
-    out = _prepare(spec, fp32, mode, device)()
+        return ref
+    step = _prepare(spec, fp32, mode, device)
+    out = step()
     ref = {"mode": mode, "outputs": accuracy.check_outputs(out)}
+    if spec.workload:
+        ref["stream"] = [accuracy.check_outputs(step.call(x)) for x in stream_of(spec)[:workload.CHECK_STEPS]]
+    del step
     if spec.metric_fn is not None:
         ref["metric"] = float(spec.metric_fn(out))
     del out
@@ -176,6 +198,11 @@ def reference(spec: Spec, mode: str, device, steps: int = accuracy.DEFAULT_STEPS
             ref["outputs"] = accuracy.check_outputs(holder.get("x"))
     _release(device)
     return ref
+
+
+def stream_losses(call, stream: list[tuple]) -> list[list[torch.Tensor]]:
+    """Training on a stream: the losses of its first CHECK_STEPS steps from the same weights, as check outputs."""
+    return [accuracy.check_outputs(call(x)) for x in stream[:workload.CHECK_STEPS]]
 
 
 def reference_note(ref: dict) -> str | None:
@@ -519,3 +546,126 @@ def reference_path(folder, *parts) -> str:
     return str(Path(folder) / ("ref-" + "-".join(str(p) for p in parts) + ".pt"))
 
 
+
+
+# --- a recipe on a workload's stream (the advisor's workload stage) ---------------------------------------------------
+class StreamSession:
+    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: opened = prepared and run over the
+    stream once from cold (tcperf.stream.first_pass: its compiles and captures counted, its first CHECK_STEPS outputs
+    checked against fp32 on the unpadded inputs); `time` = the steady passes, and a profile of one.
+
+    case["cold"]: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
+    machine or container; case["cap_s"]: the first pass's time limit (tcperf.stream)."""
+
+    def __init__(self, case: dict, device, job: dict):
+        self.case, self.device = case, torch.device(device)
+        if case.get("cold"):
+            _cold_caches(case["cold"])
+        self.spec = spec_of(case, device)
+        self.rec = recipes.get(case.get("recipe") or case["precision"])
+        self.stream = stream_of(self.spec)
+        self.varying = _workload_shapes(self.spec)[0]
+        self.first = None
+        self._row, self.step = self._open()
+
+    def _open(self):
+        case, rec, spec, mode = self.case, self.rec, self.spec, self.case["mode"]
+        keep = case.get("keep", ())
+        tol = case.get("tolerance") if mode == "infer" and case.get("tolerance") is not None else \
+            accuracy.DEFAULT_TOLERANCE["infer"]
+        row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
+               "metrics": {"recipe": rec.describe(has_conv2d(spec.model)), "keep_fp32": list(keep),
+                           "base": case.get("base"), "label": spec.name}}
+        why = "the factory gives no workload" if not self.stream else skip_reason(rec, spec, mode, self.device)
+        if why:
+            return {**row, "status": "skipped", "message": why}, None
+        ref = load_reference(case["reference"], spec, mode, self.device, case.get("steps", accuracy.DEFAULT_STEPS))
+        _fresh(self.device, rec)
+        step = _prepare(spec, rec, mode, self.device, keep=keep)
+        with self._room():
+            self.first = stream.first_pass(step.call, self.stream, self.device, cap_s=case.get("cap_s"),
+                                           key=self._key, compiled=rec.compile)
+        row["metrics"]["stream"] = {**self.first.to_dict(), "length": len(self.stream),
+                                    "distinct": workload.distinct_shapes(self.stream)}
+        acc = stream_accuracy(self.first.outputs, ref["stream"])
+        err, what, passes, why = accuracy.judge(acc, "infer", tol)
+        row["metrics"].update(accuracy=acc, criterion=f"{what} on the stream's first steps")
+        row["error"] = err
+        if not passes:
+            row.update(status="wrong", message=why + (" at the real positions of the padded inputs"
+                                                      if rec.pad_to else ""))
+        if self.first.stopped:
+            row.update(status="skipped", message=f"warm-up stopped: {self.first.stopped}")
+            return row, None
+        return row, step
+
+    def _key(self, tensors: tuple) -> tuple:
+        """What the compiled code sees as a new shape: a padded recipe's bucket."""
+        if not self.rec.pad_to:
+            return workload.shape_key(tensors)
+        padded, _ = workload.pad(tensors, self.varying, self.rec.pad_to, [""] * len(tensors))
+        return workload.shape_key(padded)
+
+    def _room(self):
+        """A padded recipe compiles once a bucket: Dynamo's recompile limit raised to the buckets it meets, as the
+        pasted snippet does; other recipes meet the limit as users do."""
+        if not (self.rec.pad_to and self.rec.compile):
+            return contextlib.nullcontext()
+        buckets = workload.distinct_buckets(self.stream, self.varying, self.rec.pad_to)
+        limit = max(torch._dynamo.config.recompile_limit, buckets + 1)
+        return torch._dynamo.config.patch(recompile_limit=limit)
+
+    def row(self) -> dict:
+        c = self.case
+        return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
+                "precision": c["precision"]}
+
+    def time(self, profile: bool = False, passes: int = stream.PASSES) -> dict:
+        """The steady passes: the step time on this workload is the median pass over the stream's steps."""
+        if self.step is None or self._row["status"] != "ok":
+            return self.row()
+        with self._room():
+            steady = stream.steady_passes(self.step.call, self.stream, self.device, passes)
+        n = len(self.stream)
+        samples = [t / n for t in steady["pass_ms"]]
+        self._row.update(samples=samples, median_ms=steady["step_ms"], mean_ms=steady["step_ms"],
+                         min_ms=min(samples), iqr_ms=(max(samples) - min(samples)), n=len(samples))
+        one_time = max(0.0, self.first.seconds - steady["median_ms"] / 1e3)
+        self._row["metrics"]["stream"].update(steady, one_time_s=one_time)
+        self._row["metrics"].update(spread=steady["spread"], unstable=steady["spread"] > 0.1)
+        if profile and self.device.type == "cuda":
+            self._profile(steady["median_ms"], n)
+        return self.row()
+
+    def _profile(self, pass_ms: float, n: int) -> None:
+        from .kernels import gpu_busy, profile
+
+        def one_pass():
+            for x in self.stream:
+                self.step.call(x)
+        try:
+            with self._room():
+                found = profile(one_pass, self.device, calls=1)
+            self._row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"],
+                                        kernel_ms=found["kernel_ms"] / n, matmul_ms=found["matmul_ms"] / n,
+                                        gpu_busy=gpu_busy(found["kernel_ms"], pass_ms))
+        except Exception as e:       # the profiler failing leaves the timing standing
+            self._row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160],
+                                                "time_us": 0.0, "tensor_core": False}]
+
+
+def stream_accuracy(outputs: list, refs: list) -> dict:
+    """The worst of the stream's checked steps (each compared as tcperf.accuracy compares one output)."""
+    worst = None
+    for i, (got, ref) in enumerate(zip(outputs, refs)):
+        acc = {**accuracy.compare_outputs(got, ref), "stream_step": i}
+        if worst is None or not acc["rel_error"] <= worst["rel_error"]:
+            worst = acc
+    return worst or {"rel_error": math.inf, "nonfinite": False, "note": "no stream step was checked"}
+
+
+def _cold_caches(folder: str) -> None:
+    """Inductor's and Triton's on-disk caches in an empty folder of their own (read when they compile)."""
+    os.makedirs(folder, exist_ok=True)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")

@@ -15,7 +15,9 @@ LADDER is the default climb, each rung adding one thing to the one before:
 Below the fused rung the optimizer is the model's as given (the ladder's models: AdamW as users write it, foreach).
 
 compile and CUDA graphs also sit on top of any other recipe by name: "bf16+compile", "tf32+cuda_graphs",
-"amp_fp16+compile", "fp8+cuda_graphs" (`on_top`). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for
+"amp_fp16+compile", "fp8+cuda_graphs" (`on_top`). For a workload of varying shapes (tcperf.workload), "@SHAPES" says
+how a recipe meets them (SHAPES): "bf16+compile@dynamic", "bf16+cuda_graphs@pad64"; without it, compile is
+static (dynamic=False: a new shape compiles again). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for
 convolutions). For training, "X+step_graph" compiles X and captures the whole step, optimizer included, in one CUDA
 graph (torch.cuda.graphs' whole-network capture: no Python and no launches between replays), with the optimizer's
 fused kernel where its class has one.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -40,12 +43,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import precision, quant
+from . import precision, quant, workload
 from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
 MODES = ("train", "infer")
 EXTRAS = ("compile", "cuda_graphs", "step_graph")     # what can sit on top of any recipe
+SHAPES = {   # how a recipe meets inputs whose shapes vary (tcperf.workload): torch.compile's `dynamic`, padding
+    "static": "torch.compile(dynamic=False): each new shape compiles again, up to Dynamo's recompile limit",
+    "dynamic": "torch.compile's automatic dynamic shapes (its default): static first, symbolic after a change",
+    "marked": "symbolic from the start: torch._dynamo.maybe_mark_dynamic on the dimensions that vary",
+    "pad64": "the dimensions that vary padded to multiples of 64 (0; labels -100), compiled static per bucket",
+    "pad128": "the dimensions that vary padded to multiples of 128, compiled static per bucket",
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +74,13 @@ class Recipe:
     needs: str | None = None            # "conv2d" | "linear": what the model must have for the recipe to help
     tolerance: float = 0.1              # output rel. error (infer) / share of fp32's loss fall lost (train)
     transform: str | None = None        # 'module:function(model, mode) -> notes' applied to the copy (extensions)
+    shapes: str = "static"              # a key of SHAPES: how varying input shapes are met
     about: str = ""
+
+    @property
+    def pad_to(self) -> int | None:
+        """The multiple a padded recipe pads the varying dimensions to ("pad64" -> 64), else None."""
+        return int(self.shapes[3:]) if self.shapes.startswith("pad") else None
 
     def skip_reason(self, mode: str, device) -> str | None:
         """None when this recipe runs in this mode on this device; else one line saying why not. Whether the model
@@ -88,6 +104,9 @@ class Recipe:
                   if getattr(self, name)]
         if self.transform:
             parts.append(self.transform.split(":")[-1])
+        if self.shapes != "static":
+            parts.append(f"{self.shapes} shapes" if self.shapes in ("dynamic", "marked") else
+                         f"padded to multiples of {self.pad_to}")
         return " + ".join(parts)
 
     @property
@@ -136,6 +155,8 @@ def get(name: str | Recipe) -> Recipe:
     if ":" in name:
         module, attr = name.split(":", 1)
         return getattr(importlib.import_module(module), attr)
+    if "@" in name:
+        return _shaped(*name.rsplit("@", 1), name)
     base, plus, extra = name.rpartition("+")
     if plus and extra in EXTRAS:
         return _on_top(get(base), extra, name)
@@ -150,6 +171,18 @@ def on_top(base: str, extra: str) -> str:
     if base in ("amp_bf16", "channels_last", "compile"):
         return extra
     return f"{base}+{extra}"
+
+
+def _shaped(base_name: str, shapes: str, name: str) -> Recipe:
+    """recipe@shapes: `base_name` meeting varying shapes as SHAPES[shapes] says."""
+    if shapes not in SHAPES:
+        raise choices("shapes (after @)", shapes, list(SHAPES))
+    base = get(base_name)
+    if shapes in ("dynamic", "marked") and not base.compile:
+        raise UserError(f"recipe {name!r}: {shapes} shapes are torch.compile's; {base.name} is not compiled")
+    if base.step_graph and shapes != "static":
+        raise UserError(f"recipe {name!r}: a whole-step CUDA graph holds one input shape")
+    return dataclasses.replace(base, name=name, shapes=shapes, about=f"{base.about}; {SHAPES[shapes]}")
 
 
 def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
@@ -265,13 +298,15 @@ class Step:
     optimizer: torch.optim.Optimizer | None = None
     scaler: Any = None                  # torch.amp.GradScaler for amp_fp16 training
     notes: list[str] = field(default_factory=list)
+    call: Callable[[tuple], Any] | None = None   # the step on other inputs (a workload's); None: one shape only
 
     def __call__(self):
         return self.run()
 
 
 def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, device, loss_fn=None,
-            optimizer=None, *, targets=None, wrap: Callable[[nn.Module], nn.Module] | None = None) -> Step:
+            optimizer=None, *, targets=None, wrap: Callable[[nn.Module], nn.Module] | None = None,
+            varying: dict | None = None, tensor_names: list[str] | None = None) -> Step:
     """The step to time for `model` under `recipe`: for "infer" a no-grad forward returning the outputs; for
     "train" forward + loss_fn(outputs, targets) + backward + optimizer step, returning the loss (no host sync
     except GradScaler's own). The model is deep-copied, so recipes never contaminate each other.
@@ -281,40 +316,79 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     optimizer: None (AdamW, lr 1e-3, fused on CUDA), a callable params -> optimizer, or an optimizer whose class
     and defaults are reused for the copy's parameters (a recipe with `fused` rebuilds it with fused=True).
     wrap: applied to the copy before torch.compile and the optimizer see it (tcperf.distributed.parallel:
-    DistributedDataParallel, FSDP2's fully_shard). Raises NotApplicable when the recipe finds nothing to do."""
+    DistributedDataParallel, FSDP2's fully_shard). varying, tensor_names: a workload's varying dimensions and
+    input names (tcperf.workload), for the recipes that pad or mark them (SHAPES); step.call(tensors) runs the step on
+    other inputs. Raises NotApplicable when the recipe finds nothing to do."""
     recipe, device = get(recipe), torch.device(device)
     if mode not in MODES:
         raise choices("mode", mode, MODES)
-    inputs = tuple(x.to(device) for x in (example_inputs if isinstance(example_inputs, (tuple, list))
-                                          else (example_inputs,)))
+    adapt = _adapter(recipe, device)
+    inputs = adapt(example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,))
     targets = targets.to(device) if torch.is_tensor(targets) else targets
     m = copy.deepcopy(model).to(device).train(mode == "train")
     if recipe.weights:
-        dtype = getattr(torch, recipe.weights)
-        m = _cast_weights(m, dtype)
-        inputs = tuple(x.to(dtype) if x.is_floating_point() else x for x in inputs)
+        m = _cast_weights(m, getattr(torch, recipe.weights))
     if recipe.channels_last:
         m = m.to(memory_format=torch.channels_last)
-        inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
     notes = _transform(m, recipe, mode)
     if wrap is not None:
         m = wrap(m)
     runner = m
     prec = precision.get(recipe.precision)
     if recipe.compile:      # compiled at the first call, under precision.apply (which keeps AOT's cache off)
-        runner = torch.compile(m, mode="reduce-overhead" if recipe.cuda_graphs else None, dynamic=False)
+        runner = torch.compile(m, mode="reduce-overhead" if recipe.cuda_graphs else None,
+                               dynamic=None if recipe.shapes in ("dynamic", "marked") else False)
     guard, why = _cpu_rnn_guard(m, prec, device)
     notes += [why] if why else []
+    opt = scaler = None
     if mode == "infer":
-        run = _infer_run(runner, inputs, prec, device, recipe.cuda_graphs, guard)
-        return Step(run, runner, recipe, mode, inputs, notes=notes)
-    opt = _optimizer(optimizer, m, device, capturable=recipe.step_graph, fused=recipe.fused)
-    scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
-    run = _train_run(runner, inputs, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard,
-                     recipe.cuda_graphs)
+        core = _infer_call(runner, prec, device, recipe.cuda_graphs, guard)
+    else:
+        opt = _optimizer(optimizer, m, device, capturable=recipe.step_graph, fused=recipe.fused)
+        scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
+        core = _train_call(runner, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard,
+                           recipe.cuda_graphs)
+    call = _shape_call(core, recipe, varying or {}, tensor_names or [])
+    run = functools.partial(call, inputs)
     if recipe.step_graph:
-        run = _whole_step_graph(run, m, opt, device)
-    return Step(run, runner, recipe, mode, inputs, opt, scaler, notes)
+        run, call = _whole_step_graph(run, m, opt, device), None     # the graph holds these inputs alone
+    return Step(run, runner, recipe, mode, inputs, opt, scaler, notes,
+                call=(lambda tensors: call(adapt(tensors))) if call else None)
+
+
+def _adapter(recipe: Recipe, device: torch.device):
+    """Inputs as the recipe's model takes them: on the device, floating-point ones in the weights' dtype, 4-D
+    ones channels-last."""
+    dtype = getattr(torch, recipe.weights) if recipe.weights else None
+
+    def adapt(tensors) -> tuple:
+        out = tuple(x.to(device) for x in tensors)
+        if dtype is not None:
+            out = tuple(x.to(dtype) if x.is_floating_point() else x for x in out)
+        if recipe.channels_last:
+            out = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in out)
+        return out
+    return adapt
+
+
+def _shape_call(core, recipe: Recipe, varying: dict, tensor_names: list[str]):
+    """core(tensors) meeting varying shapes as the recipe says: padded to buckets (outputs cut back to the real
+    positions), or the varying dimensions marked dynamic for torch.compile; else core itself."""
+    if recipe.pad_to and varying:
+        def padded(tensors):
+            tensors, sizes = workload.pad(tensors, varying, recipe.pad_to, tensor_names)
+            return workload.unpad(core(tensors), sizes)
+        return padded
+    if recipe.shapes == "marked" and varying:
+        mark = getattr(torch._dynamo, "maybe_mark_dynamic", torch._dynamo.mark_dynamic)
+
+        def marked(tensors):
+            for i, dims in varying.items():
+                for d in dims:
+                    mark(tensors[i], d)
+            return core(tensors)
+        return marked
+    return core
 
 
 def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:
@@ -328,22 +402,22 @@ def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def _infer_run(model, inputs, prec, device, graphs: bool, guard):
+def _infer_call(model, prec, device, graphs: bool, guard):
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs else None
 
-    def run():
+    def call(inputs):
         if mark:
             mark()        # a new step: the previous replay's outputs may be overwritten
         with guard(), torch.no_grad(), precision.apply(prec, device.type):
             return model(*inputs)
-    return run
+    return call
 
 
-def _train_run(model, inputs, targets, loss_fn, opt, scaler, prec, device, guard, graphs: bool):
+def _train_call(model, targets, loss_fn, opt, scaler, prec, device, guard, graphs: bool):
     flags = dataclasses.replace(prec, autocast=None)   # TF32/cuDNN flags for forward and backward ...
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs else None
 
-    def run():
+    def call(inputs):
         if mark:
             mark()        # a new step: the previous replay's outputs (the loss too) may be overwritten
         with guard(), precision.apply(flags, device.type):
@@ -358,7 +432,7 @@ def _train_run(model, inputs, targets, loss_fn, opt, scaler, prec, device, guard
                 scaler.step(opt)                       # sync point: GradScaler reads found_inf on the host
                 scaler.update()
         return loss.detach()
-    return run
+    return call
 
 
 def _default_loss(outputs, targets):

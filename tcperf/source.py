@@ -6,7 +6,9 @@ Sources:
         model                                   (example inputs then come from the file's `example_inputs`, a value
                                                  or a function, or from `model.example_inputs`)
         (model, example_inputs)
-        {"model": ..., "inputs": ..., "loss_fn": ..., "metric_fn": ..., "targets": ...}   (all but model optional)
+        {"model": ..., "inputs": ..., "loss_fn": ..., "metric_fn": ..., "targets": ..., "workload": ...}
+                                                (all but model optional; "workload": a list of per-step inputs
+                                                 or workload(step) -> inputs, tcperf.workload)
     a built-in ladder model      builtin("gpt2", "small", batch=2, seed=0, device="cpu")
     a transformers config        load_config("gpt2") (a name or a local folder; nothing but the config is read)
 
@@ -31,10 +33,11 @@ from typing import Any
 
 import torch
 
+from . import workload as workmod
 from .errors import UserError, one_line
 from .spec import Spec, tensors, to_device
 
-DICT_KEYS = ("model", "inputs", "example_inputs", "targets", "loss_fn", "metric_fn")
+DICT_KEYS = ("model", "inputs", "example_inputs", "targets", "loss_fn", "metric_fn", "workload")
 RETURNS = "a torch.nn.Module, a (model, example_inputs) pair, or a dict with 'model' and 'inputs'"
 
 
@@ -93,27 +96,35 @@ def load_spec(target: str, fallback_inputs=None, seed: int = 0) -> Spec:
 
 def from_value(made: Any, where: str = "factory()", fallback_inputs=None) -> Spec:
     """What a factory returned -> Spec (UserError naming what was expected)."""
-    loss_fn = metric_fn = targets = None
+    loss_fn = metric_fn = targets = workload = None
     if isinstance(made, dict):
         unknown = sorted(set(made) - set(DICT_KEYS))
         if unknown or "model" not in made:
             raise UserError(f"{where} returned a dict with keys {sorted(made)}; it needs 'model' and 'inputs' "
-                            f"(optional: 'loss_fn', 'metric_fn')")
+                            f"(optional: 'loss_fn', 'metric_fn', 'targets', 'workload')")
         model, inputs = made["model"], made.get("inputs", made.get("example_inputs", fallback_inputs))
         loss_fn, metric_fn, targets = made.get("loss_fn"), made.get("metric_fn"), made.get("targets")
+        workload = made.get("workload")
     elif isinstance(made, (tuple, list)) and len(made) == 2 and isinstance(made[0], torch.nn.Module):
         model, inputs = made
     elif isinstance(made, torch.nn.Module):
         model, inputs = made, getattr(made, "example_inputs", fallback_inputs)
     else:
         raise UserError(f"{where} returned {type(made).__name__}; expected {RETURNS}")
-    return build(model, inputs, loss_fn, metric_fn, where, targets)
+    return build(model, inputs, loss_fn, metric_fn, where, targets, workload)
 
 
-def build(model, inputs, loss_fn=None, metric_fn=None, where: str = "advise()", targets=None) -> Spec:
-    """Check the types of a model, its inputs and the optional functions; UserError on the first wrong one."""
+def build(model, inputs, loss_fn=None, metric_fn=None, where: str = "advise()", targets=None,
+          workload=None) -> Spec:
+    """Check the types of a model, its inputs and the optional functions; UserError on the first wrong one. A
+    workload is drawn into its stream here (tcperf.workload.draw); without inputs, its first step is the example."""
     if not isinstance(model, torch.nn.Module):
         raise UserError(f"{where}: the model is a {type(model).__name__}, not a torch.nn.Module")
+    stream = None
+    if workload is not None:
+        stream = _stream(workload, where, targets)
+        if inputs is None:
+            inputs = stream[0][1] if stream[0][1] else stream[0][0]
     if callable(inputs) and not isinstance(inputs, (torch.Tensor, torch.nn.Module)):
         try:
             inputs = inputs()
@@ -126,7 +137,17 @@ def build(model, inputs, loss_fn=None, metric_fn=None, where: str = "advise()", 
         if fn is not None and not callable(fn):
             raise UserError(f"{where}: {fn_name} is a {type(fn).__name__}, not a function")
     args, kwargs = split_inputs(inputs, where)
-    return Spec(model, args, kwargs, loss_fn, metric_fn, type(model).__name__, targets)
+    if stream is not None and workmod.structure(args, kwargs) != workmod.structure(*stream[0]):
+        raise UserError(f"{where}: the example inputs ({workmod.describe(args, kwargs)}) are unlike the "
+                        f"workload's steps ({workmod.describe(*stream[0])})")
+    return Spec(model, args, kwargs, loss_fn, metric_fn, type(model).__name__, targets, workload=stream)
+
+
+def _stream(workload, where: str, targets) -> list:
+    if targets is not None:
+        raise UserError(f"{where}: with a workload, give each step's labels among its inputs (e.g. labels=...) and "
+                        f"a loss_fn(outputs) that reads them, not one 'targets' for every step")
+    return workmod.draw(workload, where=where)
 
 
 def split_inputs(inputs, where: str) -> tuple[tuple, dict]:
@@ -153,7 +174,8 @@ def on_device(spec: Spec, device: torch.device) -> Spec:
     except Exception as e:
         raise UserError(f"cannot move the model to {device}: {one_line(e)}") from None
     return dataclasses.replace(spec, model=model, args=to_device(spec.args, device),
-                               kwargs=to_device(spec.kwargs, device), targets=to_device(spec.targets, device))
+                               kwargs=to_device(spec.kwargs, device), targets=to_device(spec.targets, device),
+                               workload=to_device(spec.workload, device))
 
 
 def check(spec: Spec, mode: str) -> Any:
@@ -207,7 +229,7 @@ def save_source(spec: Spec, folder, target: str | None = None) -> dict:
     if target:
         path = folder / "spec-state.pt"
         torch.save({"state": spec.model.state_dict(), "args": spec.args, "kwargs": spec.kwargs,
-                    "targets": spec.targets}, path)
+                    "targets": spec.targets, "workload": spec.workload}, path)
         return {"kind": "file", "target": target, "state": str(path), "name": spec.name}
     path = folder / "spec.pt"
     torch.save(spec, path, pickle_module=_pickler())
@@ -243,6 +265,7 @@ def load_source(source: dict, device) -> Spec:
         saved = torch.load(source["state"], weights_only=False)
         spec.model.load_state_dict(saved["state"])
         spec.args, spec.kwargs, spec.targets = saved["args"], saved["kwargs"], saved["targets"]
+        spec.workload = saved.get("workload")
         spec.name = source.get("name", spec.name)
     else:
         raise ValueError(f"unknown spec source {kind!r}")

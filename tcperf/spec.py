@@ -29,6 +29,7 @@ class Spec:
     items: int | None = None      # images, tokens or samples one step processes (throughput)
     unit: str | None = None       # img/s | tokens/s | samples/s
     flops: Callable | None = None  # mode -> FLOPs of one step, where FlopCounterMode cannot see them (cuDNN RNNs)
+    workload: list | None = None  # the stream of per-step inputs [(args, kwargs)] (tcperf.workload), or None
 
     @property
     def example_inputs(self):

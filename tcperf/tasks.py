@@ -19,6 +19,7 @@ TASKS = {
     "lab": "tcperf.lab.bench:measure_case",                 # a hand-written kernel against NumPy and the library
     "recipe": "tcperf.engine:task",                         # one recipe on one model
     "recipe_session": "tcperf.engine:RecipeSession",        # the same, kept alive (the advisor's search)
+    "stream_session": "tcperf.engine:StreamSession",        # a recipe on a workload's stream (the advisor)
     "model_cell": "tcperf.ladder:cell_task",                # one cell of the model ladder
     "probe": "tcperf.advisor.probe:Probe",                  # the advisor's first look at the user's model
     "sensitive": "tcperf.advisor.api:sensitive_task",       # the advisor's sensitive-layer search

@@ -1,0 +1,160 @@
+"""A prepared step timed on a workload's stream (tcperf.workload): the first pass, which pays every compile,
+recompile and CUDA graph capture, apart from the steady state once all of it is warm.
+
+The first pass is wall time (a host clock, the GPU synchronised at its end): compiles are host work. Compiles and
+CUDA graph recordings are counted, and the seconds they took summed, from Dynamo's own callbacks
+(torch._dynamo.callback_handler: a start and an end around each compile and each recording). It stops early, and
+says why, when
+    - a compiled recipe compiled again at each of the first RECOMPILE_STOP new shapes: it recompiles per shape (a
+      varying workload would pay a compile for every shape it meets, up to Dynamo's recompile limit, and then runs
+      that code eagerly); such a recipe is never advised for a varying workload;
+    - the pass has taken `cap_s` seconds (the advisor gives the time after which it could not win the job).
+The steady state: `passes` more passes over the whole stream, each between two CUDA events (perf_counter on a
+CPU); its median over the stream's steps is the recipe's step time on this workload.
+
+    first = first_pass(step.call, stream, device, cap_s=60, key=shape_key)  # FirstPass: seconds, compiles, outputs
+    steady = steady_passes(step.call, stream, device, passes=3)           # {"pass_ms": [...], "median_ms", ...}
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from . import accuracy
+from .workload import CHECK_STEPS, shape_key
+
+RECOMPILE_STOP = 3
+PASSES = 3
+
+
+class Compiles:
+    """Inside: Dynamo's compiles (frames compiled, LAZY_BACKWARD included) and Inductor's CUDA graph recordings,
+    with the seconds they took; `graphs`: Dynamo's unique_graphs counter over the same span."""
+
+    def __init__(self):
+        self.compiles = self.captures = 0
+        self.compile_s = self.capture_s = 0.0
+        self._t0 = None
+
+    def __enter__(self):
+        from torch._dynamo.utils import counters
+        self._graphs0 = counters["stats"]["unique_graphs"]
+        self._handler = getattr(torch._dynamo, "callback_handler", None)
+        if self._handler is not None:
+            self._handler.register_start_callback(self._start)
+            self._handler.register_end_callback(self._end)
+        return self
+
+    def __exit__(self, *exc):
+        if self._handler is not None:
+            self._handler.remove_start_callback(self._start)
+            self._handler.remove_end_callback(self._end)
+
+    @property
+    def graphs(self) -> int:
+        from torch._dynamo.utils import counters
+        return counters["stats"]["unique_graphs"] - self._graphs0
+
+    def _recording(self, args) -> bool:
+        return getattr(args.callback_trigger, "name", "") == "CUDAGRAPH_RECORDING"
+
+    def _start(self, args) -> None:
+        self._t0 = time.perf_counter()
+        if self._recording(args):
+            self.captures += 1
+        else:
+            self.compiles += 1
+
+    def _end(self, args) -> None:
+        if self._t0 is None:
+            return
+        seconds, self._t0 = time.perf_counter() - self._t0, None
+        if self._recording(args):
+            self.capture_s += seconds
+        else:
+            self.compile_s += seconds
+
+
+@dataclass
+class FirstPass:
+    seconds: float                 # wall time of the steps it ran
+    steps: int                     # steps it ran (all of the stream unless stopped)
+    compiles: int                  # Dynamo compiles (callbacks), graphs: Dynamo's unique_graphs
+    graphs: int
+    captures: int                  # CUDA graph recordings
+    compile_s: float
+    capture_s: float
+    keys: int                      # distinct shapes (or buckets) the compiled code met
+    stopped: str = ""              # why it stopped early, or ""
+    outputs: list = field(default_factory=list)   # the first CHECK_STEPS steps' outputs (accuracy.check_outputs)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "outputs"}
+
+
+def first_pass(call, stream: list[tuple], device, *, cap_s: float | None = None, key=shape_key,
+               compiled: bool = True) -> FirstPass:
+    """Every step of the stream once, from cold. key(tensors): what makes a new shape for the compiled code (a
+    padded recipe's bucket); compiled: watch for a compile at every new shape."""
+    device = torch.device(device)
+    outputs, seen, in_a_row, stopped = [], set(), 0, ""
+    with Compiles() as watch:
+        t0 = time.perf_counter()
+        for i, x in enumerate(stream):
+            before, new = watch.graphs, key(x) not in seen
+            out = call(x)
+            if i < CHECK_STEPS:
+                outputs.append(accuracy.check_outputs(out))     # sync point: copied to the host
+            del out
+            if new and seen:
+                in_a_row = in_a_row + 1 if watch.graphs > before else -len(stream)
+            seen.add(key(x))
+            stopped = _stop_reason(compiled, in_a_row, time.perf_counter() - t0, cap_s, i + 1, len(stream))
+            if stopped:
+                break
+        _sync(device)
+        seconds = time.perf_counter() - t0
+    return FirstPass(seconds, i + 1, watch.compiles, watch.graphs, watch.captures, watch.compile_s, watch.capture_s,
+                     len(seen), stopped, outputs)
+
+
+def _stop_reason(compiled: bool, in_a_row: int, elapsed: float, cap_s, done: int, total: int) -> str:
+    if done == total:
+        return ""
+    if compiled and in_a_row >= RECOMPILE_STOP:
+        return f"compiled again at each of the first {in_a_row} new shapes: it recompiles per shape"
+    if cap_s is not None and elapsed > cap_s:
+        return f"still warming up after {elapsed:.0f} s (limit {cap_s:.0f} s), {done} of {total} steps"
+    return ""
+
+
+def steady_passes(call, stream: list[tuple], device, passes: int = PASSES) -> dict:
+    """`passes` passes over the warm stream, each timed whole: {"pass_ms": [...], "median_ms", "step_ms" (median
+    pass over the stream's steps), "spread" (max - min over the median)}."""
+    device = torch.device(device)
+    times = [_one_pass(call, stream, device) for _ in range(passes)]
+    median = sorted(times)[len(times) // 2]
+    return {"pass_ms": times, "median_ms": median, "step_ms": median / len(stream),
+            "spread": (max(times) - min(times)) / median if median > 0 else 0.0}
+
+
+def _one_pass(call, stream: list[tuple], device: torch.device) -> float:
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for x in stream:
+            call(x)
+        return (time.perf_counter() - t0) * 1e3
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for x in stream:
+        call(x)
+    end.record()
+    end.synchronize()      # sync point: the pass's time is read once it has run
+    return start.elapsed_time(end)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)      # sync point: the wall clock ends with the GPU's work
