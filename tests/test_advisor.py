@@ -170,7 +170,7 @@ def test_train_mode_compares_losses():
     model, x = _fragile()
     y = torch.randint(0, 10, (16,))
     advice = tcperf.advise(model, x, mode="train", device="cpu", recipes=["fp32", "amp_bf16"],
-                           loss_fn=lambda out: nn.functional.cross_entropy(out, y), steps=3)
+                           loss_fn=lambda out: nn.functional.cross_entropy(out, y), check_steps=3)
     fp32 = advice.recipes[0]
     assert fp32.accuracy["steps"] == 3 and fp32.accuracy["loss_change"] == 0.0
     assert math.isfinite(fp32.accuracy["loss"])
@@ -383,7 +383,7 @@ def test_command_on_the_awkward_example_stores_an_advise_run(db_path, capsys):
 
 def test_command_prints_a_report(db_path, capsys):
     rc = main(["advise", str(EXAMPLES / "fp16_overflow.py:small"), "--db", db_path, "--device", "cpu",
-               "--mode", "train", "--steps", "2"])
+               "--mode", "train", "--check-steps", "2"])
     out = capsys.readouterr().out
     assert rc == 0 and "Recipes on fp16_overflow (train)" in out and "speed verdicts need a CUDA GPU" in out
 

@@ -8,8 +8,11 @@
    torch.compile, CUDA graphs (and, training, a CUDA graph of the whole step) on top of every passing recipe that
    the measured kernel times leave a chance, compiled in parallel workers while the GPU times others;
 3. the runoff (tcperf.advisor.runoff): the leaders re-timed interleaved; the pick and its margin with its spread;
-4. on a GPU, the cost of each misaligned GEMM at the pick's precision (its shape against the padded shape);
-5. the verdict and the code to paste.
+4. with a workload (the factory's `workload`, tcperf.workload): the ways of meeting its varying shapes at the
+   pick's precision, each timed on the workload's stream from cold (tcperf.advisor.streams);
+5. on a GPU, the cost of each misaligned GEMM at the pick's precision (its shape against the padded shape);
+6. the verdict: the cheapest job of `steps` steps (one-time cost + steps x step; tcperf.advisor.job), its
+   distance from the speed of light (tcperf.advisor.limit), and the code to paste.
 A stage that fails after the probe is a note in the advice; what the stages before it measured stands (and, from the
 command, is already in the store: each recipe's row is stored as it arrives).
 
@@ -29,7 +32,7 @@ from .. import precision as precmod
 from ..errors import UserError, one_line
 from ..recipes import get as get_recipe
 from .. import source
-from . import lint, measure, sensitive, verdict
+from . import limit, lint, measure, sensitive, streams, verdict
 from .result import Advice
 from .search import Search, default_jobs
 
@@ -40,29 +43,33 @@ SPARES_PER_JOB = 2      # workers started ahead of the recipes, per parallel job
 #                         tiers waited for them)
 
 
-def advise(model, example_inputs, *, loss_fn=None, metric_fn=None, mode: str = "infer", tolerance=None,
-           device=None, recipes=None, steps: int = measure.TRAIN_STEPS, log=None,
-           timeout: float = measure.DEFAULT_TIMEOUT, isolate: bool = True, budget=None, jobs=None,
-           progress=None) -> Advice:
+def advise(model, example_inputs=None, *, loss_fn=None, metric_fn=None, workload=None, mode: str = "infer",
+           tolerance=None, device=None, recipes=None, steps: int | None = None,
+           check_steps: int = measure.TRAIN_STEPS, log=None, timeout: float = measure.DEFAULT_TIMEOUT,
+           isolate: bool = True, budget=None, jobs=None, ceilings=None, progress=None) -> Advice:
     """Advise on `model` run on `example_inputs` (a tensor, a tuple of positional arguments or a dict of keyword
-    arguments). The model is copied; the original is left as it was. Each recipe runs in a worker process (the
-    model is pickled to it) unless isolate=False or it cannot be pickled. Bad input raises UserError."""
-    spec = source.build(model, example_inputs, loss_fn, metric_fn)
+    arguments) or on a `workload` (a list of such inputs, or workload(step) -> inputs: tcperf.workload) for a job
+    of `steps` steps (None: long enough that one-time costs vanish). The model is copied; the original is left as
+    it was. Each recipe runs in a worker process (the model is pickled to it) unless isolate=False or it cannot be
+    pickled. check_steps: training steps the accuracy check compares. Bad input raises UserError."""
+    spec = source.build(model, example_inputs, loss_fn, metric_fn, workload=workload)
     spec.model = copy.deepcopy(spec.model)
-    return run(spec, mode=mode, tolerance=tolerance, device=device, recipes=recipes, steps=steps, log=log,
-               timeout=timeout, isolate=isolate, budget=budget, jobs=jobs, progress=progress)
+    return run(spec, mode=mode, tolerance=tolerance, device=device, recipes=recipes, steps=steps,
+               check_steps=check_steps, log=log, timeout=timeout, isolate=isolate, budget=budget, jobs=jobs,
+               ceilings=ceilings, progress=progress)
 
 
-def check_args(mode: str, tolerance, recipes, steps: int = measure.TRAIN_STEPS, timeout=None, budget=None,
-               jobs=None) -> float:
+def check_args(mode: str, tolerance, recipes, check_steps: int = measure.TRAIN_STEPS, timeout=None, budget=None,
+               jobs=None, steps=None) -> float:
     """UserError for a bad mode, tolerance, recipe name, step count, timeout, budget or job count; returns the
     tolerance to use."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; choose from: {', '.join(MODES)}")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance > 0):
         raise UserError(f"tolerance must be a positive number (relative error), not {tolerance!r}")
-    if not (isinstance(steps, int) and steps >= 1):
-        raise UserError(f"steps must be a whole number >= 1, not {steps!r}")
+    for what, value in (("check steps", check_steps), ("steps", 1 if steps is None else steps)):
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise UserError(f"{what} must be a whole number >= 1, not {value!r}")
     for what, value in (("timeout", timeout), ("budget", budget)):
         if value is not None and not (isinstance(value, (int, float)) and value > 0):
             raise UserError(f"{what} must be a positive number of seconds, not {value!r}")
@@ -74,14 +81,15 @@ def check_args(mode: str, tolerance, recipes, steps: int = measure.TRAIN_STEPS, 
 
 
 def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None, device=None, recipes=None,
-        steps: int = measure.TRAIN_STEPS, log=None, timeout: float = measure.DEFAULT_TIMEOUT,
-        target: str | None = None, isolate: bool = True, on_result=None, budget=None, jobs=None,
-        progress=None) -> Advice:
+        steps: int | None = None, check_steps: int = measure.TRAIN_STEPS, log=None,
+        timeout: float = measure.DEFAULT_TIMEOUT, target: str | None = None, isolate: bool = True, on_result=None,
+        budget=None, jobs=None, ceilings=None, progress=None) -> Advice:
     """The advice on a model given as a spec in memory or as a factory `target` ('file.py:factory': then nothing of
     the user's runs in this process). on_result(RecipeResult) sees each recipe as it is measured;
-    progress(done, total, seconds_left, recipe) after each; budget: seconds the search may take."""
+    progress(done, total, seconds_left, recipe) after each; budget: seconds the search may take; ceilings: this
+    GPU's measured ceilings (tcperf.peaks.measured), else the speed of light measures its own."""
     started = time.perf_counter()
-    tol = check_args(mode, tolerance, recipes, steps, timeout, budget, jobs)
+    tol = check_args(mode, tolerance, recipes, check_steps, timeout, budget, jobs, steps)
     device = device if isinstance(device, torch.device) else envmod.parse_device(device)
     log = log or (lambda text: None)
 
@@ -92,8 +100,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
 
     phases: dict[str, float] = {}
     jobs = jobs or default_jobs(device)
-    with measure.Bench(mode, device, tol, steps, spec=None if target else spec, target=target, timeout=timeout,
-                       isolate=isolate, on_result=got) as bench:
+    with measure.Bench(mode, device, tol, check_steps, spec=None if target else spec, target=target,
+                       timeout=timeout, isolate=isolate, on_result=got) as bench:
         cores = str(max(1, (os.cpu_count() or 2) // jobs))     # each worker's share of the cores
         bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": cores, "OMP_NUM_THREADS": cores}
         bench.start_spares(SPARES_PER_JOB * jobs)   # while the probe looks at the model, the recipes' workers start
@@ -118,19 +126,56 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
 
         results = _in_order(search.run(items, after_eager=sensitive_items), plan)
         phases.update(search.phases)
+        measure.add_speedups(results)
+        streamed = _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases)
     notes += _reference_notes(results) + _search_notes(search)
-    measure.add_speedups(results)
     chosen = verdict.choose(results, search.decision) if device.type == "cuda" else None
     t0 = time.perf_counter()
     fixes = _stage("the cost of misaligned shapes", notes, log,
                    lambda: _shape_costs(layers, chosen, results, device, mode), [])
     phases["shape_costs_s"] = time.perf_counter() - t0
+    varying = (facts.workload or {}).get("varying")
+    v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary(), stream=streamed,
+                       steps=steps, varying=varying)
+    picked = next((r for r in streamed or results if r.recipe == v.get("recommended")), None)
+    v["limit"] = _stage("the speed of light", notes, log,
+                        lambda: _speed_of_light(picked, facts, mode, device, ceilings), None)
+    v["limit_sentence"] = limit.sentence(v["limit"])
     phases["total_s"] = time.perf_counter() - started
-    v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary())
     return Advice(model=facts.name, mode=mode, device=str(device), gpu=_gpu_name(device), tolerance=tol,
                   recipes=results, layers=layers, lint_summary=lint.summary(layers), sensitive=found,
                   share=share_summary(results, chosen), verdict=v, notes=notes, env=envmod.collect(device),
-                  phases=phases)
+                  phases=phases, stream=streamed, workload=facts.workload, steps=steps)
+
+
+def _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases) -> list:
+    """With a workload: the pick's precision's ways of meeting varying shapes, on its stream (a stage that fails
+    is a note). Nothing without a workload, or where nothing passed."""
+    if not facts.workload:
+        return []
+    pick = (verdict.choose(results, search.decision) if bench.device.type == "cuda" else None) or \
+        verdict.candidate(results)
+    if pick is None:
+        notes.append("the workload was not timed: no recipe passed on the example input")
+        return []
+    t0 = time.perf_counter()
+    found = _stage("the workload", notes, log, lambda: streams.run(bench, pick, steps, log, progress), [])
+    for r in found:
+        bench.report(r)          # stored, and logged, as the search's recipes are
+    phases["workload_s"] = time.perf_counter() - t0
+    return found
+
+
+def _speed_of_light(picked, facts, mode: str, device, ceilings) -> dict | None:
+    """On a GPU: the pick's step against FLOPs at the ceiling and bytes at the bandwidth (tcperf.advisor.limit)."""
+    if device.type != "cuda" or picked is None:
+        return None
+    prec = measure.kernel_precision(picked.runs.split("@")[0])
+    found = dict(ceilings or {})
+    if not (found.get(prec) and found.get("bandwidth")):
+        found = {**limit.quick_ceilings(prec, device), **{k: v for k, v in found.items() if v}}
+    flops = (facts.workload or {}).get("flops_per_step") if picked.stream else facts.flops
+    return limit.of(picked, flops, facts.params, mode, found)
 
 
 def _first(plan, facts, search: Search) -> list[measure.Item]:

@@ -52,6 +52,10 @@ class RecipeResult:
     keep_fp32: list = field(default_factory=list)   # mixed recipes: modules kept in float32
     base: str | None = None          # mixed and compiled-on-top recipes: the recipe they run
     warnings: list = field(default_factory=list)
+    stream: dict | None = None       # on a workload (tcperf.engine.StreamSession): first pass, steady, one_time_s
+    kernel_ms: float | None = None   # a step's GPU kernel time (profiled) ...
+    matmul_ms: float | None = None   # ... of it in GEMM, convolution and attention kernels
+    op: str = "advise.recipe"        # advise.recipe (on the example input) | advise.stream (on the workload)
 
     @property
     def passes(self) -> bool:
@@ -81,7 +85,8 @@ class RecipeResult:
         return cls(row["precision"], {"wrong": "fails"}.get(row["status"], row["status"]), row.get("message") or "",
                    row.get("error"), m.get("criterion", ""), m.get("accuracy") or {}, timing, m.get("first_call_s"),
                    None, m.get("tc_share"), m.get("gpu_busy"), m.get("kernels") or [], m.get("keep_fp32") or [],
-                   m.get("base"), row.get("warnings") or [])
+                   m.get("base"), row.get("warnings") or [], m.get("stream"), m.get("kernel_ms"),
+                   m.get("matmul_ms"), row.get("op") or "advise.recipe")
 
 
 # --- what a recipe is (tcperf.recipes) --------------------------------------------------------------------------
@@ -96,8 +101,10 @@ def model_kind(model: torch.nn.Module) -> str:
     return "cnn" if engine.has_conv2d(model) else "transformer"
 
 
-def setup_of(name: str, kind: str = "transformer", keep: tuple = ()) -> Setup:
-    """A recipe -> the Setup its code snippets are written from (what was measured, flag for flag)."""
+def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: dict | None = None,
+             buckets: int | None = None) -> Setup:
+    """A recipe -> the Setup its code snippets are written from (what was measured, flag for flag). varying: a
+    workload's varying dimensions by input name; buckets: how many padded shapes its stream met."""
     from .. import precision
     r = recipes_module().get(name)
     p = precision.get(r.precision)
@@ -106,7 +113,8 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = ()) -> Setup:
                  autocast=str(p.autocast).replace("torch.", "") if p.autocast is not None else None,
                  channels_last=r.channels_last and kind == "cnn", compile=compile_mode, fp8=r.fp8, int8=r.int8,
                  keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
-                 fused=r.fused)
+                 fused=r.fused, shapes=r.shapes if varying else "static", pad_to=r.pad_to if varying else None,
+                 varying=tuple((k, tuple(v)) for k, v in (varying or {}).items()), buckets=buckets)
 
 
 def lowp_of(name: str) -> tuple[str, bool] | None:

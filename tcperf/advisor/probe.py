@@ -21,12 +21,14 @@ import torch
 
 from .. import engine, recipes
 from .. import precision as precmod
-from ..errors import UserError
+from .. import workload as workmod
+from ..errors import UserError, one_line
 from ..source import check, load_source, load_spec, on_device, save_source
 from . import lint
 
-STAGES = ("load", "check", "lint", "reference")
+STAGES = ("load", "check", "workload", "lint", "reference")
 WHAT = {"load": "calling the model's factory", "check": "the model's first fp32 forward on its inputs",
+        "workload": "the model's fp32 forward on each shape of its workload",
         "lint": "recording the model's GEMM shapes (the shape lint)", "reference": "the fp32 reference run"}
 
 
@@ -40,6 +42,9 @@ class Facts:
     notes: list = field(default_factory=list)
     source: dict | None = None    # what later workers load
     times: dict = field(default_factory=dict)   # "start" (the worker up) and each stage -> seconds it took
+    flops: float | None = None    # one forward's FLOPs on the example input (torch.utils.flop_counter)
+    params: int = 0               # parameters (their bytes at a recipe's precision: what a step must read)
+    workload: dict | None = None  # the stream: length, distinct shapes, varying dimensions, FLOPs a step
 
 
 def user_errors(method):
@@ -93,9 +98,42 @@ class Probe:
 
     @user_errors
     def check(self) -> dict:
-        with precmod.apply("fp32", self.device.type):
+        from torch.utils.flop_counter import FlopCounterMode
+        with precmod.apply("fp32", self.device.type), FlopCounterMode(display=False) as flops:
             check(self.spec, self.case["mode"])
-        return self.row()
+        params = sum(p.numel() for p in self.spec.model.parameters())
+        return self.row(flops=float(flops.get_total_flops()), params=params)
+
+    @user_errors
+    def workload(self) -> dict:
+        """The fp32 forward on the first step of each distinct shape of the stream (a shape the model rejects is
+        one line naming the step) and its FLOPs; FLOPs a step averaged over the stream."""
+        if not self.spec.workload:
+            return self.row(workload=None)
+        from torch.utils.flop_counter import FlopCounterMode
+        steps, flops_of = self.spec.workload, {}
+        stream = [workmod.flat(a, k) for a, k in steps]
+        self.spec.model.eval()
+        for i, x in enumerate(stream):
+            key = workmod.shape_key(x)
+            if key not in flops_of:
+                flops_of[key] = self._forward_flops(steps[i], i, FlopCounterMode)
+        varying = workmod.varying_dims(stream)
+        names = workmod.names(*steps[0])
+        return self.row(workload={
+            "length": len(stream), "distinct": len(flops_of),
+            "varying": {names[i]: list(dims) for i, dims in varying.items()},
+            "flops_per_step": sum(flops_of[workmod.shape_key(x)] for x in stream) / len(stream)})
+
+    def _forward_flops(self, step: tuple, i: int, counter) -> float:
+        args, kwargs = step
+        try:
+            with precmod.apply("fp32", self.device.type), torch.no_grad(), counter(display=False) as flops:
+                self.spec.model(*args, **kwargs)
+        except Exception as e:
+            raise UserError(f"the model rejects workload step {i} ({workmod.describe(args, kwargs)}): "
+                            f"{one_line(e)}") from None
+        return float(flops.get_total_flops())
 
     @user_errors
     def lint(self) -> dict:
@@ -148,7 +186,7 @@ def run_probe(case: dict, device, *, timeout: float, isolate: bool = True, loade
     finally:
         call(None)
     return Facts(found["name"], found["kind"], [lint.Layer(**d) for d in found["layers"]], found["skips"],
-                 notes, found["source"], times)
+                 notes, found["source"], times, found.get("flops"), found.get("params", 0), found.get("workload"))
 
 
 def _worker_calls(case: dict, device, timeout: float):

@@ -45,6 +45,9 @@ class Advice:
     notes: list[str] = field(default_factory=list)
     env: dict = field(default_factory=dict)
     phases: dict = field(default_factory=dict)   # seconds each phase took: probe_s, grid_s, runoff_s, total_s ...
+    stream: list[RecipeResult] = field(default_factory=list)   # the recipes timed on the workload's stream
+    workload: dict | None = None             # the stream: length, distinct shapes, varying dimensions, FLOPs a step
+    steps: int | None = None                 # the job's length (None: long enough that one-time costs vanish)
 
     # --- data ---------------------------------------------------------------------------------------------------
     @property
@@ -64,7 +67,8 @@ class Advice:
              "tolerance": self.tolerance, "verdict": self.verdict,
              "recipes": [r.to_dict() for r in self.recipes], "lint": [l.to_dict() for l in self.flagged],
              "lint_summary": self.lint_summary, "sensitive": self.sensitive, "share": self.share,
-             "notes": self.notes, "phases": self.phases}
+             "notes": self.notes, "phases": self.phases, "stream": [r.to_dict() for r in self.stream],
+             "workload": self.workload, "steps": self.steps}
         return finite(d)
 
     def to_json(self, indent: int = 2) -> str:
@@ -73,7 +77,8 @@ class Advice:
     # --- the results store --------------------------------------------------------------------------------------
     def rows(self) -> list[dict]:
         shape = {"model": self.model, "mode": self.mode}
-        return [*(recipe_row(r, shape, self.tolerance) for r in self.recipes), self.verdict_row()]
+        return [*(recipe_row(r, shape, self.tolerance) for r in self.recipes),
+                *(recipe_row(r, shape, self.tolerance) for r in self.stream), self.verdict_row()]
 
     def verdict_row(self) -> dict:
         return {"op": "advise.verdict", "shape": {"model": self.model, "mode": self.mode},
@@ -127,8 +132,9 @@ def finite(x):
 
 
 def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> dict:
+    """A recipe's row in the store: op advise.recipe (on the example input) or advise.stream (on the workload)."""
     t = r.timing or {}
-    return {"op": "advise.recipe", "shape": shape, "precision": r.recipe, "status": STATUS[r.status],
+    return {"op": r.op, "shape": shape, "precision": r.recipe, "status": STATUS[r.status],
             "error": finite(r.error), "tolerance": tolerance, "message": r.message,
             "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"), "min_ms": t.get("min_ms"),
             "mean_ms": t.get("mean_ms"), "n": t.get("n"), "samples": t.get("samples", []),
@@ -136,7 +142,8 @@ def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> dict:
             "metrics": finite({"label": shape["model"], "criterion": r.criterion, "accuracy": r.accuracy,
                                "speedup_fp32": r.speedup, "tc_share": r.tc_share, "gpu_busy": r.gpu_busy,
                                "kernels": r.kernels,
-                               "first_call_s": r.first_call_s, "keep_fp32": r.keep_fp32, "base": r.base})}
+                               "first_call_s": r.first_call_s, "keep_fp32": r.keep_fp32, "base": r.base,
+                               "stream": r.stream, "kernel_ms": r.kernel_ms, "matmul_ms": r.matmul_ms})}
 
 
 # --- the report -------------------------------------------------------------------------------------------------
@@ -206,6 +213,46 @@ def _recipe_cells(r: RecipeResult, timed: bool) -> list:
     speed = [_ms(r), _spread(r), f"{r.speedup:.2f}x" if r.speedup else ""] if timed else []
     return [Text(r.recipe), f"[{STYLE[r.status]}]{r.status}[/]", *speed, err, max_err,
             *([_pct(r.tc_share), _pct(r.gpu_busy)] if timed else []), Text(r.message)]
+
+
+def stream_table(a: Advice) -> Table | None:
+    """The workload's recipes: first pass (compiles, captures), one-time cost, steady step and the job."""
+    if not a.stream:
+        return None
+    w = a.workload or {}
+    timed = any(r.step_ms for r in a.stream)
+    job = a.steps
+    t = Table(title=f"On the workload: a stream of {w.get('length', '?')} steps, {w.get('distinct', '?')} distinct "
+                    f"shapes (varying: {_varying(w)}); caches cold", title_justify="left")
+    cols = ["recipe", "status", "first pass s", "compiles", "graphs", *(("one-time s", "ms / step") if timed else ()),
+            *((f"job of {job:,} s",) if timed and job else ()), "error", "note"]
+    for col in cols:
+        t.add_column(col, justify="left" if col in ("recipe", "status", "note") else "right", overflow="fold")
+    for r in a.stream:
+        t.add_row(*_stream_cells(r, timed, job))
+    t.caption = ("first pass: every step once from cold (compiles, recompiles, CUDA graph captures); one-time: the "
+                 "first pass less a steady pass; ms / step: the median of 3 steady passes over the stream's steps")
+    t.caption_justify = "left"
+    return t
+
+
+def _varying(w: dict) -> str:
+    return ", ".join(f"{k} dim {'/'.join(map(str, v))}" for k, v in (w.get("varying") or {}).items()) or "none"
+
+
+def _stream_cells(r: RecipeResult, timed: bool, job) -> list:
+    from .job import job_s, one_time_s
+    st = r.stream or {}
+    err = f"{r.error:.2g}" if r.error is not None and math.isfinite(r.error) else ("inf" if r.error else "")
+    first = f"{st['seconds']:.1f}" if st.get("seconds") is not None else ""
+    cells = [Text(r.recipe), f"[{STYLE[r.status]}]{r.status}[/]", first, str(st.get("compiles", "")),
+             str(st.get("captures", ""))]
+    if timed:
+        ok = r.passes and r.step_ms
+        cells += [f"{one_time_s(r):.1f}" if ok else "", _ms(r) if ok else ""]
+        if job:
+            cells.append(f"{job_s(r, job):.3g}" if ok else "")
+    return cells + [err, Text(r.message)]
 
 
 def lint_table(a: Advice) -> Table | Text:
@@ -295,6 +342,8 @@ def verdict_text(a: Advice) -> Group:
     parts = [Text(headline(v, a.tolerance), style="bold green" if v.get("recommended") else "bold yellow")]
     if v.get("margin"):
         parts.append(Text(f"  runoff: {v['margin']}"))
+    if v.get("limit_sentence"):
+        parts.append(Text(f"  how far from the limit: {v['limit_sentence']}"))
     if v.get("note"):
         parts.append(Text(v["note"], style="yellow"))
     for key in ("host_bound", "unstable"):
@@ -333,7 +382,7 @@ def v_note(a: Advice) -> str | None:
 def render(a: Advice) -> Group:
     where = a.gpu or f"CPU ({a.device})"
     parts = [Text(f"tcperf advise · {a.model} · {a.mode} · {where}", style="bold"), recipes_table(a)]
-    parts += [p for p in (skipped_text(a), lint_table(a)) if p is not None]
+    parts += [p for p in (skipped_text(a), stream_table(a), lint_table(a)) if p is not None]
     parts += [p for p in (sensitive_text(a), share_text(a)) if p is not None]
     parts.append(verdict_text(a))
     parts += [Text(f"note: {n}", style="yellow") for n in a.notes if n != v_note(a)]

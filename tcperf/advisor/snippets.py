@@ -38,6 +38,10 @@ class Setup:
     weights: str | None = None          # inference: the model cast to 'float16' | 'bfloat16'
     step_graph: bool = False            # training: the whole step captured in one CUDA graph and replayed
     fused: bool = False                 # training: the optimizer made with fused=True
+    shapes: str = "static"              # a workload's varying shapes met as tcperf.recipes.SHAPES says
+    pad_to: int | None = None           # ... padded to multiples of this
+    varying: tuple = ()                 # ((input name, (dims that vary)), ...): 'arg0' for positional inputs
+    buckets: int | None = None          # padded shapes the workload met (Dynamo's recompile limit must hold them)
 
     @property
     def scaler(self) -> bool:
@@ -76,8 +80,44 @@ def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = Tru
                   "quantize_(model, Int8DynamicActivationInt8WeightConfig())  # Linear layers in int8"]
     if s.compile and with_compile:
         arg = "" if s.compile == "default" else f', mode="{s.compile}"'
-        lines.append(f"model = torch.compile(model{arg})")
+        if s.varying and s.shapes != "dynamic" and s.shapes != "marked":
+            arg += ", dynamic=False"
+        note = {"dynamic": "  # automatic dynamic shapes (the default): symbolic after the first change",
+                "marked": "  # symbolic in the dimensions marked below"}.get(s.shapes, "") if s.varying else ""
+        lines.append(f"model = torch.compile(model{arg}){note}")
+        if s.pad_to and s.buckets and s.buckets >= 8:
+            lines.append(f"torch._dynamo.config.recompile_limit = {s.buckets + 1}  # one compile a bucket: "
+                         f"{s.buckets} buckets")
     return lines
+
+
+def _keyword(s: Setup) -> bool:
+    """The workload's inputs are keyword arguments (x is their dict)."""
+    return bool(s.varying) and not all(name.startswith("arg") for name, _ in s.varying)
+
+
+def _shape_lines(s: Setup) -> list[str]:
+    """A workload of varying shapes: the helper that pads or marks each batch as measured (VARYING names the
+    dimensions that varied in the workload tcperf was given)."""
+    if not s.varying or not (s.pad_to or s.shapes == "marked"):
+        return []
+    lines = [f"VARYING = {dict(s.varying)!r}  # the dimensions that vary in your workload", "", ""]
+    if s.shapes == "marked":
+        return lines + ["def prepare_batch(batch):  # dict of the step's inputs",
+                        "    for name, t in batch.items():",
+                        "        for d in VARYING.get(name, ()):",
+                        "            torch._dynamo.maybe_mark_dynamic(t, d)  # symbolic from the first compile",
+                        "    return batch", "", ""]
+    return lines + [f"def prepare_batch(batch, multiple={s.pad_to}):  # dict of the step's inputs",
+                    '    """The varying dimensions padded at their end to a multiple: one compiled graph (and CUDA '
+                    'graph) a bucket. Read the outputs at the real positions only (e.g. out[:, :length])."""',
+                    "    out = {}",
+                    "    for name, t in batch.items():",
+                    "        for d in VARYING.get(name, ()):",
+                    "            widths = [0, 0] * (t.dim() - 1 - d) + [0, -t.shape[d] % multiple]",
+                    '            t = torch.nn.functional.pad(t, widths, value=-100 if name == "labels" else 0)',
+                    "        out[name] = t",
+                    "    return out", "", ""]
 
 
 def _header(s: Setup, *imports: str) -> list[str]:
@@ -94,14 +134,20 @@ def _autocast(s: Setup, device_type: str) -> str:
 
 def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
     """Plain PyTorch: flags, model changes, and the inference call or the training step."""
-    lines = [f"# tcperf advise: {s.name}", *_header(s), *_flags(s), *_model_lines(s, mode, device_type)]
+    lines = [f"# tcperf advise: {s.name}", *_header(s), *_flags(s), *_model_lines(s, mode, device_type),
+             *_shape_lines(s)]
+    if _shape_lines(s):
+        lines.append("x = prepare_batch(x)  # x: the dict of the step's keyword inputs" if _keyword(s) else
+                     'x = prepare_batch({"arg0": x})["arg0"]')
     if s.channels_last:
         lines.append("x = x.to(memory_format=torch.channels_last)")
     if s.weights:
-        lines.append(f"x = x.to(torch.{s.weights})  # floating-point inputs in the model's dtype")
+        lines.append(f"x = {{k: v.to(torch.{s.weights}) if v.is_floating_point() else v for k, v in x.items()}}"
+                     if _keyword(s) else f"x = x.to(torch.{s.weights})  # floating-point inputs in the model's dtype")
     ctx = _autocast(s, device_type)
     if mode == "infer":
-        lines += ["model.eval()", f"with torch.no_grad(){', ' + ctx if ctx else ''}:", "    outputs = model(x)"]
+        lines += ["model.eval()", f"with torch.no_grad(){', ' + ctx if ctx else ''}:",
+                  f"    outputs = {'model(**x)' if _keyword(s) else 'model(x)'}"]
         return "\n".join(lines) + "\n"
     if s.fused:
         lines.append(_FUSED)
@@ -111,7 +157,7 @@ def plain(s: Setup, mode: str = "infer", device_type: str = "cuda") -> str:
         lines.append(f'scaler = torch.amp.GradScaler("{device_type}")  # fp16: scale the loss so small '
                      f"gradients do not flush to zero")
     lines += ["", "", "def train_step(x, y):", "    optimizer.zero_grad(set_to_none=True)"]
-    forward = "loss = loss_fn(model(x), y)"
+    forward = "loss = loss_fn(model(**x))" if _keyword(s) else "loss = loss_fn(model(x), y)"
     lines += [f"    with {ctx}:", f"        {forward}"] if ctx else [f"    {forward}"]
     lines += (["    scaler.scale(loss).backward()", "    scaler.step(optimizer)", "    scaler.update()"]
               if s.scaler else ["    loss.backward()", "    optimizer.step()"])

@@ -6,9 +6,13 @@ fixes worth making (with their measured gain), and the code to paste.
 
 On a CPU nothing is timed: the verdict names the recipes that pass the accuracy check and says that the speed
 verdict needs a CUDA GPU; its snippets are for the passing recipe furthest up the ladder, marked as untimed.
+
+With a workload (tcperf.advisor.streams) the recipes timed on its stream decide, and with a job length (`steps`)
+the cheapest job of that many steps wins (tcperf.advisor.job): one-time cost + steps x steady step.
 """
 from __future__ import annotations
 
+from . import job as jobmod
 from . import runoff
 from .lint import Layer
 from .measure import RecipeResult, setup_of
@@ -78,22 +82,43 @@ def fix_rows(layers: list[Layer]) -> list[dict]:
             for l in layers]
 
 
+def choose_for(results: list[RecipeResult], stream: list[RecipeResult], decision: dict,
+               steps: int | None) -> RecipeResult | None:
+    """The recipe to advise: on a workload, the cheapest job on its stream; on one input with a job length, the
+    cheapest job; else the runoff's pick (choose)."""
+    if stream:
+        return jobmod.pick(stream, steps)
+    return jobmod.pick(results, steps) if steps is not None else choose(results, decision)
+
+
 def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_type: str,
-           kind: str = "transformer", search: dict | None = None) -> dict:
+           kind: str = "transformer", search: dict | None = None, stream: list[RecipeResult] | None = None,
+           steps: int | None = None, varying: dict | None = None) -> dict:
     """Everything the report's last section says, as data. search: tcperf.advisor.search's summary (the runoff's
-    decision, what was pruned or not tried)."""
-    search = search or {}
+    decision, what was pruned or not tried); stream: the recipes timed on the workload (tcperf.advisor.streams);
+    steps: the job's length (None: long enough that one-time costs vanish); varying: the workload's varying
+    dimensions by input name, for the snippets."""
+    search, stream = search or {}, stream or []
     decision = search.get("runoff") or {}
-    chosen = choose(results, decision) if device_type == "cuda" else None
-    pick = chosen or candidate(results)
+    chosen = choose_for(results, stream, decision, steps) if device_type == "cuda" else None
+    pick = chosen or candidate(results)        # untimed: padding is worth it only compiled
     v = {"speed_measured": device_type == "cuda", "recommended": chosen.recipe if chosen else None,
          "candidate": None if chosen or not pick else pick.recipe,
          "passing": [r.recipe for r in results if r.passes],
          "failing": {r.recipe: r.message for r in results if r.status in ("fails", "error", "oom")},
          "fixes": fix_rows(fixes), "snippets": {}}
     v["search"] = {k: search[k] for k in ("jobs", "budget_s", "pruned", "not_tried", "timeline") if k in search}
-    if chosen and decision.get("pick") == chosen.recipe:
+    if stream:
+        v.update(workload=True, stream_passing=[r.recipe for r in stream if r.passes],
+                 stream_failing={r.recipe: r.message for r in stream if not r.passes})
+    if chosen and decision.get("pick") == chosen.recipe and not stream and steps is None:
         v.update(runoff=decision, margin=runoff.sentence(decision))
+    if chosen and device_type == "cuda":
+        eager = stream[0].recipe if stream else None
+        v["job"] = jobmod.summary(stream or results, steps, eager=eager or "fp32")
+        v["job_sentence"] = jobmod.sentence(v["job"])
+        if stream and stream[0].step_ms:
+            v.update(versus=stream[0].recipe, speedup_versus=stream[0].step_ms / chosen.step_ms)
     if chosen:
         v.update(speedup=chosen.speedup, step_ms=chosen.step_ms, median_ms=chosen.timing["median_ms"],
                  iqr_ms=chosen.timing["iqr_ms"], gpu_busy=chosen.gpu_busy, host_bound=host_bound_note(chosen),
@@ -106,7 +131,8 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
     elif not chosen:
         v["note"] = "no recipe passed the tolerance and ran: see the failures"
     if pick:
-        setup = setup_of(pick.base or pick.recipe, kind, tuple(pick.keep_fp32))
+        setup = setup_of(pick.base or pick.recipe, kind, tuple(pick.keep_fp32), varying or {},
+                         (pick.stream or {}).get("keys"))
         v["snippets"] = all_snippets(setup, mode, "cuda" if device_type == "cuda" else device_type)
     return v
 
@@ -114,10 +140,16 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
 def headline(v: dict, tolerance: float) -> str:
     """One sentence: the answer."""
     if v.get("recommended"):
-        acc = v["accuracy"]
-        return (f"Use {v['recommended']}: {v['speedup']:.2f}x faster than fp32 strict "
-                f"({v.get('step_ms') or v['median_ms']:.3g} ms a step), {acc['criterion']} {acc['error']:.2g} "
-                f"(tolerance {tolerance:g})")
+        acc, step = v["accuracy"], v.get("step_ms") or v["median_ms"]
+        if v.get("workload"):
+            faster = (f"{v['speedup_versus']:.2f}x faster a step than {v['versus']} eager on the workload"
+                      if v.get("speedup_versus") and v["recommended"] != v.get("versus") else
+                      "the cheapest job on the workload")
+            text = f"Use {v['recommended']}: {faster} ({step:.3g} ms a step over its stream)"
+        else:
+            text = f"Use {v['recommended']}: {v['speedup']:.2f}x faster than fp32 strict ({step:.3g} ms a step)"
+        text += f", {acc['criterion']} {acc['error']:.2g} (tolerance {tolerance:g})"
+        return text + (f"; {v['job_sentence']}" if v.get("job_sentence") else "")
     if v.get("candidate"):
         return (f"Passes the accuracy check here: {', '.join(v['passing'])}. "
                 f"The code below is for {v['candidate']} (its speed is not measured)")

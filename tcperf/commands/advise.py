@@ -3,8 +3,13 @@ and what it costs in accuracy; stored as a run of kind "advise".
 
     tcperf advise examples/awkward_mlp.py:factory                  # inference, default tolerance 0.05
     tcperf advise examples/fp16_overflow.py:factory --mode train --json
+    tcperf advise examples/bert_stream.py:factory --steps 10000    # a workload of varying shapes, a job's length
 
-factory() returns a model, (model, example_inputs), or {"model", "inputs", "loss_fn"?, "metric_fn"?}.
+factory() returns a model, (model, example_inputs), or {"model", "inputs", "loss_fn"?, "metric_fn"?, "workload"?}
+(workload: a list of per-step inputs or workload(step) -> inputs; tcperf.workload). --steps N: the job runs N steps,
+so the advice weighs one-time costs (compiles, CUDA graph captures) against N steps of saving; without it, the job
+is taken as long enough that they vanish (training and serving jobs run far longer than a compile), and the advice
+says from how many steps each one-time cost pays back.
 Nothing of the user's runs in this process: the factory, the first fp32 forward and the shape lint run in a
 worker under --timeout (tcperf.advisor.probe), and any problem there (the file, the factory, inputs the model
 rejects, a hang, a crash) is one line naming the stage and exit status 2, before anything is stored. Each recipe
@@ -18,7 +23,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import env as envmod
-from .. import source
+from .. import peaks, source
 from ..advisor import api, measure
 from ..advisor.result import recipe_row
 from ..recipes import parse_list
@@ -35,8 +40,12 @@ def add_parser(sub) -> None:
                    help="infer: output relative error allowed against fp32 strict (default 0.05); train: share "
                         "of fp32's loss fall over the steps a recipe may lose (default 0.10)")
     p.add_argument("--recipes", default=None, help="recipes to try: ladder (default) or a comma-separated list, e.g. fp32,tf32,amp_bf16")
-    p.add_argument("--steps", type=int, default=measure.TRAIN_STEPS,
-                   help=f"training steps compared against fp32 (train mode; default {measure.TRAIN_STEPS})")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps the job runs: the pick is the cheapest job (one-time compile and capture cost + steps "
+                        "x step time); default: a job long enough that one-time costs vanish")
+    p.add_argument("--check-steps", type=int, default=measure.TRAIN_STEPS,
+                   help=f"training steps the accuracy check compares against fp32 (train mode; default "
+                        f"{measure.TRAIN_STEPS})")
     p.add_argument("--timeout", type=float, default=measure.DEFAULT_TIMEOUT,
                    help=f"seconds one recipe (or one stage of loading the model) may take, compile included "
                         f"(default {measure.DEFAULT_TIMEOUT:.0f})")
@@ -55,7 +64,8 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     device = envmod.parse_device(args.device)
     recipes = parse_list(args.recipes) if args.recipes else None
-    tol = api.check_args(args.mode, args.tolerance, recipes, args.steps, args.timeout, args.budget, args.jobs)
+    tol = api.check_args(args.mode, args.tolerance, recipes, args.check_steps, args.timeout, args.budget, args.jobs,
+                         args.steps)
     path, _ = source.split_target(args.target)
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
@@ -73,8 +83,9 @@ def main(args) -> int:
     try:
         with _progress(args.json) as progress:
             advice = api.run(mode=args.mode, tolerance=args.tolerance, device=device, recipes=recipes,
-                             steps=args.steps, log=log, timeout=args.timeout, target=args.target, on_result=stored,
-                             budget=args.budget, jobs=args.jobs, progress=progress)
+                             steps=args.steps, check_steps=args.check_steps, log=log, timeout=args.timeout,
+                             target=args.target, on_result=stored, budget=args.budget, jobs=args.jobs,
+                             ceilings=peaks.measured(args.db, device), progress=progress)
         if run_id is None:
             run_id = store.start_run("advise", command_line(), advice.env)
         store.add_result(run_id, advice.verdict_row())

@@ -1,0 +1,94 @@
+"""How far the pick is from what this GPU could do: its step against its speed of light, and where the rest goes.
+
+    speed of light = the larger of  FLOPs / the measured Tensor Core ceiling of the pick's precision
+                                    bytes / the measured copy bandwidth
+    FLOPs   a step's (torch.utils.flop_counter on the example input, or averaged over the workload's stream: the
+            real positions only, so padding shows as lost time); training counts the backward as twice the forward
+    bytes   the parameters at the precision the pick holds them in, read once a step (training: read, gradient
+            written, updated: three times), the least a step must move
+The larger of the two, not their sum: a step that overlaps its loads with its math (every GEMM does) can reach
+the larger, so the sum would let a step beat its own limit. Ceilings come from the store (`tcperf ceilings`) where
+this GPU was measured, else a quick measurement here: one 8192^3 GEMM at the precision, one 1 GiB copy
+(tcperf.worker.measure_case, checked against float64 before it is timed).
+
+Where the step goes, from the pick's profile: GEMM/convolution/attention kernels (and the share of the ceiling
+their FLOPs reach), other kernels (memory-bound: normalisation, elementwise, copies), and the host's gaps between
+kernels (step - kernel time).
+
+    found = of(pick, facts, mode, ceilings={"bf16": 744.0, "bandwidth": 4210.0})
+    found["share"]      # 0.83: the step runs at 83% of its speed of light
+"""
+from __future__ import annotations
+
+import torch
+
+from ..recipes import get as get_recipe
+
+BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+QUICK_GEMM = 8192
+QUICK_COPY = 2**28        # fp32 elements: 1 GiB, far beyond L2
+
+
+def weights_bytes(params: int, name: str, mode: str) -> float:
+    """The parameters' bytes a step must move: read once (inference), or read, gradient written and the update
+    written (training); at the precision the recipe holds them in (autocast keeps fp32 weights)."""
+    r = get_recipe(name)
+    held = "bf16" if r.weights == "bfloat16" else "fp16" if r.weights == "float16" else \
+        r.peak_precision if (r.fp8 or r.int8) and mode == "infer" else "fp32"
+    return params * BYTES[held] * (3 if mode == "train" else 1)
+
+
+def of(pick, flops_forward: float | None, params: int, mode: str, ceilings: dict) -> dict | None:
+    """The pick's speed of light and where its step goes; None without FLOPs, a ceiling or a step time."""
+    prec = get_recipe(pick.runs.split("@")[0]).peak_precision
+    tflops, gbs = ceilings.get(prec), ceilings.get("bandwidth")
+    if not (flops_forward and tflops and gbs and pick.step_ms):
+        return None
+    flops = flops_forward * (3 if mode == "train" else 1)
+    moved = weights_bytes(params, pick.runs.split("@")[0], mode)
+    math_ms, memory_ms = flops / (tflops * 1e9), moved / (gbs * 1e6)
+    sol_ms = max(math_ms, memory_ms)
+    out = {"precision": prec, "flops": flops, "bytes": moved, "ceiling_tflops": tflops, "bandwidth_gbs": gbs,
+           "ceilings_from": ceilings.get("from", "store"), "math_ms": math_ms, "memory_ms": memory_ms,
+           "sol_ms": sol_ms, "step_ms": pick.step_ms, "share": sol_ms / pick.step_ms,
+           "bound": "math" if math_ms >= memory_ms else "memory"}
+    out["parts"] = parts(pick, flops, tflops)
+    return out
+
+
+def parts(pick, flops: float, tflops: float) -> dict | None:
+    """Where the step goes (ms a step), from its profile: matmul kernels, other kernels, host gaps."""
+    if pick.kernel_ms is None or pick.matmul_ms is None:
+        return None
+    step = pick.step_ms
+    kernels = min(pick.kernel_ms, step)
+    matmul = min(pick.matmul_ms, kernels)
+    reach = flops / (matmul * 1e9) / tflops if matmul > 0 else None
+    return {"matmul_ms": matmul, "matmul_ceiling_share": reach, "other_kernels_ms": kernels - matmul,
+            "host_gaps_ms": step - kernels}
+
+
+def quick_ceilings(precision: str, device: torch.device) -> dict:
+    """This GPU's ceiling at `precision` and its copy bandwidth, measured now (a few hundred ms)."""
+    from ..worker import measure_case
+    gemm = {"op": "gemm", "precision": precision, "suite": "advise",
+            "shape": {"m": QUICK_GEMM, "n": QUICK_GEMM, "k": QUICK_GEMM, "a_t": "N",
+                      "b_t": "T" if precision == "int8" else "N"}}
+    copy = {"op": "copy", "precision": "fp32", "suite": "advise", "shape": {"n": QUICK_COPY}}
+    job = {"pad": False}
+    g, c = measure_case(gemm, device, job), measure_case(copy, device, job)
+    return {precision: g.get("tflops") if g["status"] == "ok" else None,
+            "bandwidth": c.get("gbps") if c["status"] == "ok" else None, "from": "measured now (one GEMM, one copy)"}
+
+
+def sentence(found: dict | None) -> str | None:
+    if not found:
+        return None
+    text = (f"{found['share']:.0%} of its speed of light ({found['sol_ms']:.3g} ms: {found['bound']}-bound at "
+            f"{found['ceiling_tflops']:.0f} TFLOPS {found['precision']} and {found['bandwidth_gbs']:.0f} GB/s)")
+    p = found.get("parts")
+    if p:
+        reach = f" at {p['matmul_ceiling_share']:.0%} of the ceiling" if p["matmul_ceiling_share"] else ""
+        text += (f"; the step: GEMM/conv/attention kernels {p['matmul_ms']:.3g} ms{reach}, other kernels "
+                 f"{p['other_kernels_ms']:.3g} ms, host gaps {p['host_gaps_ms']:.3g} ms")
+    return text

@@ -1,0 +1,287 @@
+"""Advice for a workload (tcperf.workload, tcperf.stream, tcperf.advisor.job, tcperf.advisor.streams): the stream
+drawn from a factory's workload, recompiles counted, padded recipes judged at the real positions, the job weighed
+(one-time cost + N x step), and every bad workload one line naming the step."""
+import math
+import textwrap
+
+import pytest
+import torch
+import torch.nn as nn
+
+from tcperf import engine, recipes, source, stream, workload
+from tcperf.advisor import job, verdict
+from tcperf.advisor.measure import RecipeResult
+from tcperf.advisor.streams import family, root_of
+from tcperf.cli import main
+from tcperf.errors import UserError
+from tcperf.store import Store
+
+ENCODER = '''
+import torch, torch.nn as nn
+
+class Encoder(nn.Module):
+    """Embedding, one attention layer (with a key mask, or without one), a per-position head."""
+    def __init__(self, masked=True):
+        super().__init__()
+        self.emb, self.head, self.masked = nn.Embedding(50, 16), nn.Linear(16, 3), masked
+        self.att = nn.MultiheadAttention(16, 2, batch_first=True)
+
+    def forward(self, input_ids, attention_mask):
+        h = self.emb(input_ids)
+        h, _ = self.att(h, h, h, key_padding_mask=(attention_mask == 0) if self.masked else None)
+        return self.head(h)                                         # (B, L, 3): one output a position
+
+
+def work(step):
+    g = torch.Generator().manual_seed(step)
+    n = int(torch.randint(5, 40, (1,), generator=g))               # lengths 5..39: one bucket of 64
+    return {"input_ids": torch.randint(1, 50, (2, n), generator=g), "attention_mask": torch.ones(2, n, dtype=torch.long)}
+
+
+def factory():
+    return {"model": Encoder().eval(), "workload": work}
+
+
+def unmasked():
+    return {"model": Encoder(masked=False).eval(), "workload": work}
+
+
+def raises():
+    def w(step):
+        if step == 5:
+            raise ValueError("no batch here")
+        return work(step)
+    return {"model": Encoder(), "workload": w}
+
+
+def unlike():
+    def w(step):
+        x = work(step)
+        if step == 3:
+            x["input_ids"] = x["input_ids"].float()
+        return x
+    return {"model": Encoder(), "workload": w}
+
+
+def rejects():
+    def w(step):
+        x = work(step)
+        if step == 9:
+            x["input_ids"][0, 0] = 99                               # past the embedding's 50 rows
+        return x
+    return {"model": Encoder(), "workload": w}
+
+
+def empty():
+    return {"model": Encoder(), "workload": []}
+'''
+
+
+@pytest.fixture
+def files(tmp_path):
+    path = tmp_path / "enc.py"
+    path.write_text(textwrap.dedent(ENCODER))
+    return path
+
+
+# --- the stream -----------------------------------------------------------------------------------------------------
+def test_a_callable_workload_is_drawn_seeded_and_a_list_in_a_seeded_order():
+    steps = workload.draw(lambda i: torch.randn(3 + i % 4, 8), count=10)
+    again = workload.draw(lambda i: torch.randn(3 + i % 4, 8), count=10)
+    assert len(steps) == 10 and all(torch.equal(a[0][0], b[0][0]) for a, b in zip(steps, again))
+    items = [torch.full((i + 1, 2), float(i)) for i in range(5)]
+    drawn = [a[0] for a, _ in workload.draw(items, count=64, seed=3)]
+    assert sorted(int(t[0, 0]) for t in drawn) == [0, 1, 2, 3, 4]      # all of a short list, each once
+    assert [int(t[0, 0]) for t in drawn] == [int(a[0][0, 0]) for a, _ in workload.draw(items, count=64, seed=3)]
+
+
+def test_padding_fills_the_varying_dimensions_and_unpad_cuts_only_them():
+    ids, labels = torch.ones(2, 37, dtype=torch.long), torch.ones(2, 37, dtype=torch.long)
+    hidden = torch.randn(2, 37)          # a fixed-size input: never padded
+    varying = {0: (1,), 1: (1,)}
+    padded, sizes = workload.pad((ids, labels, hidden), varying, 64, ["input_ids", "labels", "hidden"])
+    assert padded[0].shape == (2, 64) and int(padded[0][0, 40]) == 0
+    assert int(padded[1][0, 40]) == -100 and padded[2] is hidden       # labels: cross-entropy's ignore_index
+    out = {"h": torch.randn(2, 64, 64), "pooled": torch.randn(2, 64)}  # the width (64) is no padded dimension
+    cut = workload.unpad(out, sizes)
+    assert cut["h"].shape == (2, 37, 64) and cut["pooled"].shape == (2, 37)
+    assert workload.bucket(37, 64) == 64 and workload.bucket(64, 64) == 64 and workload.bucket(65, 64) == 128
+
+
+def test_varying_dims_and_buckets_of_a_stream():
+    stream = [(torch.zeros(2, n), torch.zeros(3)) for n in (5, 9, 70, 5)]
+    assert workload.varying_dims(stream) == {0: (1,)}
+    assert workload.distinct_shapes(stream) == 3 and workload.distinct_buckets(stream, {0: (1,)}, 64) == 2
+
+
+def test_recipe_names_with_shapes():
+    r = recipes.get("bf16+cuda_graphs@pad64")
+    assert r.cuda_graphs and r.weights == "bfloat16" and r.pad_to == 64 and "multiples of 64" in r.describe()
+    assert recipes.get("bf16+compile@dynamic").shapes == "dynamic"
+    with pytest.raises(UserError, match="not compiled"):
+        recipes.get("bf16@dynamic")
+    with pytest.raises(UserError, match="shapes"):
+        recipes.get("bf16+compile@wobbly")
+    assert root_of("bf16+cuda_graphs@pad64") == "bf16" and root_of("cuda_graphs") == "amp_bf16"
+    assert family("bf16", "cuda")[:3] == ["bf16", "bf16+compile", "bf16+compile@dynamic"]
+    assert family("bf16", "cpu") == ["bf16", "bf16@pad64", "bf16@pad128"]
+
+
+# --- recompiles counted -------------------------------------------------------------------------------------------
+def _stream(lengths):
+    return [(torch.randn(n, 8),) for n in lengths]
+
+
+@pytest.mark.parametrize("dynamic, compiles, stopped", [(False, 4, True), (None, 2, False)])
+def test_recompiles_are_counted_and_a_recompile_per_shape_stops_the_first_pass(dynamic, compiles, stopped):
+    """Dynamo's own counters on a tiny model fed six lengths: static compiles at each new shape and is stopped
+    after three in a row; automatic dynamic compiles twice (static, then symbolic) and runs the stream."""
+    torch._dynamo.reset()
+    model = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), backend="eager",
+                          dynamic=dynamic)
+    first = stream.first_pass(lambda x: model(*x), _stream([3, 4, 5, 6, 7, 8]), "cpu")
+    assert first.graphs == compiles and first.compiles == compiles
+    assert bool(first.stopped) == stopped and (first.steps == 4 if stopped else first.steps == 6)
+    assert "recompiles per shape" in first.stopped if stopped else not first.stopped
+    assert len(first.outputs) == workload.CHECK_STEPS
+
+
+def test_a_first_pass_past_its_cap_stops_and_says_so():
+    first = stream.first_pass(lambda x: __import__("time").sleep(0.02), _stream([3] * 20), "cpu", cap_s=0.05,
+                              compiled=False)
+    assert first.stopped.startswith("still warming up") and first.steps < 20
+
+
+def _session(spec, name, tmp_path, **case):
+    case = {"op": "advise.stream", "shape": {}, "precision": name, "mode": "infer", "spec": spec,
+            "reference": str(tmp_path / "ref.pt"), "tolerance": 0.05, "cap_s": 120, **case}
+    s = engine.StreamSession(case, "cpu", {})
+    return s.time()
+
+
+def test_a_stream_session_compiles_dynamic_shapes_twice_and_times_the_steady_state(files, tmp_path):
+    spec = source.load_spec(f"{files}:factory")
+    row = _session(spec, "fp32+compile@dynamic", tmp_path)
+    st = row["metrics"]["stream"]
+    assert row["status"] == "ok" and st["steps"] == st["length"] == workload.STREAM_STEPS
+    assert 1 <= st["graphs"] <= 3 and st["distinct"] > 10
+    assert row["median_ms"] > 0 and 0 <= st["one_time_s"] <= st["seconds"]
+    assert row["error"] < 1e-4
+
+
+def test_a_padded_recipe_that_changes_the_real_positions_is_rejected(files, tmp_path):
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    masked = _session(source.load_spec(f"{files}:factory"), "fp32@pad64", tmp_path / "a")
+    assert masked["status"] == "ok" and masked["error"] < 1e-4       # the mask hides the padding
+    unmasked = _session(source.load_spec(f"{files}:unmasked"), "fp32@pad64", tmp_path / "b")
+    assert unmasked["status"] == "wrong" and "real positions" in unmasked["message"] and unmasked["error"] > 0.05
+
+
+# --- the job ------------------------------------------------------------------------------------------------------
+def _timed(name, step_ms, one_time_s=None, status="ok", first_call_s=None):
+    r = RecipeResult(name, status, timing={"mean_ms": step_ms, "median_ms": step_ms, "iqr_ms": 0.0,
+                                           "min_ms": step_ms, "n": 5, "samples": []}, first_call_s=first_call_s,
+                     error=0.01, criterion="output rel. error")
+    if one_time_s is not None:
+        r.stream = {"one_time_s": one_time_s, "length": 64}
+    return r
+
+
+def test_sixty_seconds_of_compile_for_a_twice_faster_step_loses_at_100_steps_and_wins_at_10000():
+    eager, compiled = _timed("bf16", 20.0, 0.0), _timed("bf16+cuda_graphs@pad64", 10.0, 60.0)
+    assert job.pick([eager, compiled], 100) is eager                  # 2 s against 61 s
+    assert job.pick([eager, compiled], 10_000) is compiled            # 200 s against 160 s
+    assert job.pick([eager, compiled], None) is compiled              # a long job: the step decides
+    assert job.break_even(compiled, eager) == pytest.approx(6_000)    # 60 s / 10 ms
+    s = job.summary([eager, compiled], 100, eager="bf16")
+    assert s["pick"] == "bf16" and s["long"]["recipe"] == compiled.recipe
+    assert s["long"]["from_steps"] == pytest.approx(6_000)
+    long = job.summary([eager, compiled], None, eager="bf16")
+    assert long["short"] == {"recipe": "bf16", "below_steps": pytest.approx(6_000)}
+    assert "pay back after 6,000 steps against bf16" in job.sentence(long)
+
+
+def test_on_one_input_the_compile_is_the_first_call_less_a_step():
+    r = _timed("bf16+compile", 2.0, first_call_s=30.002)
+    assert job.one_time_s(r) == pytest.approx(30.0)
+
+
+def test_the_verdict_on_a_workload_picks_the_cheapest_job_and_never_a_recompile_per_shape():
+    grid = [_timed("fp32", 40.0), _timed("bf16", 10.0)]
+    stopped = RecipeResult("bf16+compile", "skipped", message="warm-up stopped: compiled again at each of the first "
+                           "3 new shapes: it recompiles per shape")
+    stream_results = [_timed("bf16", 20.0, 0.0), stopped, _timed("bf16+cuda_graphs@pad64", 10.0, 60.0)]
+    for r in stream_results:
+        r.stream = r.stream or {}
+    short = verdict.decide(grid, [], "infer", "cuda", stream=stream_results, steps=100,
+                           varying={"input_ids": [1]})
+    assert short["recommended"] == "bf16" and "bf16+compile" in short["stream_failing"]
+    long = verdict.decide(grid, [], "infer", "cuda", stream=stream_results, steps=10_000,
+                          varying={"input_ids": [1]})
+    assert long["recommended"] == "bf16+cuda_graphs@pad64" and long["speedup_versus"] == pytest.approx(2.0)
+    assert "prepare_batch" in long["snippets"]["pytorch"] and "multiple=64" in long["snippets"]["pytorch"]
+    text = verdict.headline(long, 0.05)
+    assert "2.00x faster a step than bf16 eager on the workload" in text and "a job of 10,000 steps" in text
+
+
+# --- bad workloads: one line naming the step, exit 2, nothing stored ------------------------------------------------
+@pytest.mark.parametrize("factory, words", [
+    ("raises", "workload(5) raised ValueError: no batch here"),
+    ("unlike", "workload step 3 gives (input_ids=float32"),
+    ("rejects", "rejects workload step 9"),
+    ("empty", "non-empty list"),
+])
+def test_a_bad_workload_is_one_line_naming_the_step(files, db_path, capsys, factory, words):
+    rc = main(["advise", f"{files}:{factory}", "--db", db_path, "--device", "cpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("tcperf:") and words in err[0], err
+    assert Store.open(db_path).runs() == []
+
+
+def test_bad_steps_exit_2(files, db_path, capsys):
+    rc = main(["advise", f"{files}:factory", "--db", db_path, "--device", "cpu", "--steps", "0"])
+    assert rc == 2 and "steps must be a whole number" in capsys.readouterr().err
+    assert Store.open(db_path).runs() == []
+
+
+def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(files, db_path, capsys):
+    rc = main(["advise", f"{files}:unmasked", "--db", db_path, "--device", "cpu", "--recipes", "fp32,bf16",
+               "--json"])
+    assert rc == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    by = {r["recipe"]: r for r in out["stream"]}
+    assert by["bf16"]["status"] == "ok" and by["bf16@pad64"]["status"] == "fails"
+    assert out["workload"]["distinct"] > 10 and out["workload"]["varying"] == {"input_ids": [1],
+                                                                                 "attention_mask": [1]}
+    rows = Store.open(db_path).results(out["run"])
+    assert {r["precision"] for r in rows if r["op"] == "advise.stream"} == {"bf16", "bf16@pad64", "bf16@pad128"}
+    assert not math.isnan(out["workload"]["flops_per_step"])
+
+
+# --- on a GPU ---------------------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["bf16+cuda_graphs@pad64", "bf16+compile@marked", "bf16+cuda_graphs@dynamic"])
+def test_gpu_a_stream_session_warms_up_once_then_replays(cuda, files, tmp_path, name):
+    spec = source.load_spec(f"{files}:factory")
+    row = engine.StreamSession({"op": "advise.stream", "shape": {}, "precision": name, "mode": "infer",
+                                "spec": spec, "reference": str(tmp_path / "ref.pt"), "tolerance": 0.05,
+                                "cap_s": 300, "cold": str(tmp_path / "cold")}, cuda, {}).time(profile=True)
+    st = row["metrics"]["stream"]
+    assert row["status"] == "ok", row["message"]
+    assert st["steps"] == st["length"] and st["graphs"] >= 1 and row["median_ms"] > 0
+    if "cuda_graphs" in name:
+        assert st["captures"] >= 1                    # counted from Dynamo's CUDA-graph recording callbacks
+    assert row["metrics"]["kernel_ms"] > 0 and row["error"] < 0.05
+
+
+@pytest.mark.gpu
+def test_gpu_the_speed_of_light_of_a_gemm_step(cuda):
+    from tcperf.advisor import limit
+    found = limit.quick_ceilings("bf16", cuda)
+    assert 100 < found["bf16"] < 3000 and 500 < found["bandwidth"] < 10_000
+    r = RecipeResult("bf16", "ok", timing={"mean_ms": 1.0, "median_ms": 1.0})
+    r.kernel_ms, r.matmul_ms = 0.9, 0.8
+    got = limit.of(r, 2 * 4096 ** 3, 4096 * 4096, "infer", found)
+    assert got["bound"] == "math" and got["share"] == pytest.approx(2 * 4096 ** 3 / 1e9 / found["bf16"])
+    assert got["parts"]["host_gaps_ms"] == pytest.approx(0.1)
