@@ -3,6 +3,8 @@
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests testfiles ceilings run fidelity suites models overhead lab
 #                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, their tests) ttt
 #                                            smoke (two advise runs through the CLI) generate
+#                                            workload (its GPU tests, the speed of light, advise on a BERT stream)
+#                                            wlbench (benchmarks/workload_gpu.py: hand loops and advise, WL_ARGS)
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
 # $OUT/session.tar.gz at the end (the device tool brings back few files).
 set -u
@@ -56,6 +58,10 @@ for s in "$@"; do
                   stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         smoke)    stage smoke ${SMOKE_LIMIT:-300} bash -c "time python3 -m tcperf advise examples/awkward_mlp.py:factory; time python3 -m tcperf advise examples/linear_head.py:factory --mode train --json > $OUT/files/linear_head_train.json" ;;
         generate) stage generate ${GENERATE_LIMIT:-450} python3 benchmarks/generate_gpu.py --out "$OUT/files/generate" --db "$TCPERF_DB" ${GENERATE_ARGS:-} ;;
+        workload) stage workload-tests ${WL_TESTS_LIMIT:-240} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 200 --tb=short tests/test_workload.py
+                  stage sol ${SOL_LIMIT:-180} python3 benchmarks/speed_of_light.py --out "$OUT/files" --db "$TCPERF_DB"
+                  stage workload-advise ${WL_ADVISE_LIMIT:-420} bash -c "time COLUMNS=160 python3 -m tcperf advise ${WL_TARGET:-examples/bert_stream.py:factory} ${WL_ADVISE_ARGS:---steps 10000}" ;;
+        wlbench)  stage wlbench ${WLBENCH_LIMIT:-560} python3 benchmarks/workload_gpu.py --out "$OUT/files/wlbench" ${WL_ARGS:-} ;;
         ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
         *)        echo "unknown stage $s" ;;

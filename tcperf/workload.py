@@ -11,7 +11,7 @@ outputs are sliced back to the real positions, and it is accepted only where tho
 inputs (tcperf.engine checks the first CHECK_STEPS steps).
 
     steps = draw(workload, where="model.py:factory()")      # [(args, kwargs)], UserError naming a bad step
-    varying = varying_dims([flat(a, k) for a, k in steps])    # {tensor index: (dims that vary)}
+    varying = varying_dims([flat(a, k) for a, k in steps])    # {tensor index: {dim that varies: its longest}}
     padded, sizes = pad(tensors, varying, 64, names)          # to multiples of 64; unpad(outputs, sizes)
 
 Padding values: 0 for every tensor (token ids of the pad token 0, an attention mask's "ignore"), but for keyword
@@ -102,11 +102,14 @@ def names(args: tuple, kwargs: dict) -> list[str]:
             *(k for k, v in kwargs.items() if torch.is_tensor(v))]
 
 
-def varying_dims(stream: list[tuple]) -> dict[int, tuple[int, ...]]:
-    """{tensor index: the dimensions whose size changes across the stream} (tensors that never change left out)."""
+def varying_dims(stream: list[tuple]) -> dict[int, dict[int, int]]:
+    """{tensor index: {dimension whose size changes across the stream: the longest it gets}} (tensors that never
+    change left out). Padding never goes past the longest: a model's limit (BERT's 512 positions) is often the
+    workload's."""
     out = {}
     for i, first in enumerate(stream[0]):
-        dims = tuple(d for d in range(first.dim()) if len({x[i].shape[d] for x in stream}) > 1)
+        sizes = {d: {x[i].shape[d] for x in stream} for d in range(first.dim())}
+        dims = {d: max(s) for d, s in sizes.items() if len(s) > 1}
         if dims:
             out[i] = dims
     return out
@@ -120,25 +123,27 @@ def distinct_shapes(stream: list[tuple]) -> int:
     return len({shape_key(x) for x in stream})
 
 
-def bucket(size: int, multiple: int) -> int:
-    return max(multiple, math.ceil(size / multiple) * multiple)
+def bucket(size: int, multiple: int, longest: int | None = None) -> int:
+    """The padded size: the next multiple, but never past the longest size the workload has."""
+    full = max(multiple, math.ceil(size / multiple) * multiple)
+    return min(full, max(longest, size)) if longest else full
 
 
 def distinct_buckets(stream: list[tuple], varying: dict, multiple: int) -> int:
-    return len({tuple((i, d, bucket(x[i].shape[d], multiple)) for i, dims in varying.items() for d in dims)
-                for x in stream})
+    return len({tuple((i, d, bucket(x[i].shape[d], multiple, n)) for i, dims in varying.items()
+                      for d, n in dims.items()) for x in stream})
 
 
 def pad(tensors: tuple, varying: dict, multiple: int, tensor_names: list[str]) -> tuple[tuple, dict]:
-    """Each varying dimension padded at its end up to a multiple of `multiple`; (padded tensors, {(dimension,
-    padded size): real size}) for unpad."""
+    """Each varying dimension padded at its end up to a multiple of `multiple` (at most its longest: varying_dims);
+    (padded tensors, {(dimension, padded size): real size}) for unpad."""
     sizes, out = {}, list(tensors)
     for i, dims in varying.items():
         t = out[i]
         widths = [0] * (2 * t.dim())
-        for d in dims:
+        for d, longest in dims.items():
             real = t.shape[d]
-            full = bucket(real, multiple)
+            full = bucket(real, multiple, longest)
             widths[2 * (t.dim() - 1 - d) + 1] = full - real         # F.pad counts dimensions from the last
             if full != real:
                 sizes[(d, full)] = real

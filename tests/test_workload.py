@@ -98,7 +98,7 @@ def test_a_callable_workload_is_drawn_seeded_and_a_list_in_a_seeded_order():
 def test_padding_fills_the_varying_dimensions_and_unpad_cuts_only_them():
     ids, labels = torch.ones(2, 37, dtype=torch.long), torch.ones(2, 37, dtype=torch.long)
     hidden = torch.randn(2, 37)          # a fixed-size input: never padded
-    varying = {0: (1,), 1: (1,)}
+    varying = {0: {1: 500}, 1: {1: 500}}
     padded, sizes = workload.pad((ids, labels, hidden), varying, 64, ["input_ids", "labels", "hidden"])
     assert padded[0].shape == (2, 64) and int(padded[0][0, 40]) == 0
     assert int(padded[1][0, 40]) == -100 and padded[2] is hidden       # labels: cross-entropy's ignore_index
@@ -106,12 +106,13 @@ def test_padding_fills_the_varying_dimensions_and_unpad_cuts_only_them():
     cut = workload.unpad(out, sizes)
     assert cut["h"].shape == (2, 37, 64) and cut["pooled"].shape == (2, 37)
     assert workload.bucket(37, 64) == 64 and workload.bucket(64, 64) == 64 and workload.bucket(65, 64) == 128
+    assert workload.bucket(490, 64, 500) == 500                         # never past the workload's longest
 
 
 def test_varying_dims_and_buckets_of_a_stream():
     stream = [(torch.zeros(2, n), torch.zeros(3)) for n in (5, 9, 70, 5)]
-    assert workload.varying_dims(stream) == {0: (1,)}
-    assert workload.distinct_shapes(stream) == 3 and workload.distinct_buckets(stream, {0: (1,)}, 64) == 2
+    assert workload.varying_dims(stream) == {0: {1: 70}}
+    assert workload.distinct_shapes(stream) == 3 and workload.distinct_buckets(stream, {0: {1: 70}}, 64) == 2
 
 
 def test_recipe_names_with_shapes():
@@ -214,10 +215,10 @@ def test_the_verdict_on_a_workload_picks_the_cheapest_job_and_never_a_recompile_
     for r in stream_results:
         r.stream = r.stream or {}
     short = verdict.decide(grid, [], "infer", "cuda", stream=stream_results, steps=100,
-                           varying={"input_ids": [1]})
+                           varying={"input_ids": {"1": 39}})
     assert short["recommended"] == "bf16" and "bf16+compile" in short["stream_failing"]
     long = verdict.decide(grid, [], "infer", "cuda", stream=stream_results, steps=10_000,
-                          varying={"input_ids": [1]})
+                          varying={"input_ids": {"1": 39}})
     assert long["recommended"] == "bf16+cuda_graphs@pad64" and long["speedup_versus"] == pytest.approx(2.0)
     assert "prepare_batch" in long["snippets"]["pytorch"] and "multiple=64" in long["snippets"]["pytorch"]
     text = verdict.headline(long, 0.05)
@@ -252,8 +253,8 @@ def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(fi
     out = json.loads(capsys.readouterr().out)
     by = {r["recipe"]: r for r in out["stream"]}
     assert by["bf16"]["status"] == "ok" and by["bf16@pad64"]["status"] == "fails"
-    assert out["workload"]["distinct"] > 10 and out["workload"]["varying"] == {"input_ids": [1],
-                                                                                 "attention_mask": [1]}
+    assert out["workload"]["distinct"] > 10
+    assert {k: list(v) for k, v in out["workload"]["varying"].items()} == {"input_ids": ["1"], "attention_mask": ["1"]}
     rows = Store.open(db_path).results(out["run"])
     assert {r["precision"] for r in rows if r["op"] == "advise.stream"} == {"bf16", "bf16@pad64", "bf16@pad128"}
     assert not math.isnan(out["workload"]["flops_per_step"])
@@ -285,3 +286,38 @@ def test_gpu_the_speed_of_light_of_a_gemm_step(cuda):
     got = limit.of(r, 2 * 4096 ** 3, 4096 * 4096, "infer", found)
     assert got["bound"] == "math" and got["share"] == pytest.approx(2 * 4096 ** 3 / 1e9 / found["bf16"])
     assert got["parts"]["host_gaps_ms"] == pytest.approx(0.1)
+
+
+# --- third-party models on their workloads (transformers, tiny configurations) -------------------------------------
+@pytest.mark.parametrize("example", ["bert_stream", "llama_prefill"])
+def test_padding_a_transformers_models_stream_keeps_its_real_positions(example, tmp_path):
+    """BERT's mask hides the padded positions; a causal decoder never looks ahead at them: each padded recipe
+    matches fp32 on the unpadded inputs, at the real positions."""
+    pytest.importorskip("transformers")
+    from pathlib import Path
+    target = f"{Path(__file__).resolve().parents[1] / 'examples' / example}.py:tiny"
+    spec = source.load_spec(target)
+    assert len(spec.workload) == workload.STREAM_STEPS and workload.distinct_shapes(engine.stream_of(spec)) > 5
+    for name in ("fp32@pad64", "bf16@pad128"):
+        row = _session(spec, name, tmp_path)
+        assert row["status"] == "ok", (name, row["message"])
+        assert row["error"] < (1e-4 if name.startswith("fp32") else 0.05), (name, row["error"])
+
+
+def test_the_padded_snippet_runs_and_matches_the_model_at_the_real_positions(files):
+    """What a user pastes pads each batch as measured, compiles, and at the real positions gives what the model
+    gives on the unpadded batch."""
+    from tcperf.advisor.measure import setup_of
+    from tcperf.advisor.snippets import plain
+    spec = source.load_spec(f"{files}:factory")
+    model, batch = spec.model, spec.workload[0][1]
+    code = plain(setup_of("fp32+compile@pad64", varying={"input_ids": {"1": 39}, "attention_mask": {"1": 39}},
+                          buckets=1), "infer", "cpu")
+    assert "def prepare_batch(batch, multiple=64)" in code and "dynamic=False" in code
+    ns = {"model": model, "x": dict(batch)}
+    with torch.no_grad():
+        expected = model(**batch)
+    exec(code, ns)
+    length = batch["input_ids"].shape[1]
+    got = ns["outputs"]
+    assert got.shape[1] == 39 and torch.allclose(got[:, :length], expected, atol=1e-5)

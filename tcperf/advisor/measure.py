@@ -114,7 +114,8 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: di
                  channels_last=r.channels_last and kind == "cnn", compile=compile_mode, fp8=r.fp8, int8=r.int8,
                  keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
                  fused=r.fused, shapes=r.shapes if varying else "static", pad_to=r.pad_to if varying else None,
-                 varying=tuple((k, tuple(v)) for k, v in (varying or {}).items()), buckets=buckets)
+                 varying=tuple((k, tuple((int(d), n) for d, n in dims.items())) for k, dims in (varying or {}).items()),
+                 buckets=buckets)
 
 
 def lowp_of(name: str) -> tuple[str, bool] | None:

@@ -122,7 +122,7 @@ class Probe:
         names = workmod.names(*steps[0])
         return self.row(workload={
             "length": len(stream), "distinct": len(flops_of),
-            "varying": {names[i]: list(dims) for i, dims in varying.items()},
+            "varying": {names[i]: {str(d): n for d, n in dims.items()} for i, dims in varying.items()},
             "flops_per_step": sum(flops_of[workmod.shape_key(x)] for x in stream) / len(stream)})
 
     def _forward_flops(self, step: tuple, i: int, counter) -> float:

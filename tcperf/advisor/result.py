@@ -237,7 +237,8 @@ def stream_table(a: Advice) -> Table | None:
 
 
 def _varying(w: dict) -> str:
-    return ", ".join(f"{k} dim {'/'.join(map(str, v))}" for k, v in (w.get("varying") or {}).items()) or "none"
+    return ", ".join(f"{k} dim {d} (up to {n})" for k, dims in (w.get("varying") or {}).items()
+                     for d, n in dims.items()) or "none"
 
 
 def _stream_cells(r: RecipeResult, timed: bool, job) -> list:

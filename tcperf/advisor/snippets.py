@@ -40,7 +40,7 @@ class Setup:
     fused: bool = False                 # training: the optimizer made with fused=True
     shapes: str = "static"              # a workload's varying shapes met as tcperf.recipes.SHAPES says
     pad_to: int | None = None           # ... padded to multiples of this
-    varying: tuple = ()                 # ((input name, (dims that vary)), ...): 'arg0' for positional inputs
+    varying: tuple = ()                 # ((input name, ((dim, longest), ...)), ...): 'arg0' for positional inputs
     buckets: int | None = None          # padded shapes the workload met (Dynamo's recompile limit must hold them)
 
     @property
@@ -101,11 +101,12 @@ def _shape_lines(s: Setup) -> list[str]:
     dimensions that varied in the workload tcperf was given)."""
     if not s.varying or not (s.pad_to or s.shapes == "marked"):
         return []
-    lines = [f"VARYING = {dict(s.varying)!r}  # the dimensions that vary in your workload", "", ""]
+    varying = {name: dict(dims) for name, dims in s.varying}
+    lines = [f"VARYING = {varying!r}  # input -> {{dimension that varies in your workload: its longest}}", "", ""]
     if s.shapes == "marked":
         return lines + ["def prepare_batch(batch):  # dict of the step's inputs",
                         "    for name, t in batch.items():",
-                        "        for d in VARYING.get(name, ()):",
+                        "        for d in VARYING.get(name, {}):",
                         "            torch._dynamo.maybe_mark_dynamic(t, d)  # symbolic from the first compile",
                         "    return batch", "", ""]
     return lines + [f"def prepare_batch(batch, multiple={s.pad_to}):  # dict of the step's inputs",
@@ -113,8 +114,9 @@ def _shape_lines(s: Setup) -> list[str]:
                     'graph) a bucket. Read the outputs at the real positions only (e.g. out[:, :length])."""',
                     "    out = {}",
                     "    for name, t in batch.items():",
-                    "        for d in VARYING.get(name, ()):",
-                    "            widths = [0, 0] * (t.dim() - 1 - d) + [0, -t.shape[d] % multiple]",
+                    "        for d, longest in VARYING.get(name, {}).items():",
+                    "            extra = min(-t.shape[d] % multiple, longest - t.shape[d])  # never past the longest",
+                    "            widths = [0, 0] * (t.dim() - 1 - d) + [0, max(extra, 0)]",
                     '            t = torch.nn.functional.pad(t, widths, value=-100 if name == "labels" else 0)',
                     "        out[name] = t",
                     "    return out", "", ""]
