@@ -147,9 +147,21 @@ def test_recompiles_are_counted_and_a_recompile_per_shape_stops_the_first_pass(d
     assert len(first.outputs) == workload.CHECK_STEPS
 
 
+def test_a_padded_recipe_compiling_once_a_bucket_is_not_stopped_as_recompiling_per_shape():
+    """Each new bucket compiles once by design: three in a row is no recompile per shape (an H100 run stopped
+    BERT's padded recipes this way before)."""
+    torch._dynamo.reset()
+    model = torch.compile(nn.Linear(8, 2), backend="eager", dynamic=False)
+    lengths = [3, 70, 140, 200, 5, 72]                 # buckets of 64: 64, 128, 192, 256, then met again
+    pad = lambda x: (nn.functional.pad(x[0], (0, 0, 0, workload.bucket(x[0].shape[0], 64) - x[0].shape[0])),)
+    key = lambda x: workload.shape_key(pad(x))
+    first = stream.first_pass(lambda x: model(*pad(x)), _stream(lengths), "cpu", key=key, per_shape=False)
+    assert not first.stopped and first.steps == 6 and first.graphs == 4 and first.keys == 4
+
+
 def test_a_first_pass_past_its_cap_stops_and_says_so():
     first = stream.first_pass(lambda x: __import__("time").sleep(0.02), _stream([3] * 20), "cpu", cap_s=0.05,
-                              compiled=False)
+                              per_shape=False)
     assert first.stopped.startswith("still warming up") and first.steps < 20
 
 
@@ -321,3 +333,19 @@ def test_the_padded_snippet_runs_and_matches_the_model_at_the_real_positions(fil
     length = batch["input_ids"].shape[1]
     got = ns["outputs"]
     assert got.shape[1] == 39 and torch.allclose(got[:, :length], expected, atol=1e-5)
+
+
+def test_a_job_inside_the_spread_of_the_cheapest_is_a_tie_and_the_least_warm_up_wins():
+    """A host-bound eager step spreads (BERT-base on an H100: passes of 6.5-9.5 ms a batch); a compiled recipe whose
+    job lands inside that spread is no win worth its 34 s of warm-up (the advisor's numbers of 2026-11-25)."""
+    eager = _timed("bf16", 8.72, 4.6)
+    eager.timing["samples"] = [6.5, 8.72, 9.5]
+    marked = _timed("bf16+compile@marked", 5.26, 33.6)
+    marked.timing["samples"] = [5.16, 5.26, 5.36]
+    assert job.job_s(marked, 10_000) < job.job_s(eager, 10_000)        # 86.2 s against 91.8 s ...
+    assert job.interval(eager, 10_000)[0] < job.interval(marked, 10_000)[1]   # ... inside eager's 69.6-99.6 s
+    assert [r.recipe for r in job.tied([eager, marked], 10_000)] == ["bf16", "bf16+compile@marked"]
+    assert job.pick([eager, marked], 10_000) is eager
+    assert "a tie within the spread of the timed passes with bf16+compile@marked" in job.sentence(
+        job.summary([eager, marked], 10_000, eager="bf16"))
+    assert job.pick([eager, marked], 100_000) is marked       # 560 s against 655-955 s: no tie

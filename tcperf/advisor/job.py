@@ -1,7 +1,7 @@
 """The job, weighed: a recipe costs its one-time work (compiles, recompiles, CUDA graph captures) plus N steps at its
 steady step time, and the advice picks the cheapest job of N steps that passes the accuracy check.
 
-    one-time   on a workload: the stream's first pass less one steady pass over it (tcperf.stream, measured from
+    one-time   on a workload: the stream's first two passes less two steady ones (tcperf.stream, measured from
                cold caches); on one input: the first call less one step (torch.compile's compile, with the caches
                the search shares between its workers, so a lower bound of a cold compile)
     step       on a workload: the steady passes' median over the stream's steps; on one input: the step time
@@ -10,6 +10,11 @@ steady step time, and the advice picks the cheapest job of N steps that passes t
 
 Never picked on a varying workload: a recipe that compiled again at each new shape (tcperf.stream stops it and says
 so) or that did not finish warming up.
+
+A tie is said, not hidden: each recipe's job is an interval (its fastest and slowest timed pass or window), and
+among the recipes whose interval reaches the cheapest one's, the one with the least one-time cost is advised (a
+host-bound eager step spreads widely: BERT-base's passes ran 5.9-7.4 ms a batch on an H100, and the compiled
+recipes' jobs at 10,000 steps fell inside that spread).
 
     summary(results, steps=10_000)   # {"steps", "pick", "rows": [...], "break_even": {...}, "short": {...}}
     break_even(a, b)                 # steps after which a's faster step has paid for its larger one-time cost
@@ -40,10 +45,29 @@ def eligible(results: list[RecipeResult]) -> list[RecipeResult]:
     return [r for r in results if r.passes and r.step_ms]
 
 
-def pick(results: list[RecipeResult], steps: int | None) -> RecipeResult | None:
-    """The cheapest job among the recipes that pass and were timed (ties: the one listed first)."""
+def interval(r: RecipeResult, steps: int | None) -> tuple[float, float]:
+    """The job's seconds at the fastest and the slowest timed sample (a long job: those steps' seconds)."""
+    samples = [x for x in (r.timing or {}).get("samples") or [] if x] or [r.step_ms]
+    n = 1 if steps is None else steps
+    base = 0.0 if steps is None else one_time_s(r)
+    return base + n * min(samples) / 1e3, base + n * max(samples) / 1e3
+
+
+def tied(results: list[RecipeResult], steps: int | None) -> list[RecipeResult]:
+    """The cheapest job, and every recipe whose interval reaches into its interval."""
     found = eligible(results)
-    return min(found, key=lambda r: job_s(r, steps)) if found else None
+    if not found:
+        return []
+    best = min(found, key=lambda r: job_s(r, steps))
+    top = interval(best, steps)[1]
+    return [r for r in found if r is best or interval(r, steps)[0] <= top]
+
+
+def pick(results: list[RecipeResult], steps: int | None) -> RecipeResult | None:
+    """The cheapest job among the recipes that pass and were timed; among those tied with it, the least one-time
+    cost (then the cheaper job)."""
+    ties = tied(results, steps)
+    return min(ties, key=lambda r: (one_time_s(r), job_s(r, steps))) if ties else None
 
 
 def break_even(a: RecipeResult, b: RecipeResult) -> float | None:
@@ -63,7 +87,8 @@ def summary(results: list[RecipeResult], steps: int | None, eager: str | None = 
     chosen = pick(found, steps)
     rows = [{"recipe": r.recipe, "one_time_s": one_time_s(r), "step_ms": r.step_ms,
              "job_s": job_s(r, steps) if steps is not None else None} for r in found]
-    out = {"steps": steps, "pick": chosen.recipe if chosen else None, "rows": rows}
+    out = {"steps": steps, "pick": chosen.recipe if chosen else None, "rows": rows,
+           "tied": [r.recipe for r in tied(found, steps)]}
     if chosen is None:
         return out
     others = sorted((r for r in found if r is not chosen), key=lambda r: job_s(r, steps))
@@ -99,6 +124,10 @@ def sentence(job: dict) -> str | None:
     rows = {row["recipe"]: row for row in job["rows"]}
     pick_row = rows[job["pick"]]
     parts = []
+    others = [t for t in job.get("tied", []) if t != job["pick"]]
+    if others:
+        parts.append(f"a tie within the spread of the timed passes with {', '.join(others)}: the least warm-up "
+                     f"is advised")
     evens = {k: v for k, v in (job.get("break_even") or {}).items() if v}
     if pick_row["one_time_s"] >= 0.5 and evens:
         against = ", ".join(f"{n:,.0f} steps against {name}" for name, n in evens.items())

@@ -224,14 +224,14 @@ def stream_table(a: Advice) -> Table | None:
     job = a.steps
     t = Table(title=f"On the workload: a stream of {w.get('length', '?')} steps, {w.get('distinct', '?')} distinct "
                     f"shapes (varying: {_varying(w)}); caches cold", title_justify="left")
-    cols = ["recipe", "status", "first pass s", "compiles", "graphs", *(("one-time s", "ms / step") if timed else ()),
+    cols = ["recipe", "status", "first pass s", "compiles", "captures", *(("one-time s", "ms / step") if timed else ()),
             *((f"job of {job:,} s",) if timed and job else ()), "error", "note"]
     for col in cols:
         t.add_column(col, justify="left" if col in ("recipe", "status", "note") else "right", overflow="fold")
     for r in a.stream:
         t.add_row(*_stream_cells(r, timed, job))
     t.caption = ("first pass: every step once from cold (compiles, recompiles, CUDA graph captures); one-time: the "
-                 "first pass less a steady pass; ms / step: the median of 3 steady passes over the stream's steps")
+                 "first and second passes less two steady ones (CUDA graph trees record a shape at its second call); ms / step: the median of 5 steady passes over the stream's steps")
     t.caption_justify = "left"
     return t
 

@@ -7,13 +7,14 @@ who serve such models write them (FAMILY):
     compile, dynamic        torch.compile's automatic dynamic shapes (its default)
     compile, marked         the varying dimensions marked dynamic before the first call
     CUDA graphs, dynamic    torch.compile(mode="reduce-overhead"), as a plain snippet writes it
-    compile / CUDA graphs, padded to multiples of 64 or 128, compiled static: one graph (and capture) a bucket
+    CUDA graphs, marked     the same, symbolic from the start (one compile; a graph captured a shape)
+    CUDA graphs, padded to multiples of 64 or 128, compiled static: one compile and one capture a bucket
 
 Each runs in a fresh worker with empty Inductor and Triton caches (tcperf.engine.StreamSession), so its first pass
 costs what it costs on a new machine: the eager recipe first, then the others side by side (their compiles are CPU
 work; the GPU they share runs their first passes only), each first pass stopped once it has taken longer than the
-whole job could take with the eager recipe (or STREAM_CAP_S); then, once every first pass is in, each one's steady
-passes timed alone, the others idle. On a CPU nothing is timed: the eager and padded recipes run for their accuracy
+whole job could take with the eager recipe (or STREAM_CAP_S; for a long job, with no --steps, all start at once
+under that cap); then, once every first pass is in, each one's steady passes timed alone, the others idle. On a CPU nothing is timed: the eager and padded recipes run for their accuracy
 (padding a model whose outputs change at the real positions is rejected there too).
 
     found = run(bench, pick, steps=10_000, log=print)    # [RecipeResult] with .stream: first pass, steady, one-time
@@ -31,7 +32,7 @@ from .pool import Pool, Timeline
 STREAM_CAP_S = 90.0
 STEADY_GUESS_S = 3.0      # a recipe's steady passes and profile, for the time left
 FAMILY = (("", "static"), ("compile", "static"), ("compile", "dynamic"), ("compile", "marked"),
-          ("cuda_graphs", "dynamic"), ("compile", "pad64"), ("cuda_graphs", "pad64"), ("cuda_graphs", "pad128"))
+          ("cuda_graphs", "dynamic"), ("cuda_graphs", "marked"), ("cuda_graphs", "pad64"), ("cuda_graphs", "pad128"))
 CPU_FAMILY = (("", "static"), ("", "pad64"), ("", "pad128"))
 LADDER_COMPILED = {"compile": "amp_bf16", "cuda_graphs": "amp_bf16", "fused": "amp_bf16", "step_graph": "amp_bf16"}
 
@@ -104,8 +105,10 @@ def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=
     pool = Pool(sb, Timeline(time.perf_counter()))
     log(f"the workload: {', '.join(names)} on the stream")
     tell = _teller(progress, len(names), sb)
+    if steps is None or not timed:          # the cap is STREAM_CAP_S whatever eager does: all at once
+        return _measure(pool, names, timed, tell)
     first = _measure(pool, names[:1], timed, tell)
-    if timed and first[0].passes and first[0].step_ms:
+    if first[0].passes and first[0].step_ms:
         sb.cap_s = cap_for(steps, first[0])
     return first + _measure(pool, names[1:], timed, tell)
 
