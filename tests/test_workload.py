@@ -349,3 +349,41 @@ def test_a_job_inside_the_spread_of_the_cheapest_is_a_tie_and_the_least_warm_up_
     assert "a tie within the spread of the timed passes with bf16+compile@marked" in job.sentence(
         job.summary([eager, marked], 10_000, eager="bf16"))
     assert job.pick([eager, marked], 100_000) is marked       # 560 s against 655-955 s: no tie
+
+
+LM = '''
+import operator, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def work(step):                    # a language model's data loader: batches of varying length, labels = inputs
+    g = torch.Generator().manual_seed(step)
+    n = int(torch.randint(8, 40, (), generator=g))
+    ids = torch.randint(1, 128, (2, n), generator=g)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
+
+
+def factory():
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=4, intermediate_size=64, vocab_size=128,
+                                         max_position_embeddings=128, use_cache=False))
+    return {"model": model, "workload": work, "loss_fn": operator.attrgetter("loss")}
+'''
+
+
+def test_training_on_a_workload_pads_the_labels_with_the_ignore_index(tmp_path, db_path, capsys):
+    """--mode train on batches of varying length: the padded recipes' losses (labels padded with -100, which the
+    model's cross-entropy ignores) match fp32's on the unpadded batches."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "lm.py"
+    path.write_text(textwrap.dedent(LM))
+    rc = main(["advise", f"{path}:factory", "--mode", "train", "--device", "cpu", "--db", db_path,
+               "--recipes", "fp32,amp_bf16", "--check-steps", "4", "--json"])
+    assert rc == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    by = {r["recipe"]: r for r in out["stream"]}
+    assert set(by) == {"amp_bf16", "amp_bf16@pad64", "amp_bf16@pad128"}
+    assert all(r["status"] == "ok" and r["error"] < 0.01 for r in by.values()), by
+    assert "labels" in out["workload"]["varying"]
