@@ -212,6 +212,9 @@ def test_sixty_seconds_of_compile_for_a_twice_faster_step_loses_at_100_steps_and
     long = job.summary([eager, compiled], None, eager="bf16")
     assert long["short"] == {"recipe": "bf16", "below_steps": pytest.approx(6_000)}
     assert "pay back after 6,000 steps against bf16" in job.sentence(long)
+    compiled.stream.update(compiles=2, captures=8)
+    assert "60 s of warm-up (2 compiles, 8 CUDA graph captures) pay back" in job.sentence(
+        job.summary([eager, compiled], None, eager="bf16"))
 
 
 def test_on_one_input_the_compile_is_the_first_call_less_a_step():

@@ -86,7 +86,9 @@ def summary(results: list[RecipeResult], steps: int | None, eager: str | None = 
     found = eligible(results)
     chosen = pick(found, steps)
     rows = [{"recipe": r.recipe, "one_time_s": one_time_s(r), "step_ms": r.step_ms,
-             "job_s": job_s(r, steps) if steps is not None else None} for r in found]
+             "job_s": job_s(r, steps) if steps is not None else None,
+             "compiles": (r.stream or {}).get("compiles"), "captures": (r.stream or {}).get("captures")}
+            for r in found]
     out = {"steps": steps, "pick": chosen.recipe if chosen else None, "rows": rows,
            "tied": [r.recipe for r in tied(found, steps)]}
     if chosen is None:
@@ -117,6 +119,14 @@ def short_pick(found: list[RecipeResult], chosen: RecipeResult) -> dict | None:
     return {"recipe": r.recipe, "below_steps": n}
 
 
+def _warm_up(row: dict) -> str:
+    """' (2 compiles, 59 CUDA graph captures)' on a workload's stream, else ''."""
+    if row.get("compiles") is None:
+        return ""
+    captures = f", {row['captures']} CUDA graph captures" if row.get("captures") else ""
+    return f" ({row['compiles']} compile{'s' if row['compiles'] != 1 else ''}{captures})"
+
+
 def sentence(job: dict) -> str | None:
     """One line on the job: the break-even of the pick's one-time cost and the short job's pick."""
     if not job.get("pick"):
@@ -131,7 +141,7 @@ def sentence(job: dict) -> str | None:
     evens = {k: v for k, v in (job.get("break_even") or {}).items() if v}
     if pick_row["one_time_s"] >= 0.5 and evens:
         against = ", ".join(f"{n:,.0f} steps against {name}" for name, n in evens.items())
-        parts.append(f"its {pick_row['one_time_s']:.0f} s of warm-up pay back after {against}")
+        parts.append(f"its {pick_row['one_time_s']:.0f} s of warm-up{_warm_up(pick_row)} pay back after {against}")
     short, long = job.get("short"), job.get("long")
     if short:
         parts.append(f"for a job under {short['below_steps']:,.0f} steps, {short['recipe']} costs less")
