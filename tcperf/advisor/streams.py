@@ -64,8 +64,8 @@ class StreamBench:
     """What tcperf.advisor.pool.Pool needs of a bench, for stream sessions: each recipe in a fresh worker whose
     Inductor and Triton caches start empty, its first pass limited to `cap_s`."""
 
-    def __init__(self, bench: Bench, keep: tuple, base: str | None):
-        self.bench, self.keep, self.base = bench, keep, base
+    def __init__(self, bench: Bench, keep: tuple):
+        self.bench, self.keep = bench, keep      # keep: modules the pick keeps in fp32 (a mixed recipe)
         self.timeout, self.spares, self.cap_s = bench.timeout, None, STREAM_CAP_S
 
     def case(self, name: str) -> dict:
@@ -101,7 +101,7 @@ def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=
     timed = bench.device.type == "cuda"
     root, keep = root_of(pick.runs), tuple(pick.keep_fp32)
     names = family(root, bench.device.type)
-    sb = StreamBench(bench, keep, None)
+    sb = StreamBench(bench, keep)
     pool = Pool(sb, Timeline(time.perf_counter()))
     log(f"the workload: {', '.join(names)} on the stream")
     tell = _teller(progress, len(names), sb)
