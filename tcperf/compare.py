@@ -68,6 +68,18 @@ def significance(a, b) -> tuple[bool, float | None, str]:
     return True, p, f"significant: p={p:.2g}"
 
 
+def claim(fast: dict, slow: dict) -> tuple[bool, str]:
+    """Whether stored row `fast` is faster than row `slow` beyond the spread, and why (not): a row timed on a
+    shared CPU's scheduler steps (metrics.quantised_ms, tcperf.timing.quantum) carries no claim; else their samples
+    must differ significantly (significance). Every "x faster" a report or table states goes through here."""
+    for r in (fast, slow):
+        step = (r.get("metrics") or {}).get("quantised_ms")
+        if step:
+            return False, f"no significant difference claimed: timed on {step:g} ms scheduler steps"
+    ok, _, why = significance(fast.get("samples") or [], slow.get("samples") or [])
+    return ok, why if ok else f"no significant difference ({why.removeprefix('not significant: ')})"
+
+
 # --- pairing ----------------------------------------------------------------------------------------------------
 @dataclass
 class Pair:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from . import peaks
+from .compare import claim
 from .tensorcore import padding_cell
 
 STATUS_STYLE = {"ok": "green", "wrong": "bold red", "skipped": "dim", "error": "red", "oom": "red", "timeout": "red"}
@@ -48,16 +49,30 @@ def percent_ceiling(r: dict, ceilings: dict) -> float | None:
     return peaks.percent_of(value, ceilings.get(key))
 
 
-def speedups(results: list[dict]) -> dict[int, float]:
-    """index -> fp32 time / this time, for results whose case also ran at fp32."""
-    fp32 = {(r["op"], str(sorted(r["shape"].items()))): r["median_ms"] for r in results
+def fp32_pairs(results: list[dict]) -> dict[int, tuple[float, dict]]:
+    """index -> (fp32 time / this time, the fp32 row), for results whose case also ran at fp32."""
+    fp32 = {(r["op"], str(sorted(r["shape"].items()))): r for r in results
             if r["precision"] == "fp32" and r.get("median_ms")}
     out = {}
     for i, r in enumerate(results):
         base = fp32.get((r["op"], str(sorted(r["shape"].items()))))
         if base and r.get("median_ms"):
-            out[i] = base / r["median_ms"]
+            out[i] = (base["median_ms"] / r["median_ms"], base)
     return out
+
+
+def speedups(results: list[dict]) -> dict[int, float]:
+    """index -> fp32 time / this time, where that ratio survives the spread (tcperf.compare.claim); fp32's own row
+    reads 1."""
+    return {i: ratio for i, (ratio, base) in fp32_pairs(results).items()
+            if base is results[i] or claim(*sorted((results[i], base), key=lambda r: r["median_ms"]))[0]}
+
+
+def unclaimed(results: list[dict]) -> dict[int, str]:
+    """index -> why its ratio to fp32 is not stated (no significant difference, or a quantised timer)."""
+    ups = speedups(results)
+    return {i: claim(*sorted((results[i], base), key=lambda r: r["median_ms"]))[1]
+            for i, (_, base) in fp32_pairs(results).items() if i not in ups}
 
 
 def tc_cell(r: dict) -> str:
@@ -86,11 +101,12 @@ def results_table(results: list[dict], gpu_name: str | None = None, ceilings: di
                          ("rate", "right"), ("% peak", "right"), ("% ceiling", "right"), ("vs fp32", "right"),
                          ("Tensor Cores", "left"), ("note", "left")):
         t.add_column(col, justify=justify, overflow="fold")
-    ups = speedups(results)
+    ups, unsure = speedups(results), unclaimed(results)
     for i, r in enumerate(results):
         pp, pc = percent_peak(r, sheet), percent_ceiling(r, ceilings)
         note = r.get("message") or "; ".join(r.get("warnings") or [])
         t.add_row(f"{r['op']} {(r.get('metrics') or {}).get('label', '')}", r["precision"],
                   status_cell(r["status"]), fmt_ms(r), rate_cell(r), f"{pp:.0f}%" if pp else "",
-                  f"{pc:.0f}%" if pc else "", f"{ups[i]:.2f}x" if i in ups else "", tc_cell(r), note)
+                  f"{pc:.0f}%" if pc else "", f"{ups[i]:.2f}x" if i in ups else ("n.s." if i in unsure else ""),
+                  tc_cell(r), note)
     return t

@@ -59,6 +59,10 @@ def measure_case(case: dict, device, job: dict) -> dict:
         _rates(result, m.median_ms)
         if m.unstable:
             result["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+        if m.quantised_ms:
+            result["metrics"]["quantised_ms"] = m.quantised_ms
+            result["warnings"].append(f"quantised: the samples sit on {m.quantised_ms:g} ms steps (a shared CPU's "
+                                      f"scheduler slices were timed, not the work): no ratio is claimed from it")
         if device.type == "cuda":
             throttled = env.throttle_reasons(device.index or 0)
             if throttled:

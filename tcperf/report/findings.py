@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .. import peaks
+from ..compare import claim
 from ..rows import kind
 from .common import RunData, advice_summary, anchor, label, model_name
 
@@ -70,16 +71,28 @@ def _ceiling_part(key: str, value: float, sheet: dict) -> str:
 
 # --- models -------------------------------------------------------------------------------------------------------
 def model_lines(runs: list[RunData]) -> list[Finding]:
-    """Per model and mode, the ladder rung with the largest speed-up over fp32 strict."""
+    """Per model and mode, the ladder rung with the largest speed-up over fp32 strict that survives the spread
+    (tcperf.compare.claim against the fp32 row of the same run)."""
     best = {}
     for rd in runs:
-        for r in rd.of_kind("model"):
+        rows = rd.of_kind("model")
+        for r in rows:
             speedup = (r.get("metrics") or {}).get("speedup_fp32")
-            if r["status"] == "ok" and speedup and speedup > best.get(model_name(r), (0,))[0]:
+            if r["status"] == "ok" and speedup and speedup > best.get(model_name(r), (0,))[0] and \
+                    _beats_fp32(r, rows):
                 best[model_name(r)] = (speedup, r, rd.run["id"])
     return [Finding(f"{name}: {r['precision']}, {speedup:.2f}x ({_throughput(r)}, batch {r['shape'].get('batch')}, "
                     f"run {run_id})", anchor("model", run_id, name))
             for name, (speedup, r, run_id) in best.items()]
+
+
+def _beats_fp32(r: dict, rows: list[dict]) -> bool:
+    """r is fp32 itself, or faster than the fp32 row of its model, mode and batch beyond the spread."""
+    if r["precision"] == "fp32":
+        return True
+    fp32 = next((x for x in rows if x["precision"] == "fp32" and x["shape"] == r["shape"] and x.get("median_ms")),
+                None)
+    return fp32 is None or claim(r, fp32)[0]
 
 
 def _throughput(row: dict) -> str:
@@ -94,7 +107,8 @@ def padding_lines(runs: list[RunData]) -> list[Finding]:
     for rd in runs:
         for r in rd.of_kind("kernel"):
             padded = (r.get("metrics") or {}).get("padded")
-            if r["status"] == "ok" and padded and padded["gain"] > best.get(r["case_key"], (0,))[0]:
+            if r["status"] == "ok" and padded and not r["metrics"].get("quantised_ms") and \
+                    padded["gain"] > best.get(r["case_key"], (0,))[0]:
                 best[r["case_key"]] = (padded["gain"], r, rd.run["id"])
     top = sorted(best.values(), key=lambda b: -b[0])[:TOP]
     return [Finding(f"{r['precision']} {label(r)}: {r['metrics']['verdict'].get('fix') or 'padded'} "
@@ -116,7 +130,8 @@ def layout_lines(runs: list[RunData]) -> list[Finding]:
 
 
 def layout_pairs(rows: list[dict]) -> dict[tuple, tuple[float, dict, dict]]:
-    """Same op, precision and work in different layouts -> (slowest time / fastest time, fastest, slowest)."""
+    """Same op, precision and work in different layouts -> (slowest time / fastest time, fastest, slowest), where
+    the fastest is faster beyond the spread (tcperf.compare.claim)."""
     groups = defaultdict(list)
     for r in rows:
         if r["status"] == "ok" and r.get("median_ms") and any(k in r["shape"] for k in LAYOUT_KEYS):
@@ -125,7 +140,7 @@ def layout_pairs(rows: list[dict]) -> dict[tuple, tuple[float, dict, dict]]:
     out = {}
     for key, group in groups.items():
         fast, slow = min(group, key=lambda r: r["median_ms"]), max(group, key=lambda r: r["median_ms"])
-        if fast is not slow:
+        if fast is not slow and claim(fast, slow)[0]:      # a gain inside the spread is no finding
             out[key] = (slow["median_ms"] / fast["median_ms"], fast, slow)
     return out
 
