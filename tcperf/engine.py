@@ -620,8 +620,9 @@ class StreamSession:
         return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
                 "precision": c["precision"]}
 
-    def time(self, profile: bool = False, passes: int = stream.PASSES) -> dict:
-        """The steady passes: the step time on this workload is the median pass over the stream's steps."""
+    def time(self, passes: int = stream.PASSES) -> dict:
+        """The second warm-up pass, then the steady passes: the step time on this workload is the median pass over
+        the stream's steps."""
         if self.step is None or self._row["status"] != "ok":
             return self.row()
         with self._room():
@@ -634,25 +635,30 @@ class StreamSession:
         one_time = max(0.0, self.first.seconds + second_s - 2 * steady["median_ms"] / 1e3)
         self._row["metrics"]["stream"].update(steady, second_s=second_s, one_time_s=one_time)
         self._row["metrics"].update(spread=steady["spread"], unstable=steady["spread"] > 0.1)
-        if profile and self.device.type == "cuda":
-            self._profile(steady["median_ms"], n)
         return self.row()
 
-    def _profile(self, pass_ms: float, n: int) -> None:
+    def profile(self) -> dict:
+        """One pass under the profiler (the advisor asks it of its pick only): kernel and matmul time a step, GPU
+        busy, Tensor Core share."""
+        if self.step is None or self._row["status"] != "ok" or self.device.type != "cuda" or \
+                not self._row.get("median_ms"):
+            return self.row()
         from .kernels import gpu_busy, profile
 
         def one_pass():
             for x in self.stream:
                 self.step.call(x)
+        n = len(self.stream)
         try:
             with self._room():
                 found = profile(one_pass, self.device, calls=1)
             self._row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"],
                                         kernel_ms=found["kernel_ms"] / n, matmul_ms=found["matmul_ms"] / n,
-                                        gpu_busy=gpu_busy(found["kernel_ms"], pass_ms))
+                                        gpu_busy=gpu_busy(found["kernel_ms"], self._row["median_ms"] * n))
         except Exception as e:       # the profiler failing leaves the timing standing
             self._row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160],
                                                 "time_us": 0.0, "tensor_core": False}]
+        return self.row()
 
 
 def stream_accuracy(outputs: list, refs: list) -> dict:

@@ -280,9 +280,11 @@ def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(fi
 @pytest.mark.parametrize("name", ["bf16+cuda_graphs@pad64", "bf16+compile@marked", "bf16+cuda_graphs@dynamic"])
 def test_gpu_a_stream_session_warms_up_once_then_replays(cuda, files, tmp_path, name):
     spec = source.load_spec(f"{files}:factory")
-    row = engine.StreamSession({"op": "advise.stream", "shape": {}, "precision": name, "mode": "infer",
-                                "spec": spec, "reference": str(tmp_path / "ref.pt"), "tolerance": 0.05,
-                                "cap_s": 300, "cold": str(tmp_path / "cold")}, cuda, {}).time(profile=True)
+    session = engine.StreamSession({"op": "advise.stream", "shape": {}, "precision": name, "mode": "infer",
+                                    "spec": spec, "reference": str(tmp_path / "ref.pt"), "tolerance": 0.05,
+                                    "cap_s": 300, "cold": str(tmp_path / "cold")}, cuda, {})
+    session.time()
+    row = session.profile()
     st = row["metrics"]["stream"]
     assert row["status"] == "ok", row["message"]
     assert st["steps"] == st["length"] and st["graphs"] >= 1 and row["median_ms"] > 0
@@ -390,3 +392,27 @@ def test_training_on_a_workload_pads_the_labels_with_the_ignore_index(tmp_path, 
     assert set(by) == {"amp_bf16", "amp_bf16@pad64", "amp_bf16@pad128"}
     assert all(r["status"] == "ok" and r["error"] < 0.01 for r in by.values()), by
     assert "labels" in out["workload"]["varying"]
+
+
+def test_only_the_jobs_pick_is_profiled_and_every_worker_is_closed():
+    from tcperf.advisor import streams
+
+    class Fake:
+        def __init__(self, row):
+            self.row, self.calls, self.closed = row, [], False
+
+        def call(self, name, timeout, **args):
+            self.calls.append(name)
+            return {**self.row, "metrics": {**self.row["metrics"], "kernel_ms": 1.0, "matmul_ms": 0.5}}
+
+        def close(self):
+            self.closed = True
+
+    def row(name, ms):
+        return {"precision": name, "status": "ok", "mean_ms": ms, "median_ms": ms, "samples": [ms],
+                "metrics": {"stream": {"one_time_s": 0.0}}, "op": "advise.stream"}
+    slow, fast = Fake(row("bf16", 2.0)), Fake(row("bf16+cuda_graphs@marked", 1.0))
+    measured = [(RecipeResult.from_row(s.row), s) for s in (slow, fast)]
+    out = streams._profiled(measured, None, timeout=60.0)
+    assert fast.calls == ["profile"] and slow.calls == [] and slow.closed and fast.closed
+    assert out[1].kernel_ms == 1.0 and out[0].kernel_ms is None and out[1].op == "advise.stream"

@@ -25,6 +25,7 @@ import os
 import time
 
 from .. import recipes
+from . import job
 from ..engine import recipe_case
 from .measure import Bench, RecipeResult
 from .pool import Pool, Timeline
@@ -106,11 +107,28 @@ def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=
     log(f"the workload: {', '.join(names)} on the stream")
     tell = _teller(progress, len(names), sb)
     if steps is None or not timed:          # the cap is STREAM_CAP_S whatever eager does: all at once
-        return _measure(pool, names, timed, tell)
+        return _profiled(_measure(pool, names, timed, tell), steps, sb.timeout if timed else None)
     first = _measure(pool, names[:1], timed, tell)
-    if first[0].passes and first[0].step_ms:
-        sb.cap_s = cap_for(steps, first[0])
-    return first + _measure(pool, names[1:], timed, tell)
+    if first[0][0].passes and first[0][0].step_ms:
+        sb.cap_s = cap_for(steps, first[0][0])
+    return _profiled(first + _measure(pool, names[1:], timed, tell), steps, sb.timeout)
+
+
+def _profiled(measured: list[tuple], steps: int | None, timeout: float | None) -> list[RecipeResult]:
+    """The job's pick profiled (where its step goes, for the speed of light), then every worker closed; no
+    profile without a timeout (nothing was timed: a CPU)."""
+    results = [r for r, _ in measured]
+    pick = job.pick(results, steps) if timeout else None
+    try:
+        for i, (r, session) in enumerate(measured):
+            if r is pick and session is not None:
+                results[i] = RecipeResult.from_row(session.call("profile", timeout))
+    finally:
+        for _, session in measured:
+            if session is not None:
+                session.close()
+    return results
+
 
 
 def _teller(progress, total: int, sb: StreamBench):
@@ -135,8 +153,9 @@ def cap_for(steps: int | None, eager: RecipeResult) -> float:
     return min(STREAM_CAP_S, (steps + length) * eager.step_ms / 1e3 + 1.0)
 
 
-def _measure(pool: Pool, names: list[str], timed: bool, tell) -> list[RecipeResult]:
-    """Open every recipe at once (their first passes), then time each alone."""
+def _measure(pool: Pool, names: list[str], timed: bool, tell) -> list[tuple]:
+    """Open every recipe at once (their first passes), then time each alone: [(RecipeResult, its session)], the
+    sessions still open."""
     for name in names:
         pool.timeline.launch(name, "stream")
         pool.start(_Item(name))
@@ -144,12 +163,9 @@ def _measure(pool: Pool, names: list[str], timed: bool, tell) -> list[RecipeResu
     for _ in names:
         opened.append(pool.ready.get())
         tell(opened[-1][0].recipe)
-    results = []
+    out = []
     for item, session, row, _ in sorted(opened, key=lambda o: names.index(o[0].recipe)):
         if session is not None and row.get("status") == "ok" and timed:
-            row = session.call("time", pool.bench.timeout, profile=True)
-        if session is not None:
-            session.close()
-        r = RecipeResult.from_row(row)
-        results.append(r)
-    return results
+            row = session.call("time", pool.bench.timeout)
+        out.append((RecipeResult.from_row(row), session))
+    return out
