@@ -166,7 +166,9 @@ class Int4WeightOnlyLinear(QuantLinear):
         self.register_buffer("scales_and_zeros", pack_scales_and_zeros(scales, zeros).to(w.device))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        # (M, K), contiguous: the kernels read A densely, and transformers' lm_head gets the last position's slice
+        # hidden[:, -1:] (B, 1, K), whose rows stand T * K apart (the CPU kernel refused it at batch > 1)
+        x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16).contiguous()
         mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
         y = mm(x2, self.packed, self.group, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)

@@ -10,7 +10,8 @@ Sources:
                                                 (all but model optional; "workload": a list of per-step inputs
                                                  or workload(step) -> inputs, tcperf.workload)
     a built-in ladder model      builtin("gpt2", "small", batch=2, seed=0, device="cpu")
-    a transformers config        load_config("gpt2") (a name or a local folder; nothing but the config is read)
+    a transformers config        load_config("gpt2") (a local folder, the hub's cache, then the hub if it can be
+                                 reached; nothing but the config is read)
 
 Example inputs are a tensor, a tuple/list of positional arguments, or a dict of keyword arguments.
 loss_fn(outputs) -> scalar (training mode), or loss_fn(outputs, targets) when the dict gives "targets";
@@ -283,18 +284,62 @@ def import_files(files) -> None:
 
 
 # --- transformers ---------------------------------------------------------------------------------------------------
-def load_config(name: str, tried: str = ""):
-    """A transformers config by name or local folder (only the config: no weights are read); UserError when
-    transformers cannot load it (no such name, offline, not a config). tried: what else the name was not, for
-    the message ("not a built-in (...), ")."""
+def load_config(name: str, known=()):
+    """A transformers config by name or local folder (only the config: no weights are read). A local folder or the
+    hub's local cache answers first; the hub is asked only when it can be reached (hub_reachable), so an offline
+    machine answers at once. UserError when no config is found; known: the other names the caller takes, listed
+    in the message ("choose from: llama-1b, ..., or a local transformers folder")."""
+    from transformers import AutoConfig
+    try:
+        return AutoConfig.from_pretrained(name, local_files_only=True)
+    except Exception as e:                  # noqa: BLE001 - not local, not cached, or not a config
+        local = e
+    choose = f"; choose from: {', '.join([*known, 'or a local transformers folder'])}" if known else ""
+    if Path(name).is_dir():
+        raise UserError(f"{name} holds no transformers config ({one_line(local)})") from None
+    if not hub_reachable():
+        raise UserError(f"unknown model {name!r} (not a local folder, not in the Hugging Face cache, and the hub "
+                        f"cannot be reached){choose}") from None
+    return _hub_config(name, choose)
+
+
+def _hub_config(name: str, choose: str):
     import logging
+    from transformers import AutoConfig
     hub = logging.getLogger("huggingface_hub")
     level, hub.level = hub.level, logging.ERROR          # its retry warnings are not the one line we print
     try:
-        from transformers import AutoConfig
         return AutoConfig.from_pretrained(name)
-    except Exception as e:                  # noqa: BLE001 - no such name, offline, not a config
-        raise UserError(f"unknown model {name!r}: {tried}transformers could not load its config ({type(e).__name__})") \
-            from None
+    except Exception as e:                  # noqa: BLE001 - no such name, not a config
+        raise UserError(f"unknown model {name!r} (transformers could not load its config: {type(e).__name__})"
+                        f"{choose}") from None
     finally:
         hub.setLevel(level)
+
+
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub's host takes a TCP connection within timeout_s (its name lookup included); False
+    when HF_HUB_OFFLINE is set. Offline, the hub client retries five times (29 s) before it fails: this answers
+    first. Behind a proxy the host is not probed (the client goes through the proxy): True."""
+    import socket
+    import threading
+    import urllib.parse
+    import urllib.request
+    from huggingface_hub import constants
+    if constants.is_offline_mode():
+        return False
+    if urllib.request.getproxies().get("https"):
+        return True
+    url = urllib.parse.urlsplit(constants.ENDPOINT)
+    answered = []
+
+    def probe():                            # in a thread: a name lookup may hang past any socket timeout
+        try:
+            socket.create_connection((url.hostname, url.port or 443), timeout=timeout_s).close()
+            answered.append(True)
+        except OSError:
+            pass
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answered)

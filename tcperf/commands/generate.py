@@ -31,6 +31,7 @@ from ..table import status_cell
 from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
 
 LOOPS = ("plain", "hf")
+STOPPED = ("error", "timeout")       # statuses of a case that failed to run: exit status 1
 DEFAULTS = {  # device type -> model, batches, prompt, output
     "cuda": (plain.DEFAULT, "1,2,4,8,16,32,64,128,256", "128", "128"),
     "cpu": ("tiny", "1,2,4", "16", "16"),
@@ -81,19 +82,23 @@ def plan(args, device) -> tuple[dict, list[dict]]:
     prompts, outputs = ints(args.prompt or prompts, "prompt"), ints(args.output or outputs, "output")
     loop_names = loops(args.loop)
     check_fits(src, batches[0], max(prompts), max(outputs), device)
-    cases = []
+    cases, reasons = [], []
     for r in recipes:
         for loop_name in loop_names:
             skip = _skipped(src, r, loop_name, device)     # one row says so, not one a batch
+            reasons += [skip] if skip else []
             cases += [measure.case(src, loop_name, r.name, b, p, n, max_batch=batches[-1], seed=args.seed,
                                    compile=False if args.no_compile else None)
                       for p in prompts for n in outputs for b in (batches[:1] if skip else batches)]
+    if len(reasons) == len(recipes) * len(loop_names):
+        raise UserError(f"nothing to measure for {src['name']}: {'; '.join(dict.fromkeys(reasons))}")
     return src, cases
 
 
-def _skipped(src: dict, r, loop_name: str, device) -> bool:
+def _skipped(src: dict, r, loop_name: str, device) -> str | None:
+    """Why this recipe cannot run in this loop on this device (the worker's row says the same), else None."""
     probe = measure.case(src, loop_name, r.name, 1, 1, 1, max_batch=1)
-    return bool(quant.unsupported(r, device) or measure.loop_reason(probe, r))
+    return quant.unsupported(r, device) or measure.loop_reason(probe, r)
 
 
 def check_fits(src: dict, batch: int, prompt: int, output: int, device) -> None:
@@ -136,7 +141,22 @@ def main(args) -> int:
         print_generate(rows, console)
         for path in filter(None, plots):
             console.print(f"plot: {path}")
-    return 0
+    return failures(rows, err_console)
+
+
+def failures(rows: list[dict], out) -> int:
+    """Cases that did not run to the end (an exception, a timeout) said on stderr, one line each after a count:
+    exit status 1 when there are any, else 0. An out-of-memory batch ends its sweep by design, and a recipe outside
+    its accuracy tolerance was timed all the same (the table's FAIL): neither counts here."""
+    failed = [r for r in rows if r["op"] == "generate" and r["status"] in STOPPED]
+    if not failed:
+        return 0
+    out.print(f"[red]{len(failed)} of {sum(r['op'] == 'generate' for r in rows)} case(s) failed[/]:", highlight=False)
+    for r in failed:
+        s = r["shape"]
+        out.print(f"  {r['precision']} · {s['loop']} loop · batch {s['batch']}: {r['status']}: {r['message']}",
+                  highlight=False, markup=False, soft_wrap=True)
+    return 1
 
 
 # --- the crossing of each sweep ---------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """The models `tcperf generate` takes besides its built-ins, and transformers' own generation loop.
 
-MODEL is a built-in name (tcperf.generate.model.CONFIGS), a transformers config name (its config is fetched, the
-weights are random: nothing else is downloaded) or `file.py:factory` returning a causal LM: a transformers model
-(its `generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). The plain loop runs any
-Llama-shaped model (a built-in, a Llama config); the hf loop any transformers causal LM (a built-in becomes a
-LlamaForCausalLM of the same shape).
+MODEL is a built-in name (tcperf.generate.model.CONFIGS), a transformers config name or folder (its config is
+read, the weights are random: nothing else is downloaded) or `file.py:factory` returning a causal LM: a transformers
+model (its `generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). The plain loop runs
+any Llama-shaped model (a built-in, a Llama config); the hf loop any transformers causal LM (a built-in becomes a
+LlamaForCausalLM of the same shape). source() checks that the model is causal (check_causal; a config on a
+one-layer model of it, check_config) before anything runs.
 
 The hf loop is what a user of transformers writes: generate(..., cache_implementation="static"), which on a GPU
 compiles the decode forward with mode="reduce-overhead" by itself. Its steps are timed from the streamer's put()
@@ -12,29 +13,31 @@ compiles the decode forward with mode="reduce-overhead" by itself. Its steps are
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import time
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 from ..source import load_config, load_spec
 from . import model as plain
 
 
 def source(name: str) -> dict:
     """MODEL -> {"kind": "builtin" | "config" | "factory", "name": ...}, checked: an unknown name, a config that
-    is not a causal LM, or a factory whose model is not causal is a UserError (exit 2, nothing measured)."""
+    is not a causal LM, or a factory whose model is not causal is a UserError (exit 2, nothing measured). A
+    factory's source says whether its model is tcperf's Transformer (the plain loop runs it) or not (the hf loop)."""
     if name in plain.CONFIGS:
         return {"kind": "builtin", "name": name}
     if ":" in name or name.endswith(".py"):
-        check_causal(load_factory(name), name)
-        return {"kind": "factory", "name": name}
-    config = load_config(name, f"not a built-in ({', '.join(plain.CONFIGS)}), not file.py:factory, and ")
-    from transformers import AutoModelForCausalLM
-    if type(config) not in AutoModelForCausalLM._model_mapping:
-        raise UserError(f"{name} is a {type(config).__name__}, not a causal LM's config; give a decoder such as "
-                        f"a Llama, GPT-2 or Qwen config, or a built-in: {', '.join(plain.CONFIGS)}")
-    return {"kind": "config", "name": name}
+        lm = load_factory(name)
+        check_causal(lm, name)
+        return {"kind": "factory", "name": name, "transformer": isinstance(lm, plain.Transformer)}
+    config = load_config(name, known=(*plain.CONFIGS, "file.py:factory"))
+    src = {"kind": "config", "name": name}
+    check_config(src, config)
+    return src
 
 
 def load_factory(target: str, seed: int = 0) -> torch.nn.Module:
@@ -43,6 +46,7 @@ def load_factory(target: str, seed: int = 0) -> torch.nn.Module:
     return load_spec(target, fallback_inputs=(), seed=seed).model
 
 
+# --- causal-LM checks -------------------------------------------------------------------------------------------
 def check_causal(lm: torch.nn.Module, name: str) -> None:
     """A causal LM maps token ids (B, T) to logits (B, T, vocab), and a token never changes the logits of the
     positions before it; UserError saying which rule failed."""
@@ -53,15 +57,53 @@ def check_causal(lm: torch.nn.Module, name: str) -> None:
     ids = torch.randint(0, vocab, (1, 8), generator=torch.Generator().manual_seed(0)).to(device)
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] + 1) % vocab
+    training = lm.training
     try:
         with torch.no_grad():
+            lm.eval()                       # no dropout: a factory's model comes in training mode
             a, b = logits_of(lm, ids), logits_of(lm, changed)
     except Exception as e:                 # noqa: BLE001 - the user's model
         raise UserError(f"{name}: the model rejects token ids (1, 8): {type(e).__name__}: {e}"[:300]) from None
+    finally:
+        lm.train(training)
+    if not isinstance(a, torch.Tensor):
+        raise UserError(f"{name} is not a causal LM: token ids (1, 8) give a {type(a).__name__}, not logits "
+                        f"(1, 8, vocab) (an encoder without a language-model head?)")
     if a.dim() != 3 or a.shape[:2] != ids.shape:
         raise UserError(f"{name} is not a causal LM: token ids (1, 8) give {tuple(a.shape)}, not logits (1, 8, vocab)")
     if not torch.allclose(a[:, :-1].float(), b[:, :-1].float(), rtol=1e-3, atol=1e-4):
         raise UserError(f"{name} is not a causal LM: changing the last token changed the logits of earlier positions")
+
+
+def check_config(src: dict, config) -> None:
+    """A transformers config is a causal LM's when transformers has a causal-LM class for it and a model built
+    from it passes check_causal: one layer and a small vocabulary (small_config), random weights, on the CPU: a
+    second for a Llama config. A BERT config passes the first rule (BertLMHeadModel) and fails the second."""
+    from transformers import AutoModelForCausalLM
+    what = f"{src['name']} ({type(config).__name__})"
+    if type(config) not in AutoModelForCausalLM._model_mapping:
+        raise UserError(f"{what} is not a causal LM's config; give a decoder such as a Llama, GPT-2 or Qwen "
+                        f"config, or a built-in: {', '.join(plain.CONFIGS)}")
+    try:
+        lm = build_hf(src, torch.device("cpu"), torch.float32, small=True)
+    except Exception as e:                 # noqa: BLE001 - transformers refuses the config
+        raise UserError(f"{what}: transformers cannot build a causal LM from it: {one_line(e)}") from None
+    check_causal(lm, what)
+
+
+def small_config(config, vocab: int = 256):
+    """A copy of a transformers config cut to one layer and `vocab` tokens (token ids above it set to 0): the same
+    model class, attention and masks, built in a second, for check_config."""
+    small = copy.deepcopy(config)
+    text = small.get_text_config()          # the config itself, or a multimodal config's text part
+    text.num_hidden_layers, text.vocab_size = 1, vocab
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "sep_token_id", "decoder_start_token_id"):
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value >= vocab:
+            setattr(text, key, 0)
+        elif isinstance(value, list):
+            setattr(text, key, [v for v in value if v < vocab] or [0])
+    return small
 
 
 def _vocab(lm) -> int:
@@ -102,17 +144,31 @@ def llama_config(a: plain.ModelArgs):
                        max_position_embeddings=131072, bos_token_id=0, eos_token_id=None, pad_token_id=0)
 
 
-def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0):
-    """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed`."""
+def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0, small: bool = False):
+    """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed`;
+    small: a config's model cut to one layer and a small vocabulary (small_config, for check_config)."""
     torch.manual_seed(seed)
     if src["kind"] == "factory":
         lm = load_factory(src["name"], seed)
     else:
         from transformers import AutoModelForCausalLM
         config = llama_config(plain.get(src["name"])) if src["kind"] == "builtin" else load_config(src["name"])
-        with torch.device(device):
-            lm = AutoModelForCausalLM.from_config(config)
+        with torch.device(device), _quiet_transformers():
+            lm = AutoModelForCausalLM.from_config(small_config(config) if small else config)
     return lm.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' warnings while a model is built (BertLMHeadModel's "add is_decoder=True") kept from stderr,
+    where a refusal is one line; its verbosity restored on exit."""
+    from transformers.utils import logging as tf_logging
+    level = tf_logging.get_verbosity()
+    tf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        tf_logging.set_verbosity(level)
 
 
 def dims_args(lm) -> plain.ModelArgs:

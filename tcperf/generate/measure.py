@@ -68,8 +68,12 @@ def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
     loop_name, src = case["shape"]["loop"], case["source"]
     if loop_name == "plain" and src["kind"] == "config" and hf.args_of(src) is None:
         return "the plain loop runs Llama-shaped models (tcperf's own decoder); this config runs in the hf loop"
-    if loop_name == "plain" and src["kind"] == "factory":
-        return None                             # checked when built: a tcperf Transformer runs, others do not
+    if loop_name == "plain" and src["kind"] == "factory" and not src.get("transformer"):
+        return ("the plain loop runs tcperf.generate.model.Transformer; this factory's model runs in the hf loop "
+                "(--loop hf)")
+    if loop_name == "hf" and src["kind"] == "factory" and src.get("transformer"):
+        return ("the hf loop runs transformers' generate; this factory's model, a tcperf.generate.model.Transformer, "
+                "runs in the plain loop (--loop plain)")
     if loop_name == "hf" and r.kv == "fp8":
         return "the hf loop keeps the KV cache in the model's dtype (transformers' StaticCache): no fp8 cache"
     return None
@@ -249,11 +253,7 @@ class HfSession(Session):
 
 
 def _factory_transformer(src: dict, device, dtype) -> plain.Transformer:
-    from ..errors import UserError
-    lm = hf.load_factory(src["name"])
-    if not isinstance(lm, plain.Transformer):
-        raise UserError("the plain loop runs tcperf.generate.model.Transformer; this factory's model runs in the "
-                        "hf loop (--loop hf)")
+    lm = hf.load_factory(src["name"])           # a tcperf Transformer: loop_reason skipped the others
     return lm.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 

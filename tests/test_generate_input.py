@@ -1,0 +1,143 @@
+"""`tcperf generate` on input it cannot measure (issue 33), on a CPU: a BERT config folder, a factory returning an
+encoder, a mistyped name on an offline machine and a factory in a loop that cannot run it are each one line and
+exit 2 with nothing stored; int4 runs on transformers' loop at batches 2 and 4 (the lm_head's strided input); a case
+that fails makes the exit status 1 and says which."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from tcperf import cli
+from tcperf import quant as core_quant
+from tcperf import source
+from tcperf.commands import generate as command
+from tcperf.errors import UserError
+from tcperf.store import Store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=128,
+            pad_token_id=0, bos_token_id=0, eos_token_id=0)
+FACTORIES = {
+    "encoder.py": """
+        from transformers import BertConfig, BertModel
+        def factory():
+            return BertModel(BertConfig(**{tiny}))
+    """,
+    "gpt2.py": """
+        from transformers import GPT2Config, GPT2LMHeadModel
+        def factory():
+            return GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=128, bos_token_id=0,
+                                              eos_token_id=0))
+    """,
+}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    for name, text in FACTORIES.items():
+        (tmp_path / name).write_text(textwrap.dedent(text).format(tiny=TINY))
+    return tmp_path
+
+
+def refused(tmp_path, capsys, *argv) -> str:
+    """Run the command in this process: exit 2, one line on stderr, no run stored. Returns the line."""
+    db = str(tmp_path / "r.db")
+    rc = cli.main(["generate", "--device", "cpu", "--db", db, "--plot-dir", str(tmp_path), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("tcperf: "), err
+    assert Store.open(db).runs() == []
+    return err[0]
+
+
+def generate(tmp_path, *argv) -> tuple[int, dict, str]:
+    """The command in a subprocess, tiny lengths: (exit status, its JSON, stderr)."""
+    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", str(tmp_path / "r.db"), "--json",
+           "--plot-dir", str(tmp_path), "--prompt", "4", "--output", "3", "--rep-ms", "1", *argv]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
+
+
+def test_bert_config_folder_is_not_a_causal_lm(tmp_path, capsys):
+    from transformers import BertConfig
+    BertConfig(**TINY).save_pretrained(tmp_path / "bert")     # BertLMHeadModel exists, but it sees every position
+    line = refused(tmp_path, capsys, str(tmp_path / "bert"))
+    assert "(BertConfig) is not a causal LM: changing the last token changed the logits of earlier" in line
+
+
+def test_factory_returning_an_encoder_is_not_a_causal_lm(folder, capsys):
+    line = refused(folder, capsys, f"{folder / 'encoder.py'}:factory")
+    assert "is not a causal LM: token ids (1, 8) give a BaseModelOutputWithPoolingAndCrossAttentions" in line
+
+
+def test_mistyped_name_answers_at_once_with_the_names_that_exist(tmp_path, capsys):
+    start = time.perf_counter()
+    line = refused(tmp_path, capsys, "lama-1b")                 # offline, the hub client retried for 29 s
+    assert time.perf_counter() - start < 8
+    assert "unknown model 'lama-1b'" in line
+    assert "choose from: llama-1b, llama-3b, llama-8b, tiny, file.py:factory, or a local transformers folder" in line
+
+
+def test_offline_hub_is_not_asked(monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert not source.hub_reachable()
+    with pytest.raises(UserError, match="the hub cannot be reached"):
+        source.load_config("no-such-org/no-such-model", known=("tiny",))
+
+
+def test_plain_loop_refuses_a_transformers_factory(folder, capsys):
+    line = refused(folder, capsys, f"{folder / 'gpt2.py'}:factory", "--loop", "plain", "--precision", "bf16")
+    assert "nothing to measure" in line and "this factory's model runs in the hf loop (--loop hf)" in line
+
+
+def test_plain_loop_row_is_skipped_beside_the_hf_loop(folder):
+    rc, out, err = generate(folder, f"{folder / 'gpt2.py'}:factory", "--precision", "bf16", "--kv", "bf16",
+                            "--batch", "1,2")
+    assert rc == 0, err[-2000:]
+    rows = {(r["shape"]["loop"], r["shape"]["batch"]): r for r in out["results"] if r["op"] == "generate"}
+    assert rows[("plain", 1)]["status"] == "skipped" and ("plain", 2) not in rows        # one row says why
+    assert "runs in the hf loop" in rows[("plain", 1)]["message"]
+    assert rows[("hf", 1)]["status"] == rows[("hf", 2)]["status"] == "ok"
+
+
+def test_int4_runs_on_the_transformers_loop_at_batch_2_and_4(tmp_path):
+    from transformers import LlamaConfig
+    LlamaConfig(**{**TINY, "hidden_size": 64, "num_key_value_heads": 1}).save_pretrained(tmp_path / "llama")
+    rc, out, err = generate(tmp_path, str(tmp_path / "llama"), "--loop", "hf", "--precision", "int4wo-32",
+                            "--kv", "bf16", "--batch", "1,2,4")
+    assert rc == 0, err[-2000:]
+    rows = {r["shape"]["batch"]: r for r in out["results"] if r["op"] == "generate"}
+    assert {b: r["status"] for b, r in rows.items()} == {1: "ok", 2: "ok", 4: "ok"}, \
+        [r.get("message") for r in rows.values()]
+    assert all(r["metrics"]["itl_ms"]["median"] > 0 for r in rows.values())
+
+
+def test_int4_layer_takes_a_strided_input():
+    """transformers' lm_head reads hidden[:, -1:]: (B, 1, K) rows T * K apart, which the CPU kernel refused."""
+    lin = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+    layer = core_quant.Int4WeightOnlyLinear(lin, 32)
+    hidden = torch.randn(4, 5, 64, dtype=torch.bfloat16)
+    x = hidden[:, -1:]
+    assert not x.reshape(-1, 64).is_contiguous()
+    torch.testing.assert_close(layer(x), layer(x.contiguous()), rtol=0, atol=0)
+
+
+def test_a_failed_case_sets_the_exit_status_and_says_which(capsys):
+    from rich.console import Console
+    ok = {"op": "generate", "precision": "bf16", "status": "ok", "message": "",
+          "shape": {"model": "tiny", "loop": "hf", "batch": 1}}
+    wrong = {**ok, "status": "wrong", "message": "logits' relative error 0.4 > tolerance 0.3"}
+    error = {**ok, "precision": "int4wo-32", "status": "error", "message": "RuntimeError: expect A to be contiguous",
+             "shape": {**ok["shape"], "batch": 2}}
+    out = Console(file=sys.stderr, width=80)
+    assert command.failures([ok, wrong], out) == 0                # timed all the same: the table says FAIL
+    assert command.failures([ok, wrong, error], out) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["1 of 3 case(s) failed:",
+                   "  int4wo-32 · hf loop · batch 2: error: RuntimeError: expect A to be contiguous"]
