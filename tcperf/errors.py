@@ -3,6 +3,7 @@
 Commands raise `UserError("...")`; `tcperf.cli.main` prints its message as one line on stderr and exits 2.
 Everything else that escapes is a bug in tcperf and keeps its traceback.
 """
+import math
 
 
 class UserError(Exception):
@@ -18,3 +19,9 @@ def one_line(e: BaseException) -> str:
     """An exception as one short line: `ValueError: the first line of its message`."""
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {text[0][:200]}" if text else type(e).__name__
+
+
+def finite_positive(value) -> bool:
+    """A real number above zero, neither inf nor NaN: what every time, budget, tolerance and factor must be (a
+    timeout of inf overflows the clock, a rep budget of NaN times nothing)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0

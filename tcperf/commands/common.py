@@ -2,6 +2,7 @@
 with a progress bar."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -11,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import env as envmod
-from ..errors import UserError
+from ..errors import UserError, finite_positive
 from ..runner import TimingConfig, run_cases
 from ..store import Store, mask
 
@@ -40,10 +41,23 @@ def add_measuring(p) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take (default 120)")
+    p.add_argument("--timeout", type=positive_number, default=120.0, help="seconds one case may take (default 120)")
     p.add_argument("--no-flush-l2", action="store_true", help="do not clear the L2 cache between timed calls")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (less launch overhead)")
-    p.add_argument("--rep-ms", type=float, default=100.0, help="time budget for the timed calls of one case")
+    p.add_argument("--rep-ms", type=positive_number, default=100.0,
+                   help="time budget for the timed calls of one case")
+
+
+def positive_number(text: str) -> float:
+    """argparse type of every time, budget, tolerance and factor option: refused at parsing ('0', '-5', 'nan',
+    'inf'), so a bad value stops the command before a run is stored. The message is one line: cli.Parser.error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if not finite_positive(value):
+        raise argparse.ArgumentTypeError(f"give a finite number above 0, not {text!r}")
+    return value
 
 
 def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
