@@ -1,7 +1,13 @@
 """Bad input (issue 34): one line on stderr, exit status 2, never a traceback; a command that never started stores
 no run, and nothing already stored is lost. Every test starts from a real SQLite store holding one run."""
+import functools
+import json
 import math
+import os
 import sqlite3
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
@@ -37,6 +43,48 @@ def one_line(capsys, rc: int, *words: str) -> str:
     return err[0]
 
 
+def refused(done: subprocess.CompletedProcess, *words: str) -> str:
+    """one_line() for a command run in a process of its own."""
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(err) == 1 and err[0].startswith("tcperf: "), (done.returncode, err)
+    assert all(w in err[0] for w in words), err[0]
+    return err[0]
+
+
+@functools.cache
+def _unshare_works() -> bool:
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            return subprocess.run(["unshare", "-rm", "sh", "-c", _RO_MOUNT, folder], capture_output=True,
+                                  timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+
+
+_RO_MOUNT = 'mount --bind -o ro "$0" "$0" && exec "$@"'      # $0: the folder; "$@": the command, if any
+
+
+def read_only(folder, *args: str) -> subprocess.CompletedProcess:
+    """`tcperf args` in a fresh process that sees `folder` as on a read-only mount. Root ignores chmod, so a
+    read-only bind mount in a user and mount namespace of the process's own (unshare); without unshare, chmod (not
+    for root: skipped)."""
+    cmd = [sys.executable, "-m", "tcperf", *args]
+    if _unshare_works():
+        return subprocess.run(["unshare", "-rm", "sh", "-c", _RO_MOUNT, str(folder), *cmd], capture_output=True,
+                              text=True, timeout=300)
+    if os.geteuid() == 0:
+        pytest.skip("root ignores chmod, and unshare cannot make a read-only mount here")
+    paths = [folder, *folder.iterdir()]
+    modes = {p: p.stat().st_mode for p in paths}
+    try:
+        for p in paths:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+
+
 # --- numeric options: refused at parsing, before a run starts ----------------------------------------------------
 COMMANDS = {                       # a command line that would start measuring if its options were good
     "run": ["run"], "bench": ["bench", "--suite", "quick"], "models": ["models"], "ceilings": ["ceilings"],
@@ -67,3 +115,32 @@ def test_train_to_target_budgets_are_checked_the_same_way(stored, capsys, option
 def test_the_python_api_refuses_the_same_numbers(option, value):
     with pytest.raises(UserError, match=option):
         api.check_args("infer", **{"tolerance": None, "recipes": None, option: value})
+
+
+# --- export --out and report --out: one way to write a file ------------------------------------------------------
+def test_export_makes_a_missing_folder_as_report_does(stored, tmp_path, capsys):
+    out = tmp_path / "new" / "deeper" / "run.json"
+    assert main(["export", "1", "--out", str(out), "--db", stored]) == 0
+    assert json.loads(out.read_text())["run"]["id"] == 1
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("where, words", [("folder", "that is a folder, not a file"),
+                                          ("file/run.out", "file is a file, not a folder"),
+                                          ("file/sub/run.out", "file is a file, not a folder")])
+def test_an_out_that_cannot_be_written_is_one_line(stored, tmp_path, capsys, command, where, words):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    before = rows(stored)
+    out = tmp_path / where
+    one_line(capsys, main([command, "1", "--out", str(out), "--db", stored]), f"cannot write {out}: ", words)
+    assert rows(stored) == before and (tmp_path / "file").read_text() == "kept"
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_export_to_a_read_only_file_system_is_one_line(stored, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    line = refused(read_only(folder, "export", "1", "--out", str(folder / "run.json"), "--db", stored),
+                   f"cannot write {folder / 'run.json'}: ")
+    assert line.endswith(("Read-only file system", "Permission denied")) and not (folder / "run.json").exists()

@@ -7,12 +7,13 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import env as envmod
-from ..errors import UserError, finite_positive
+from ..errors import UserError, finite_positive, os_reason
 from ..runner import TimingConfig, run_cases
 from ..store import Store, mask
 
@@ -69,6 +70,18 @@ def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
     if not values or min(values) < 1:
         raise UserError(f"bad {flag} {text!r}; give positive integers such as {example}")
     return values
+
+
+def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
+    """A file a command makes (export --out, report --out and --png), its folder made if missing; one line naming the
+    path and why when it cannot be written (a folder given, a file in the way, no permission, a read-only disk)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {os_reason(e)}") from None
+    return path
 
 
 def timing_from(args) -> TimingConfig:
