@@ -1,9 +1,11 @@
 """Bad input (issue 34): one line on stderr, exit status 2, never a traceback; a command that never started stores
 no run, and nothing already stored is lost. Every test starts from a real SQLite store holding one run."""
+import contextlib
 import functools
 import json
 import math
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -23,14 +25,14 @@ def stored(db_path):
     store = Store.open(db_path)
     run_id = store.start_run("bench", "tcperf bench --suite quick", {"cpu": {"model": "test cpu"}})
     store.add_result(run_id, {"op": "gemm", "precision": "fp32", "status": "ok", "shape": {"m": 8, "n": 8, "k": 8},
-                              "median_ms": 1.0, "iqr_ms": 0.1, "metrics": {"wall_s": 0.5}})
+                              "median_ms": 1.0, "iqr_ms": 0.1, "metrics": {"iters": 3}})
     store.finish_run(run_id)
     return db_path
 
 
 def rows(db_path) -> tuple[list, list]:
     """Every stored row, read past tcperf: what must not change."""
-    with sqlite3.connect(db_path) as conn:
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:       # closed: no -wal or -shm file left behind
         return (conn.execute("SELECT * FROM runs ORDER BY id").fetchall(),
                 conn.execute("SELECT * FROM results ORDER BY id").fetchall())
 
@@ -144,3 +146,60 @@ def test_export_to_a_read_only_file_system_is_one_line(stored, tmp_path):
     line = refused(read_only(folder, "export", "1", "--out", str(folder / "run.json"), "--db", stored),
                    f"cannot write {folder / 'run.json'}: ")
     assert line.endswith(("Read-only file system", "Permission denied")) and not (folder / "run.json").exists()
+
+
+# --- where the store is ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["runs"], ["show"], ["export", "1"], ["bench", "--suite", "quick", "--device", "cpu"]])
+@pytest.mark.parametrize("where", ["file/results.db", "file/sub/results.db"])
+def test_a_store_whose_folder_is_a_file_is_one_line(tmp_path, capsys, command, where):
+    (tmp_path / "file").write_text("kept")
+    db = tmp_path / where
+    one_line(capsys, main([*command, "--db", str(db)]), f"cannot use results store {db}: ",
+             f"{tmp_path / 'file'} is a file, not a folder")
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "file"] and (tmp_path / "file").read_text() == "kept"
+
+
+def test_a_store_whose_folder_cannot_be_made_is_one_line(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    line = refused(read_only(folder, "runs", "--db", str(folder / "new" / "results.db")),
+                   f"cannot use results store {folder / 'new' / 'results.db'}: cannot make folder {folder / 'new'}: ")
+    assert line.endswith(("Read-only file system", "Permission denied")) and list(folder.iterdir()) == []
+
+
+@pytest.fixture
+def read_only_store(stored, tmp_path):
+    """The one-run store, alone in a folder of its own (read_only() mounts that folder read-only)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    shutil.copy(stored, folder / "results.db")
+    return folder / "results.db"
+
+
+@pytest.mark.parametrize("command, shows", [(["runs", "--json"], '"kind": "bench"'),
+                                            (["show"], "run 1 · bench · test cpu"),
+                                            (["export", "1"], '"case_key": "gemm|k=8,m=8,n=8|fp32"')])
+def test_a_read_only_store_is_read(read_only_store, command, shows):
+    before = rows(read_only_store)
+    done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
+    assert done.returncode == 0 and shows in done.stdout and "Traceback" not in done.stderr, done.stderr
+    assert rows(read_only_store) == before
+
+
+@pytest.mark.parametrize("command", [["bench", "--suite", "quick", "--device", "cpu", "--limit", "1"],
+                                     ["advise", "MODEL:factory", "--device", "cpu"]])
+@pytest.mark.parametrize("in_use", [False, True])
+def test_a_read_only_store_refuses_a_write_before_anything_runs(read_only_store, tmp_path, command, in_use):
+    """in_use: a writer elsewhere holds it open, so its -wal and -shm files are there and SQLite opens it read-only
+    by itself; else tcperf opens it read-only."""
+    command = [c.replace("MODEL", str(tmp_path / "model.py")) for c in command]
+    (tmp_path / "model.py").write_text("import torch\ndef factory():\n    return torch.nn.Linear(4, 4), "
+                                       "torch.randn(2, 4)\n")
+    before = rows(read_only_store)
+    with contextlib.closing(sqlite3.connect(read_only_store)) as writer:
+        if in_use:
+            writer.execute("SELECT count(*) FROM runs").fetchall()
+        files = sorted(read_only_store.parent.iterdir())
+        done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
+    refused(done, f"cannot write results store {read_only_store}: it is read-only here")
+    assert rows(read_only_store) == before and len(files) == (3 if in_use else 1)

@@ -71,7 +71,7 @@ def main(args) -> int:
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
     log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))
-    store = Store.open(args.db)
+    store = Store.open(args.db).writable()     # the run starts with the first result: refuse a read-only store now
     run_id, status = None, "interrupted"
     shape = {"model": Path(path).stem, "mode": args.mode}
 
