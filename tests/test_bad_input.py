@@ -203,3 +203,29 @@ def test_a_read_only_store_refuses_a_write_before_anything_runs(read_only_store,
         done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
     refused(done, f"cannot write results store {read_only_store}: it is read-only here")
     assert rows(read_only_store) == before and len(files) == (3 if in_use else 1)
+
+
+# --- a garbled JSON cell ---------------------------------------------------------------------------------------------
+GARBLED = {("results", "metrics"): '{"iters": 3', ("results", "shape"): "[1, 2]", ("results", "warnings"): "nan",
+           ("runs", "env"): "not json", ("runs", "warnings"): '{"a": 1}'}
+READERS = {"show": ["show"], "show-json": ["show", "--json"], "runs": ["runs"], "runs-json": ["runs", "--json"],
+           "json": ["export", "1"], "csv": ["export", "1", "--format", "csv"],
+           "flat-csv": ["export", "1", "--format", "flat-csv"], "mlperf": ["export", "1", "--format", "mlperf"],
+           "report": ["report", "1", "--out", "OUT"], "compare": ["compare", "1", "1"]}
+MARKED_BY = {"results": ("show", "show-json", "json", "csv", "flat-csv", "mlperf"),      # print a result's warnings
+             "runs": ("show", "show-json", "runs-json", "json", "mlperf")}               # print a run's warnings
+
+
+@pytest.mark.parametrize("table, column", list(GARBLED))
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_garbled_cell_is_marked_unreadable_and_left_as_it_is(stored, tmp_path, capsys, table, column, reader):
+    with contextlib.closing(sqlite3.connect(stored)) as conn, conn:
+        conn.execute(f"UPDATE {table} SET {column} = ?", (GARBLED[table, column],))
+    before = rows(stored)
+    out = tmp_path / "report.html"
+    rc = main([str(out) if a == "OUT" else a for a in READERS[reader]] + ["--db", stored])
+    shown = capsys.readouterr()
+    assert rc == 0 and shown.err == "", shown.err
+    text = out.read_text() if reader == "report" else shown.out
+    assert f"stored {column} unreadable" in text or reader not in MARKED_BY[table]
+    assert rows(stored) == before

@@ -263,7 +263,23 @@ def _alive(pid) -> bool:
 
 
 def _decode(row: dict) -> dict:
-    for col in _JSON_COLUMNS:
-        if col in row and isinstance(row[col], str):
-            row[col] = json.loads(row[col])
+    """JSON cells as Python. A cell that is not the JSON its column holds (a garbled or hand-edited file) reads as
+    its column's empty value and the row's warnings say so: every reader goes on, and the store is left as it is."""
+    unreadable = [col for col in _JSON_COLUMNS if col in row and not _decoded(row, col)]
+    if unreadable:
+        row["warnings"] = [*(row.get("warnings") or []),
+                           *(f"stored {col} unreadable (not the JSON it should hold): shown empty" for col in unreadable)]
     return row
+
+
+def _decoded(row: dict, col: str) -> bool:
+    """row[col] from JSON text to a dict or list (None stays None); False, and the empty value, if it cannot be."""
+    if not isinstance(row[col], str):
+        return True
+    empty = json.loads(_JSON_COLUMNS[col])
+    try:
+        value = json.loads(row[col])
+    except ValueError:
+        value = ...                                  # neither None nor the column's type: unreadable
+    row[col] = value if value is None or type(value) is type(empty) else empty
+    return row[col] is value
