@@ -12,6 +12,9 @@ import sys
 import tempfile
 
 import pytest
+import torch
+
+import tcperf
 
 from tcperf.advisor import api
 from tcperf.cli import main
@@ -229,3 +232,48 @@ def test_a_garbled_cell_is_marked_unreadable_and_left_as_it_is(stored, tmp_path,
     text = out.read_text() if reader == "report" else shown.out
     assert f"stored {column} unreadable" in text or reader not in MARKED_BY[table]
     assert rows(stored) == before
+
+
+# --- advise on a model whose fp32 output is already NaN or inf -----------------------------------------------------
+NONFINITE = '''
+import torch
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.lin, self.scale = torch.nn.Linear(4, 4), scale
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+def nan():
+    return Scaled(float("nan")), torch.randn(2, 4)
+
+def inf():
+    return Scaled(float("inf")), torch.randn(2, 4)
+
+def inf_loss():
+    return {"model": Scaled(1.0), "inputs": torch.randn(2, 4), "loss_fn": lambda out: out.sum() * float("inf")}
+'''
+
+
+@pytest.mark.parametrize("factory, mode, words", [
+    ("nan", "infer", "the model's own fp32 output holds NaN/inf (8 of 8 values of output tensor 0)"),
+    ("nan", "train", "the model's own fp32 output holds NaN/inf"),
+    ("inf", "infer", "the model's own fp32 output holds NaN/inf"),
+    ("inf_loss", "train", "loss_fn(outputs) is inf in fp32 itself"),
+])
+def test_advise_refuses_a_model_whose_fp32_is_not_finite(stored, tmp_path, capsys, factory, mode, words):
+    (tmp_path / "nonfinite.py").write_text(NONFINITE)
+    before = rows(stored)
+    rc = main(["advise", f"{tmp_path / 'nonfinite.py'}:{factory}", "--mode", mode, "--device", "cpu", "--db", stored])
+    one_line(capsys, rc, words)
+    assert rows(stored) == before
+
+
+def test_the_python_api_refuses_it_too():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    with torch.no_grad():
+        model[0].bias.fill_(float("nan"))
+    with pytest.raises(UserError, match="fp32 output holds NaN/inf"):
+        tcperf.advise(model, torch.randn(2, 4), device="cpu", recipes=["fp32"])
