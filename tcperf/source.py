@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -190,15 +191,28 @@ def check(spec: Spec, mode: str) -> Any:
         raise UserError(f"the model rejects its example inputs: {one_line(e)}") from None
     if not tensors(out):
         raise UserError(f"the model's output ({type(out).__name__}) holds no floating-point tensor to compare")
+    _check_finite(out)
     for fn_name, fn in (("metric_fn", spec.metric_fn), ("loss_fn", spec.loss_fn if mode == "train" else None)):
         if fn is None:
             continue
         try:
             value = fn(out, spec.targets) if fn_name == "loss_fn" and spec.targets is not None else fn(out)
-            float(value)
+            value = float(value)
         except Exception as e:
             raise UserError(f"{fn_name}(outputs) failed: {one_line(e)}; it must return a number") from None
+        if not math.isfinite(value):
+            raise UserError(f"{fn_name}(outputs) is {value} in fp32 itself: no recipe can be judged against it")
     return out
+
+
+def _check_finite(out) -> None:
+    """NaN or inf in the fp32 output itself is the model's (or its inputs'), not a precision's: refused here, or every
+    recipe would miss the tolerance and a layer would be blamed for it."""
+    for i, t in enumerate(tensors(out)):
+        bad = int((~torch.isfinite(t)).sum())
+        if bad:
+            raise UserError(f"the model's own fp32 output holds NaN/inf ({bad} of {t.numel()} values of output "
+                            f"tensor {i}): no recipe can be judged against it; fix the model or its inputs")
 
 
 # --- built-in models ------------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ def tcperf(*args, db=None):
 
 @pytest.mark.parametrize("args,expect", [
     (["run", "--device", "tpu"], "unknown device 'tpu'; choose from: cpu, cuda, cuda:N"),
-    (["run", "--timeout", "soon"], "invalid float value: 'soon'"),
+    (["run", "--timeout", "soon"], "argument --timeout: give a finite number above 0, not 'soon'"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["show", "42"], "no run 42"),
     (["export", "1", "--format", "xml"], "unknown format 'xml'; choose from: json, csv"),

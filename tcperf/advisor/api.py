@@ -29,7 +29,7 @@ import torch
 from .. import accuracy, engine
 from .. import env as envmod
 from .. import precision as precmod
-from ..errors import UserError, one_line
+from ..errors import UserError, finite_positive, one_line
 from ..recipes import get as get_recipe
 from .. import source
 from . import limit, lint, measure, sensitive, streams, verdict
@@ -65,13 +65,13 @@ def check_args(mode: str, tolerance, recipes, check_steps: int = measure.TRAIN_S
     tolerance to use."""
     if mode not in MODES:
         raise UserError(f"unknown mode {mode!r}; choose from: {', '.join(MODES)}")
-    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance > 0):
+    if tolerance is not None and not finite_positive(tolerance):
         raise UserError(f"tolerance must be a positive number (relative error), not {tolerance!r}")
     for what, value in (("check steps", check_steps), ("steps", 1 if steps is None else steps)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
             raise UserError(f"{what} must be a whole number >= 1, not {value!r}")
     for what, value in (("timeout", timeout), ("budget", budget)):
-        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+        if value is not None and not finite_positive(value):
             raise UserError(f"{what} must be a positive number of seconds, not {value!r}")
     if jobs is not None and not (isinstance(jobs, int) and jobs >= 1):
         raise UserError(f"jobs must be a whole number >= 1, not {jobs!r}")

@@ -29,14 +29,15 @@ from ..advisor.result import recipe_row
 from ..recipes import parse_list
 from ..store import Store
 from ..errors import UserError
-from .common import add_db, add_device, add_json, command_line, console, err_console, print_json
+from .common import (add_db, add_device, add_json, command_line, console, err_console, positive_number,
+                     print_json)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("advise", help="which precision setup to use for your model, measured (speed and accuracy)")
     p.add_argument("target", help="path/to/file.py:factory (factory() returns a model, (model, inputs) or a dict)")
     p.add_argument("--mode", default="infer", help="infer | train (default: infer)")
-    p.add_argument("--tolerance", type=float, default=None,
+    p.add_argument("--tolerance", type=positive_number, default=None,
                    help="infer: output relative error allowed against fp32 strict (default 0.05); train: share "
                         "of fp32's loss fall over the steps a recipe may lose (default 0.10)")
     p.add_argument("--recipes", default=None, help="recipes to try: ladder (default) or a comma-separated list, e.g. fp32,tf32,amp_bf16")
@@ -46,10 +47,10 @@ def add_parser(sub) -> None:
     p.add_argument("--check-steps", type=int, default=measure.TRAIN_STEPS,
                    help=f"training steps the accuracy check compares against fp32 (train mode; default "
                         f"{measure.TRAIN_STEPS})")
-    p.add_argument("--timeout", type=float, default=measure.DEFAULT_TIMEOUT,
+    p.add_argument("--timeout", type=positive_number, default=measure.DEFAULT_TIMEOUT,
                    help=f"seconds one recipe (or one stage of loading the model) may take, compile included "
                         f"(default {measure.DEFAULT_TIMEOUT:.0f})")
-    p.add_argument("--budget", type=float, default=None,
+    p.add_argument("--budget", type=positive_number, default=None,
                    help="seconds the search may take: recipes that would not finish in time are not started, "
                         "and the advice names them (default: no limit)")
     p.add_argument("--jobs", type=int, default=None,
@@ -70,7 +71,7 @@ def main(args) -> int:
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
     log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))
-    store = Store.open(args.db)
+    store = Store.open(args.db).writable()     # the run starts with the first result: refuse a read-only store now
     run_id, status = None, "interrupted"
     shape = {"model": Path(path).stem, "mode": args.mode}
 

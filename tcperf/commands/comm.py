@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .. import env as envmod
 from ..distributed import collectives, launch, link
-from .common import add_db, add_device, add_json, console, measure_into_store, print_json
+from .common import add_db, add_device, add_json, console, measure_into_store, positive_number, print_json
 
 CPU_END = "16M"      # the default largest size on a CPU (gloo over shared memory on a few cores)
 
@@ -32,13 +32,15 @@ def add_parser(sub) -> None:
     p.add_argument("--dtypes", default="fp32,bf16", help=f"{', '.join(collectives.DTYPES)} (default: fp32,bf16)")
     p.add_argument("-b", "--begin", default="1K", help="smallest size in bytes, e.g. 1K (default 1K)")
     p.add_argument("-e", "--end", default=None, help=f"largest size (default: 1G on GPUs, {CPU_END} on a CPU)")
-    p.add_argument("-f", "--factor", type=float, default=2.0, help="size multiplier between steps (default 2)")
+    p.add_argument("-f", "--factor", type=positive_number, default=2.0,
+                   help="size multiplier between steps (default 2)")
     p.add_argument("--suite", choices=("sweep", "deepbench"), default="sweep",
                    help="sweep (-b .. -e) or deepbench (DeepBench's all-reduce sizes, in floats)")
     p.add_argument("--nproc", type=int, default=None, help="ranks to start (default: every GPU; 2 on a CPU)")
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--timeout", type=positive_number, default=120.0,
                    help="seconds a case may go without progress before its ranks are stopped (default 120)")
-    p.add_argument("--rep-ms", type=float, default=100.0, help="time budget for the timed calls of one case")
+    p.add_argument("--rep-ms", type=positive_number, default=100.0,
+                   help="time budget for the timed calls of one case")
     add_device(p)
     add_db(p)
     add_json(p)

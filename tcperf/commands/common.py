@@ -2,16 +2,18 @@
 with a progress bar."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import env as envmod
-from ..errors import UserError
+from ..errors import UserError, finite_positive, os_reason
 from ..runner import TimingConfig, run_cases
 from ..store import Store, mask
 
@@ -40,10 +42,23 @@ def add_measuring(p) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds one case may take (default 120)")
+    p.add_argument("--timeout", type=positive_number, default=120.0, help="seconds one case may take (default 120)")
     p.add_argument("--no-flush-l2", action="store_true", help="do not clear the L2 cache between timed calls")
     p.add_argument("--graph", action="store_true", help="time CUDA-graph replays (less launch overhead)")
-    p.add_argument("--rep-ms", type=float, default=100.0, help="time budget for the timed calls of one case")
+    p.add_argument("--rep-ms", type=positive_number, default=100.0,
+                   help="time budget for the timed calls of one case")
+
+
+def positive_number(text: str) -> float:
+    """argparse type of every time, budget, tolerance and factor option: refused at parsing ('0', '-5', 'nan',
+    'inf'), so a bad value stops the command before a run is stored. The message is one line: cli.Parser.error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if not finite_positive(value):
+        raise argparse.ArgumentTypeError(f"give a finite number above 0, not {text!r}")
+    return value
 
 
 def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
@@ -55,6 +70,18 @@ def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
     if not values or min(values) < 1:
         raise UserError(f"bad {flag} {text!r}; give positive integers such as {example}")
     return values
+
+
+def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
+    """A file a command makes (export --out, report --out and --png), its folder made if missing; one line naming the
+    path and why when it cannot be written (a folder given, a file in the way, no permission, a read-only disk)."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {os_reason(e)}") from None
+    return path
 
 
 def timing_from(args) -> TimingConfig:

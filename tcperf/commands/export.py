@@ -17,7 +17,7 @@ from ..errors import choices
 from ..report.common import advice_summary, application, label, relative_spread
 from ..rows import group_name, headline, kind
 from ..store import RESULT_COLUMNS, Store
-from .common import add_db
+from .common import add_db, write_file
 
 def to_json(run: dict, results: list[dict]) -> str:
     return json.dumps({"run": run, "results": results}, indent=2, default=str)
@@ -157,8 +157,7 @@ def main(args) -> int:
     run = store.run(args.run)
     text = FORMATS[args.format](run, store.results(run["id"]))
     if args.out:
-        with open(args.out, "w", newline="") as f:
-            f.write(text)
+        write_file(args.out, text)
     else:
         sys.stdout.write(text)
     return 0

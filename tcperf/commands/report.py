@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import report
-from ..errors import UserError
 from ..store import Store
-from .common import add_db, console
+from .common import add_db, console, write_file
 
 
 def add_parser(sub) -> None:
@@ -26,20 +25,12 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     built = report.build(Store.open(args.db), args.runs or None)
     out = Path(args.out)
-    _write(out, built.html.encode("utf-8"))
+    write_file(out, built.html)
     console.print(f"wrote {out} ({len(built.sections)} sections: {', '.join(built.sections)}; "
                   f"{len(built.charts)} charts)")
     if args.png:
         folder = Path(args.png)
         for name, png in built.charts.items():
-            _write(folder / name, png)
+            write_file(folder / name, png)
         console.print(f"wrote {len(built.charts)} PNG(s) to {folder}/")
     return 0
-
-
-def _write(path: Path, data: bytes) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None

@@ -24,7 +24,7 @@ from ..store import Store
 from ..table import status_cell
 from ..totarget import clock as clocks
 from ..totarget import loop, stats
-from .common import add_db, add_device, add_json, console, measure_into_store, print_stored
+from .common import add_db, add_device, add_json, console, measure_into_store, positive_number, print_stored
 
 KIND = "train-to-target"
 GPU_RECIPES = "fp32,tf32,amp_bf16,compile"
@@ -46,14 +46,16 @@ def add_parser(sub) -> None:
                    help=f"what the clock counts (default {clocks.DEFAULT}): {clocks.help_text()}")
     p.add_argument("--data", default=None, help="cifar10: the official archive; imagefolder: DIR; npz: FILE; "
                                                 "file.py:factory: DIR or FILE.npz")
-    p.add_argument("--max-minutes", type=float, default=None,
+    p.add_argument("--max-minutes", type=positive_number, default=None,
                    help="budget per run, wall time after initialisation (default 10 on a GPU, 3 on a CPU)")
     p.add_argument("--max-steps", type=int, default=None, help="budget per run in training steps")
-    p.add_argument("--usd-per-hour", type=float, default=None, help="price of the machine, for the cost column")
+    p.add_argument("--usd-per-hour", type=positive_number, default=None,
+                   help="price of the machine, for the cost column")
     p.add_argument("--size", choices=("gpu", "small"), default=None,
                    help="bytes-gpt's configuration (default: gpu on a GPU, small on a CPU)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: the workload's)")
-    p.add_argument("--epochs", type=float, default=None, help="cifar10: epochs the LR schedule plans (default 10)")
+    p.add_argument("--epochs", type=positive_number, default=None,
+                   help="cifar10: epochs the LR schedule plans (default 10)")
     p.add_argument("--image-size", type=int, default=None, help="imagefolder: images resized to this (default 32)")
     add_device(p)
     add_db(p)
@@ -65,10 +67,6 @@ def options_of(args, device) -> dict:
     for name in ("runs", "max_steps", "batch", "image_size"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise UserError(f"bad --{name.replace('_', '-')} {value}; give a positive number")
-    for name in ("max_minutes", "usd_per_hour", "epochs"):
-        value = getattr(args, name)
-        if value is not None and not value > 0:
             raise UserError(f"bad --{name.replace('_', '-')} {value}; give a positive number")
     totarget.module_for(args.workload)
     size = args.size or ("gpu" if device.type == "cuda" else "small")

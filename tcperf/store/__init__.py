@@ -6,7 +6,9 @@ many processes, on one host or many, may write to one store at once. The schema 
 
 Where: --db PATH_OR_URL, else $TCPERF_DB, else $XDG_DATA_HOME/tcperf/results.db (~/.local/share/tcperf/results.db).
 A path is SQLite (WAL); a URL such as postgresql+psycopg://ann@db.lab/tcperf is a server (pip install
-'tcperf[postgres]'). Passwords are masked in stored command lines and in every message.
+'tcperf[postgres]'). Passwords are masked in stored command lines and in every message. A SQLite file this process
+may not write (a read-only mount, another user's file) is opened read-only: runs, show, export and report read it,
+and a command that would write says so in one line before it measures.
 
     store = Store.open()                  # default place
     run_id = store.start_run("bench", "tcperf bench ...", env)
@@ -60,13 +62,42 @@ class Store:
         self.where = location.shown(self.url)             # printable: a path, or the URL with its password masked
         self.dialect = self.url.get_backend_name()        # sqlite | postgresql
         self.path = Path(self.url.database) if self.dialect == "sqlite" else None
-        self.engine = location.engine(self.url)
-        self._writer = self.engine.execution_options(write=True)
-        self.upgraded = self._prepare(self.dialect == "sqlite" if upgrade is None else upgrade)
+        self.read_only = False                            # True: opened read-only, see _open
+        self._use(location.engine(self.url))
+        self.upgraded = self._open(self.dialect == "sqlite" if upgrade is None else upgrade)
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, **kw) -> "Store":
         return cls(path or default_location(), **kw)
+
+    def _use(self, engine) -> None:
+        self.engine = engine
+        self._writer = engine.execution_options(write=True)
+
+    def _open(self, upgrade: bool) -> tuple[str | None, str]:
+        """_prepare; a SQLite file this process may not write that SQLite cannot open as usual is opened read-only
+        (runs, show, export and report work; a write is refused in one line), else the last error, one line."""
+        try:
+            opened = self._prepare(upgrade)
+            self.read_only = not location.may_write(self.url)    # SQLite opened it read-only by itself
+            return opened
+        except UserError as first:
+            error = first
+        for engine in location.read_only_engines(self.url):
+            self._use(engine)
+            self.read_only = True
+            try:
+                return self._prepare(False)
+            except UserError as e:
+                error = e
+        raise error
+
+    def writable(self) -> "Store":
+        """This store; one line if it was opened read-only (a command that writes later says so before it measures)."""
+        if self.read_only:
+            raise UserError(f"cannot write results store {self.where}: it is read-only here (a read-only mount or "
+                            f"another user's file); give --db a store you may write")
+        return self
 
     def _prepare(self, upgrade: bool) -> tuple[str | None, str]:
         """(revision found, revision now); a read first, the write lock only when something is to be done."""
@@ -86,7 +117,7 @@ class Store:
     @contextmanager
     def _transaction(self):
         """One write transaction: committed whole or rolled back."""
-        with self._one_line_errors(), self._writer.begin() as conn:
+        with self._one_line_errors(), self.writable()._writer.begin() as conn:
             yield conn
 
     @contextmanager
@@ -232,7 +263,23 @@ def _alive(pid) -> bool:
 
 
 def _decode(row: dict) -> dict:
-    for col in _JSON_COLUMNS:
-        if col in row and isinstance(row[col], str):
-            row[col] = json.loads(row[col])
+    """JSON cells as Python. A cell that is not the JSON its column holds (a garbled or hand-edited file) reads as
+    its column's empty value and the row's warnings say so: every reader goes on, and the store is left as it is."""
+    unreadable = [col for col in _JSON_COLUMNS if col in row and not _decoded(row, col)]
+    if unreadable:
+        row["warnings"] = [*(row.get("warnings") or []),
+                           *(f"stored {col} unreadable (not the JSON it should hold): shown empty" for col in unreadable)]
     return row
+
+
+def _decoded(row: dict, col: str) -> bool:
+    """row[col] from JSON text to a dict or list (None stays None); False, and the empty value, if it cannot be."""
+    if not isinstance(row[col], str):
+        return True
+    empty = json.loads(_JSON_COLUMNS[col])
+    try:
+        value = json.loads(row[col])
+    except ValueError:
+        value = ...                                  # neither None nor the column's type: unreadable
+    row[col] = value if value is None or type(value) is type(empty) else empty
+    return row[col] is value

@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
-from ..errors import UserError
+from ..errors import UserError, os_reason
 
 DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
 _PASSWORD = re.compile(r"(\w[\w+.-]*://[^:/@\s]*):[^@\s]*@")
@@ -62,19 +62,59 @@ def shown(url: URL) -> str:
 
 def engine(url: URL) -> Engine:
     if url.get_backend_name() == "sqlite":
+        _make_folder(url)
         return _sqlite_engine(url)
     return _postgres_engine(url)
 
 
-def _sqlite_engine(url: URL) -> Engine:
-    Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+def _make_folder(url: URL) -> None:
+    """A new SQLite store's folder, made here, or one line naming the store and why it cannot be (a file in the way,
+    no permission, a read-only disk): nothing is made then."""
+    folder = Path(url.database).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        raise UserError(f"cannot use results store {shown(url)}: {os_reason(e)}") from None
+    except OSError as e:
+        raise UserError(f"cannot use results store {shown(url)}: cannot make folder {folder}: {os_reason(e)}") from None
+
+
+def read_only_engines(url: URL) -> list[Engine]:
+    """Engines that read a SQLite file this process may not write (a read-only mount, another user's file), best
+    first; [] for a file it may write or one that is not there. mode=ro still sees what writers elsewhere add, but
+    SQLite opens a WAL file so only where it can make or read the -shm file beside it. immutable=1 reads a file on
+    read-only media without the -shm file (nor locks); it would not see results still in a -wal file, so it is
+    offered only where there is none."""
+    path = Path(url.database)
+    if url.get_backend_name() != "sqlite" or not path.is_file() or _writable(path):
+        return []
+    wal = path.with_name(path.name + "-wal")
+    modes = ["ro"] + (["immutable"] if not (wal.exists() and wal.stat().st_size) else [])
+    return [_sqlite_engine(URL.create("sqlite", database=path.resolve().as_uri(), query={
+        "uri": "true", **({"mode": "ro"} if mode == "ro" else {"immutable": "1"})}), wal=False) for mode in modes]
+
+
+def may_write(url: URL) -> bool:
+    """False for a SQLite file this process may not write (SQLite opens it read-only by itself where it can)."""
+    path = Path(url.database or "")
+    return url.get_backend_name() != "sqlite" or not path.is_file() or os.access(path, os.W_OK)
+
+
+def _writable(path: Path) -> bool:
+    """The file and its folder (SQLite makes its -wal and -shm files there) may be written."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+
+
+def _sqlite_engine(url: URL, wal: bool = True) -> Engine:
+    """wal: put a new file in WAL mode (a read-only engine must not try: that is a write)."""
     eng = create_engine(url, poolclass=NullPool, connect_args={"timeout": 30})
 
     @event.listens_for(eng, "connect")
     def _pragmas(dbapi_connection, _record):
         dbapi_connection.isolation_level = None      # we say BEGIN ourselves (below), sqlite3 does not guess
         dbapi_connection.execute("PRAGMA busy_timeout=30000")
-        _wal(dbapi_connection)
+        if wal:
+            _wal(dbapi_connection)
         dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
     @event.listens_for(eng, "begin")

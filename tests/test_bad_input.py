@@ -1,0 +1,279 @@
+"""Bad input (issue 34): one line on stderr, exit status 2, never a traceback; a command that never started stores
+no run, and nothing already stored is lost. Every test starts from a real SQLite store holding one run."""
+import contextlib
+import functools
+import json
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+import tcperf
+
+from tcperf.advisor import api
+from tcperf.cli import main
+from tcperf.errors import UserError
+from tcperf.store import Store
+
+
+@pytest.fixture
+def stored(db_path):
+    """A store holding one finished run of one result."""
+    store = Store.open(db_path)
+    run_id = store.start_run("bench", "tcperf bench --suite quick", {"cpu": {"model": "test cpu"}})
+    store.add_result(run_id, {"op": "gemm", "precision": "fp32", "status": "ok", "shape": {"m": 8, "n": 8, "k": 8},
+                              "median_ms": 1.0, "iqr_ms": 0.1, "metrics": {"iters": 3}})
+    store.finish_run(run_id)
+    return db_path
+
+
+def rows(db_path) -> tuple[list, list]:
+    """Every stored row, read past tcperf: what must not change."""
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:       # closed: no -wal or -shm file left behind
+        return (conn.execute("SELECT * FROM runs ORDER BY id").fetchall(),
+                conn.execute("SELECT * FROM results ORDER BY id").fetchall())
+
+
+def one_line(capsys, rc: int, *words: str) -> str:
+    """The single stderr line of a refused command, checked for exit 2 and the words it must name."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("tcperf: "), (rc, err)
+    assert all(w in err[0] for w in words), err[0]
+    return err[0]
+
+
+def refused(done: subprocess.CompletedProcess, *words: str) -> str:
+    """one_line() for a command run in a process of its own."""
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(err) == 1 and err[0].startswith("tcperf: "), (done.returncode, err)
+    assert all(w in err[0] for w in words), err[0]
+    return err[0]
+
+
+@functools.cache
+def _unshare_works() -> bool:
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            return subprocess.run(["unshare", "-rm", "sh", "-c", _RO_MOUNT, folder], capture_output=True,
+                                  timeout=60).returncode == 0
+        except (OSError, subprocess.SubprocessError):
+            return False
+
+
+_RO_MOUNT = 'mount --bind -o ro "$0" "$0" && exec "$@"'      # $0: the folder; "$@": the command, if any
+
+
+def read_only(folder, *args: str) -> subprocess.CompletedProcess:
+    """`tcperf args` in a fresh process that sees `folder` as on a read-only mount. Root ignores chmod, so a
+    read-only bind mount in a user and mount namespace of the process's own (unshare); without unshare, chmod (not
+    for root: skipped)."""
+    cmd = [sys.executable, "-m", "tcperf", *args]
+    if _unshare_works():
+        return subprocess.run(["unshare", "-rm", "sh", "-c", _RO_MOUNT, str(folder), *cmd], capture_output=True,
+                              text=True, timeout=300)
+    if os.geteuid() == 0:
+        pytest.skip("root ignores chmod, and unshare cannot make a read-only mount here")
+    paths = [folder, *folder.iterdir()]
+    modes = {p: p.stat().st_mode for p in paths}
+    try:
+        for p in paths:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    finally:
+        for p, mode in modes.items():
+            p.chmod(mode)
+
+
+# --- numeric options: refused at parsing, before a run starts ----------------------------------------------------
+COMMANDS = {                       # a command line that would start measuring if its options were good
+    "run": ["run"], "bench": ["bench", "--suite", "quick"], "models": ["models"], "ceilings": ["ceilings"],
+    "lab": ["lab"], "generate": ["generate"], "comm": ["comm"], "advise": ["advise", "model.py:factory"],
+}
+OPTIONS = {"--timeout": tuple(COMMANDS), "--rep-ms": ("run", "bench", "models", "ceilings", "lab", "generate", "comm"),
+           "--budget": ("advise",), "--tolerance": ("advise",), "--factor": ("comm",)}
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "soon"])
+@pytest.mark.parametrize("command, option", [(c, o) for o, cs in OPTIONS.items() for c in cs])
+def test_a_bad_number_is_one_line_and_stores_nothing(stored, capsys, command, option, value):
+    before = rows(stored)
+    rc = main([*COMMANDS[command], option, value, "--device", "cpu", "--db", stored])
+    one_line(capsys, rc, f"{command}: argument ", option, "finite number above 0", repr(value))
+    assert rows(stored) == before
+
+
+@pytest.mark.parametrize("option", ["--max-minutes", "--usd-per-hour", "--epochs"])
+def test_train_to_target_budgets_are_checked_the_same_way(stored, capsys, option):
+    before = rows(stored)
+    one_line(capsys, main(["train-to-target", option, "nan", "--device", "cpu", "--db", stored]), option, "'nan'")
+    assert rows(stored) == before
+
+
+@pytest.mark.parametrize("value", [math.inf, math.nan, 0, -1])
+@pytest.mark.parametrize("option", ["timeout", "budget", "tolerance"])
+def test_the_python_api_refuses_the_same_numbers(option, value):
+    with pytest.raises(UserError, match=option):
+        api.check_args("infer", **{"tolerance": None, "recipes": None, option: value})
+
+
+# --- export --out and report --out: one way to write a file ------------------------------------------------------
+def test_export_makes_a_missing_folder_as_report_does(stored, tmp_path, capsys):
+    out = tmp_path / "new" / "deeper" / "run.json"
+    assert main(["export", "1", "--out", str(out), "--db", stored]) == 0
+    assert json.loads(out.read_text())["run"]["id"] == 1
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+@pytest.mark.parametrize("where, words", [("folder", "that is a folder, not a file"),
+                                          ("file/run.out", "file is a file, not a folder"),
+                                          ("file/sub/run.out", "file is a file, not a folder")])
+def test_an_out_that_cannot_be_written_is_one_line(stored, tmp_path, capsys, command, where, words):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    before = rows(stored)
+    out = tmp_path / where
+    one_line(capsys, main([command, "1", "--out", str(out), "--db", stored]), f"cannot write {out}: ", words)
+    assert rows(stored) == before and (tmp_path / "file").read_text() == "kept"
+    assert list((tmp_path / "folder").iterdir()) == []
+
+
+def test_export_to_a_read_only_file_system_is_one_line(stored, tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    line = refused(read_only(folder, "export", "1", "--out", str(folder / "run.json"), "--db", stored),
+                   f"cannot write {folder / 'run.json'}: ")
+    assert line.endswith(("Read-only file system", "Permission denied")) and not (folder / "run.json").exists()
+
+
+# --- where the store is ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["runs"], ["show"], ["export", "1"], ["bench", "--suite", "quick", "--device", "cpu"]])
+@pytest.mark.parametrize("where", ["file/results.db", "file/sub/results.db"])
+def test_a_store_whose_folder_is_a_file_is_one_line(tmp_path, capsys, command, where):
+    (tmp_path / "file").write_text("kept")
+    db = tmp_path / where
+    one_line(capsys, main([*command, "--db", str(db)]), f"cannot use results store {db}: ",
+             f"{tmp_path / 'file'} is a file, not a folder")
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "file"] and (tmp_path / "file").read_text() == "kept"
+
+
+def test_a_store_whose_folder_cannot_be_made_is_one_line(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    line = refused(read_only(folder, "runs", "--db", str(folder / "new" / "results.db")),
+                   f"cannot use results store {folder / 'new' / 'results.db'}: cannot make folder {folder / 'new'}: ")
+    assert line.endswith(("Read-only file system", "Permission denied")) and list(folder.iterdir()) == []
+
+
+@pytest.fixture
+def read_only_store(stored, tmp_path):
+    """The one-run store, alone in a folder of its own (read_only() mounts that folder read-only)."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    shutil.copy(stored, folder / "results.db")
+    return folder / "results.db"
+
+
+@pytest.mark.parametrize("command, shows", [(["runs", "--json"], '"kind": "bench"'),
+                                            (["show"], "run 1 · bench · test cpu"),
+                                            (["export", "1"], '"case_key": "gemm|k=8,m=8,n=8|fp32"')])
+def test_a_read_only_store_is_read(read_only_store, command, shows):
+    before = rows(read_only_store)
+    done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
+    assert done.returncode == 0 and shows in done.stdout and "Traceback" not in done.stderr, done.stderr
+    assert rows(read_only_store) == before
+
+
+@pytest.mark.parametrize("command", [["bench", "--suite", "quick", "--device", "cpu", "--limit", "1"],
+                                     ["advise", "MODEL:factory", "--device", "cpu"]])
+@pytest.mark.parametrize("in_use", [False, True])
+def test_a_read_only_store_refuses_a_write_before_anything_runs(read_only_store, tmp_path, command, in_use):
+    """in_use: a writer elsewhere holds it open, so its -wal and -shm files are there and SQLite opens it read-only
+    by itself; else tcperf opens it read-only."""
+    command = [c.replace("MODEL", str(tmp_path / "model.py")) for c in command]
+    (tmp_path / "model.py").write_text("import torch\ndef factory():\n    return torch.nn.Linear(4, 4), "
+                                       "torch.randn(2, 4)\n")
+    before = rows(read_only_store)
+    with contextlib.closing(sqlite3.connect(read_only_store)) as writer:
+        if in_use:
+            writer.execute("SELECT count(*) FROM runs").fetchall()
+        files = sorted(read_only_store.parent.iterdir())
+        done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
+    refused(done, f"cannot write results store {read_only_store}: it is read-only here")
+    assert rows(read_only_store) == before and len(files) == (3 if in_use else 1)
+
+
+# --- a garbled JSON cell ---------------------------------------------------------------------------------------------
+GARBLED = {("results", "metrics"): '{"iters": 3', ("results", "shape"): "[1, 2]", ("results", "warnings"): "nan",
+           ("runs", "env"): "not json", ("runs", "warnings"): '{"a": 1}'}
+READERS = {"show": ["show"], "show-json": ["show", "--json"], "runs": ["runs"], "runs-json": ["runs", "--json"],
+           "json": ["export", "1"], "csv": ["export", "1", "--format", "csv"],
+           "flat-csv": ["export", "1", "--format", "flat-csv"], "mlperf": ["export", "1", "--format", "mlperf"],
+           "report": ["report", "1", "--out", "OUT"], "compare": ["compare", "1", "1"]}
+MARKED_BY = {"results": ("show", "show-json", "json", "csv", "flat-csv", "mlperf"),      # print a result's warnings
+             "runs": ("show", "show-json", "runs-json", "json", "mlperf")}               # print a run's warnings
+
+
+@pytest.mark.parametrize("table, column", list(GARBLED))
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_garbled_cell_is_marked_unreadable_and_left_as_it_is(stored, tmp_path, capsys, table, column, reader):
+    with contextlib.closing(sqlite3.connect(stored)) as conn, conn:
+        conn.execute(f"UPDATE {table} SET {column} = ?", (GARBLED[table, column],))
+    before = rows(stored)
+    out = tmp_path / "report.html"
+    rc = main([str(out) if a == "OUT" else a for a in READERS[reader]] + ["--db", stored])
+    shown = capsys.readouterr()
+    assert rc == 0 and shown.err == "", shown.err
+    text = out.read_text() if reader == "report" else shown.out
+    assert f"stored {column} unreadable" in text or reader not in MARKED_BY[table]
+    assert rows(stored) == before
+
+
+# --- advise on a model whose fp32 output is already NaN or inf -----------------------------------------------------
+NONFINITE = '''
+import torch
+
+class Scaled(torch.nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.lin, self.scale = torch.nn.Linear(4, 4), scale
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+def nan():
+    return Scaled(float("nan")), torch.randn(2, 4)
+
+def inf():
+    return Scaled(float("inf")), torch.randn(2, 4)
+
+def inf_loss():
+    return {"model": Scaled(1.0), "inputs": torch.randn(2, 4), "loss_fn": lambda out: out.sum() * float("inf")}
+'''
+
+
+@pytest.mark.parametrize("factory, mode, words", [
+    ("nan", "infer", "the model's own fp32 output holds NaN/inf (8 of 8 values of output tensor 0)"),
+    ("nan", "train", "the model's own fp32 output holds NaN/inf"),
+    ("inf", "infer", "the model's own fp32 output holds NaN/inf"),
+    ("inf_loss", "train", "loss_fn(outputs) is inf in fp32 itself"),
+])
+def test_advise_refuses_a_model_whose_fp32_is_not_finite(stored, tmp_path, capsys, factory, mode, words):
+    (tmp_path / "nonfinite.py").write_text(NONFINITE)
+    before = rows(stored)
+    rc = main(["advise", f"{tmp_path / 'nonfinite.py'}:{factory}", "--mode", mode, "--device", "cpu", "--db", stored])
+    one_line(capsys, rc, words)
+    assert rows(stored) == before
+
+
+def test_the_python_api_refuses_it_too():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    with torch.no_grad():
+        model[0].bias.fill_(float("nan"))
+    with pytest.raises(UserError, match="fp32 output holds NaN/inf"):
+        tcperf.advise(model, torch.randn(2, 4), device="cpu", recipes=["fp32"])
