@@ -12,27 +12,30 @@ import sys
 
 from .errors import UserError
 
-# name -> module; the order is the order `tcperf --help` lists them.
+# name -> (module, its line in `tcperf --help`); the order is the order `tcperf --help` lists them. Only the
+# command being run is imported (torch, SQLAlchemy and the rest load with it): `tcperf --help` stays fast.
 COMMANDS = {
-    "run": "tcperf.commands.run",
-    "env": "tcperf.commands.env",
-    "bench": "tcperf.commands.bench",
-    "suites": "tcperf.commands.suites",
-    "ceilings": "tcperf.commands.ceilings",
-    "lint": "tcperf.commands.lint",
-    "models": "tcperf.commands.models",
-    "generate": "tcperf.commands.generate",
-    "advise": "tcperf.commands.advise",
-    "comm": "tcperf.commands.comm",
-    "train-to-target": "tcperf.commands.train_to_target",
-    "lab": "tcperf.commands.lab",
-    "show": "tcperf.commands.show",
-    "runs": "tcperf.commands.runs",
-    "export": "tcperf.commands.export",
-    "report": "tcperf.commands.report",
-    "compare": "tcperf.commands.compare",
-    "push": "tcperf.commands.push",
-    "db": "tcperf.commands.db",
+    "run": ("tcperf.commands.run", "the quick suite on this device (about a minute), stored and printed"),
+    "env": ("tcperf.commands.env", "device, library versions and supported precisions"),
+    "bench": ("tcperf.commands.bench", "measure a kernel suite (see `tcperf suites`) at the given precisions"),
+    "suites": ("tcperf.commands.suites", "list the kernel suites (names, rows, source)"),
+    "ceilings": ("tcperf.commands.ceilings", "measure this device's real GEMM ceiling per precision and its bandwidth"),
+    "lint": ("tcperf.commands.lint", "Tensor Core verdict for one shape (gemm M N K | conv N C H W K R S)"),
+    "models": ("tcperf.commands.models", "the model ladder: throughput, memory and accuracy of each recipe"),
+    "generate": ("tcperf.commands.generate", "LLM prefill and decode at every precision against the bandwidth limit"),
+    "advise": ("tcperf.commands.advise", "which precision setup to use for your model, measured (speed and accuracy)"),
+    "comm": ("tcperf.commands.comm", "collective bandwidth (NCCL / gloo): time, algbw, busbw per size"),
+    "train-to-target": ("tcperf.commands.train_to_target",
+                        "time to accuracy per precision recipe (DAWNBench's measure)"),
+    "lab": ("tcperf.commands.lab",
+            "Triton kernels from a vector add to a Tensor Core matmul, against NumPy and cuBLAS"),
+    "show": ("tcperf.commands.show", "print a stored run as a table (default: the latest)"),
+    "runs": ("tcperf.commands.runs", "list stored runs"),
+    "export": ("tcperf.commands.export", "write a run's results as JSON or CSV"),
+    "report": ("tcperf.commands.report", "an HTML report with charts from stored runs (default: the latest)"),
+    "compare": ("tcperf.commands.compare", "compare two stored runs case by case (a regression gate for CI)"),
+    "push": ("tcperf.commands.push", "copy stored runs to another store (a shared PostgreSQL database)"),
+    "db": ("tcperf.commands.db", "the results store's schema: upgrade it, or show where it is"),
 }
 
 
@@ -57,24 +60,47 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog.partition(' ')[2]} is unavailable: {self.unavailable}")
 
 
-def build_parser() -> Parser:
+def build_parser(only: str | None = None) -> Parser:
+    """The parser with every command listed; the arguments of `only` (the command being run) or, with None, of
+    every command (tests check each one's arguments that way)."""
     parser = Parser(prog="tcperf", description="Measure and harvest NVIDIA Tensor Core speed for PyTorch.")
     from .version import __version__
     parser.add_argument("--version", action="version", version=f"tcperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name, module in COMMANDS.items():
+    for name, (module, help_text) in COMMANDS.items():
+        listed = _Listed(sub, help_text)
+        if only is not None and name != only:
+            listed.add_parser(name)                   # in the listing; its arguments are not needed
+            continue
         try:
             mod = importlib.import_module(module)
         except ImportError as e:      # a missing library or a broken install: listed, and the others still work
             sub.add_parser(name, help="unavailable: run it to see why", unavailable=f"importing {module} failed: {e}")
             continue
-        mod.add_parser(sub)
+        mod.add_parser(listed)
     return parser
+
+
+class _Listed:
+    """The subparsers as a command module sees them: add_parser gives its line in the listing from COMMANDS."""
+
+    def __init__(self, sub, help_text: str):
+        self.sub, self.help_text = sub, help_text
+
+    def add_parser(self, name: str, **kwargs):
+        return self.sub.add_parser(name, help=self.help_text, **kwargs)
+
+
+def _command_in(argv: list[str]) -> str:
+    """The command argv runs ('' when none: the listing, --help or --version)."""
+    first = next((a for a in argv if not a.startswith("-")), "")
+    return first if first in COMMANDS else ""
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        parser = build_parser()
+        argv = sys.argv[1:] if argv is None else argv
+        parser = build_parser(only=_command_in(argv))
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

@@ -34,7 +34,7 @@ from .common import (add_db, add_device, add_json, command_line, console, err_co
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("advise", help="which precision setup to use for your model, measured (speed and accuracy)")
+    p = sub.add_parser("advise")
     p.add_argument("target", help="path/to/file.py:factory (factory() returns a model, (model, inputs) or a dict)")
     p.add_argument("--mode", default="infer", help="infer | train (default: infer)")
     p.add_argument("--tolerance", type=positive_number, default=None,

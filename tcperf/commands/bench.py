@@ -28,7 +28,7 @@ CPU_PRECISIONS = "fp32,bf16"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="measure a kernel suite (see `tcperf suites`) at the given precisions")
+    p = sub.add_parser("bench")
     p.add_argument("--suite", required=True, help="suite name (see `tcperf suites`)")
     p.add_argument("--precision", default=None,
                    help=f"comma-separated precisions (default: {GPU_PRECISIONS} on a GPU, {CPU_PRECISIONS} on the CPU)")

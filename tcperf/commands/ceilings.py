@@ -36,7 +36,7 @@ UNTIL_STABLE = {"max_repeats": 10, "patience": 2, "min_gain": 0.005}   # tcperf.
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("ceilings", help="measure this device's real GEMM ceiling per precision and its bandwidth")
+    p = sub.add_parser("ceilings")
     p.add_argument("--precision", default=None,
                    help="comma-separated (default: every kernel precision this device runs)")
     p.add_argument("--size", type=int, default=None,

@@ -25,7 +25,7 @@ CPU_END = "16M"      # the default largest size on a CPU (gloo over shared memor
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("comm", help="collective bandwidth (NCCL / gloo): time, algbw, busbw per size",
+    p = sub.add_parser("comm",
                        description="Collectives through torch.distributed on N ranks of this host (or under "
                                    "torchrun), checked then timed; nccl-tests' -b/-e/-f size sweep.")
     p.add_argument("--ops", default="all", help=f"{', '.join(collectives.COLLECTIVES)} or all (default: all)")

@@ -23,7 +23,7 @@ from .common import add_db, add_json, console, print_json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("compare", help="compare two stored runs case by case (a regression gate for CI)")
+    p = sub.add_parser("compare")
     p.add_argument("run_a", type=int, metavar="RUN_A", help="the baseline run id")
     p.add_argument("run_b", type=int, metavar="RUN_B", help="the run to judge against it")
     p.add_argument("--fail-if-slower", default=None, metavar="PCT",

@@ -14,7 +14,7 @@ from .common import add_db, console, print_json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("db", help="the results store's schema: upgrade it, or show where it is")
+    p = sub.add_parser("db")
     steps = p.add_subparsers(dest="step", metavar="STEP", parser_class=type(p), required=True)
     for name, fn, text in (("upgrade", upgrade, "apply the schema migrations a store needs"),
                            ("status", status, "print the store's place, back end and schema")):

@@ -8,7 +8,7 @@ from .common import add_device, add_json, console, print_json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("env", help="device, library versions and supported precisions")
+    p = sub.add_parser("env")
     add_device(p)
     add_json(p)
     p.set_defaults(func=main)

@@ -142,7 +142,7 @@ FORMATS = {"json": to_json, "csv": to_csv, "mlperf": to_mlperf, "flat-csv": to_f
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("export", help="write a run's results as JSON or CSV")
+    p = sub.add_parser("export")
     p.add_argument("run", type=int, help="run id (see `tcperf runs`)")
     p.add_argument("--format", default="json", help="json | csv | mlperf | flat-csv (any format in export.FORMATS)")
     p.add_argument("--out", default=None, help="file to write (default: stdout)")

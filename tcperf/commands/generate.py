@@ -39,7 +39,7 @@ DEFAULTS = {  # device type -> model, batches, prompt, output
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("generate", help="LLM prefill and decode at every precision against the bandwidth limit",
+    p = sub.add_parser("generate",
                        description="Prefill and decode of a causal LM with a static KV cache, timed apart, over "
                                    "batch sizes and prompt / output lengths, at every precision. --rep-ms is the "
                                    "time budget of timed generations a batch (default 1000).")

@@ -24,7 +24,7 @@ from .common import add_measuring, console, err_console, measure_into_store, pri
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("lab", help="Triton kernels from a vector add to a Tensor Core matmul, against NumPy and cuBLAS")
+    p = sub.add_parser("lab")
     p.add_argument("--kernels", default=None,
                    help=f"comma-separated, from: {', '.join(lab.names())} (default: all)")
     p.add_argument("--sizes", default=None,

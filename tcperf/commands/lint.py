@@ -20,7 +20,7 @@ DIMS = {"gemm": ("m", "n", "k"), "conv": ("N", "C", "H", "W", "K", "R", "S")}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("lint", help="Tensor Core verdict for one shape (gemm M N K | conv N C H W K R S)")
+    p = sub.add_parser("lint")
     p.add_argument("op", help="gemm | conv")
     p.add_argument("dims", nargs="*", type=int, help="gemm: M N K; conv: N C H W K R S")
     p.add_argument("--precision", default="bf16", help="precision to judge (default bf16)")

@@ -27,7 +27,7 @@ from .common import add_measuring, console, err_console, measure_into_store, pos
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("models", help="the model ladder: throughput, memory and accuracy of each recipe",
+    p = sub.add_parser("models",
                        description="The model ladder. Whole-model steps are timed without L2 flushing and CUDA "
                                    "graphs are the cuda_graphs rung, so --no-flush-l2 and --graph change nothing "
                                    "here; --timeout (seconds a cell may take) defaults to 600 and --rep-ms to 1000.")

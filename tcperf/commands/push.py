@@ -19,7 +19,7 @@ from .common import add_db, add_json, console, print_json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("push", help="copy stored runs to another store (a shared PostgreSQL database)")
+    p = sub.add_parser("push")
     p.add_argument("runs", nargs="*", type=int, metavar="RUN", help="run ids (default: every run)")
     p.add_argument("--to", required=True, metavar="URL", help="the target store: a SQLAlchemy URL or a path")
     add_db(p)

@@ -14,7 +14,7 @@ from .common import add_db, console, write_file
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="an HTML report with charts from stored runs (default: the latest)")
+    p = sub.add_parser("report")
     p.add_argument("runs", nargs="*", type=int, metavar="RUN", help="run ids (see `tcperf runs`)")
     p.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
     p.add_argument("--png", default=None, metavar="DIR", help="also write each chart as a PNG into DIR")

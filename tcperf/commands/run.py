@@ -16,7 +16,7 @@ CPU_PRECISIONS = ("fp32", "bf16", "fp64")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("run", help="the quick suite on this device (about a minute), stored and printed")
+    p = sub.add_parser("run")
     add_measuring(p)
     p.set_defaults(func=main, rep_ms=50.0)
 

@@ -10,7 +10,7 @@ from .common import add_db, add_json, console, print_json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("runs", help="list stored runs")
+    p = sub.add_parser("runs")
     p.add_argument("--limit", type=int, default=30)
     add_db(p)
     add_json(p)

@@ -10,7 +10,7 @@ from .common import add_db, add_json, console, print_stored
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("show", help="print a stored run as a table (default: the latest)")
+    p = sub.add_parser("show")
     p.add_argument("run", nargs="?", type=int, help="run id (see `tcperf runs`)")
     add_db(p)
     add_json(p)

@@ -12,7 +12,7 @@ from .common import add_json, console, print_json
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("suites", help="list the kernel suites (names, rows, source)")
+    p = sub.add_parser("suites")
     add_json(p)
     p.set_defaults(func=main)
 

@@ -32,7 +32,7 @@ CPU_RECIPES = "fp32"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(KIND, help="time to accuracy per precision recipe (DAWNBench's measure)",
+    p = sub.add_parser(KIND,
                        description=__doc__.split("\n\n")[0])
     p.add_argument("workload", nargs="?", default=totarget.DEFAULT,
                    help=f"{' | '.join(totarget.WORKLOADS)} | file.py:factory (default: {totarget.DEFAULT})")
