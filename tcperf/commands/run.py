@@ -29,4 +29,19 @@ def main(args) -> int:
     cases = suites.with_precisions(suites.load("quick", device.type), precisions)
     run_id, results, store = measure_into_store("run", cases, args, profile=device.type == "cuda", pad=True,
                                                 label="quick suite")
-    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
+    status = print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
+    if not args.json:
+        err_console.print(next_steps(run_id, store.where, bool(store.ceilings(store.run(run_id)["device"]))),
+                          markup=False, highlight=False)
+    return status
+
+
+def next_steps(run_id: int, where: str, has_ceilings: bool) -> str:
+    """Where the run went, and what a user runs next."""
+    steps = [(f"tcperf report {run_id}", "an HTML report of this run, with charts"),
+             ("tcperf advise model.py:factory", "the fastest accurate recipe for your model"),
+             ("tcperf models", "the training ladder, fp32 to compile and fp8")]
+    if not has_ceilings:
+        steps.append(("tcperf ceilings", "measured ceilings, for the '% ceiling' column"))
+    return "\n".join([f"stored as run {run_id} in {where}", "next:",
+                      *(f"  {command:<32} {what}" for command, what in steps)])
