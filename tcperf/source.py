@@ -153,14 +153,10 @@ def _stream(workload, where: str, targets) -> list:
 
 
 def split_inputs(inputs, where: str) -> tuple[tuple, dict]:
-    if isinstance(inputs, torch.Tensor):
-        return (inputs,), {}
-    if isinstance(inputs, (tuple, list)):
-        return tuple(inputs), {}
-    if isinstance(inputs, dict) and all(isinstance(k, str) for k in inputs):
-        return (), dict(inputs)
-    raise UserError(f"{where}: example inputs are a {type(inputs).__name__}; give a tensor, a tuple of "
-                    f"positional arguments or a dict of keyword arguments")
+    found = workmod.split(inputs)
+    if found is None:
+        raise UserError(f"{where}: example inputs are a {type(inputs).__name__}; give {workmod.INPUTS}")
+    return found
 
 
 def module_name(path: Path) -> str:

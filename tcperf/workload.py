@@ -57,15 +57,26 @@ def draw(workload, count: int = STREAM_STEPS, seed: int = 0, where: str = "facto
     return steps
 
 
-def _split(inputs, step: int, where: str) -> tuple[tuple, dict]:
+INPUTS = "a tensor, a tuple of positional arguments or a dict of keyword arguments"
+
+
+def split(inputs) -> tuple[tuple, dict] | None:
+    """Inputs as the user gives them (INPUTS) -> (positional, keyword) arguments; None for anything else."""
     if isinstance(inputs, torch.Tensor):
         return (inputs,), {}
     if isinstance(inputs, (tuple, list)):
         return tuple(inputs), {}
     if isinstance(inputs, dict) and all(isinstance(k, str) for k in inputs):
         return (), dict(inputs)
-    raise UserError(f"{where}: workload step {step} is a {type(inputs).__name__}; each step's inputs are a tensor, "
-                    f"a tuple of positional arguments or a dict of keyword arguments")
+    return None
+
+
+def _split(inputs, step: int, where: str) -> tuple[tuple, dict]:
+    found = split(inputs)
+    if found is None:
+        raise UserError(f"{where}: workload step {step} is a {type(inputs).__name__}; each step's inputs are "
+                        f"{INPUTS}")
+    return found
 
 
 def structure(args: tuple, kwargs: dict) -> tuple:
