@@ -33,6 +33,17 @@ def main(args) -> int:
     for k, v in env["libraries"].items():
         t.add_row(k, str(v))
     for name, why in env["precisions"].items():
-        t.add_row(f"precision {name}", "[green]yes[/]" if why is None else f"[dim]no: {why}[/]")
+        t.add_row(f"precision {name}", _support(name, why, device.type))
     console.print(t)
     return 0
+
+
+def _support(name: str, why: str | None, device_type: str) -> str:
+    """'yes', 'no: why', or on a CPU for what `tcperf run` leaves out there: yes, and which command measures it."""
+    from .run import CPU_PRECISIONS
+    if why is not None:
+        return f"[dim]no: {why}[/]"
+    if device_type == "cpu" and name not in CPU_PRECISIONS:
+        return (f"[green]yes[/] [dim](tcperf run measures {', '.join(CPU_PRECISIONS)} on a CPU; "
+                f"tcperf bench --precision {name} measures this one)[/]")
+    return "[green]yes[/]"
