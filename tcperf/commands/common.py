@@ -84,6 +84,13 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
     return path
 
 
+def beside_store(store: Store, name: str) -> Path:
+    """Where a command writes a file the user did not place (--out not given): in the store's folder (a SQLite
+    store), else in the working directory (a server's store has no folder); the command prints the path."""
+    folder = store.path.parent if store.path is not None else Path.cwd()
+    return folder / name
+
+
 def timing_from(args) -> TimingConfig:
     return TimingConfig(rep_ms=args.rep_ms, flush_l2=not args.no_flush_l2, graph=args.graph)
 

@@ -28,7 +28,8 @@ from ..errors import UserError
 from ..generate import accounting, hf, measure, quant
 from ..generate import model as plain
 from ..table import status_cell
-from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_json
+from .common import (add_measuring, beside_store, console, err_console, measure_into_store, positive_ints,
+                     print_json)
 
 LOOPS = ("plain", "hf")
 STOPPED = ("error", "timeout")       # statuses of a case that failed to run: exit status 1
@@ -55,7 +56,8 @@ def add_parser(sub) -> None:
     p.add_argument("--loop", default="plain,hf", help="plain (tcperf's hand loop), hf (transformers' generate)")
     p.add_argument("--no-compile", action="store_true",
                    help="no torch.compile: the plain loop captures its eager step in a CUDA graph by hand")
-    p.add_argument("--plot-dir", default=".", help="where the plot per model is written (default: .)")
+    p.add_argument("--plot-dir", default=None,
+                   help="where the plot per model is written (default: the results store's folder)")
     p.add_argument("--seed", type=int, default=0, help="the random weights' and prompts' seed")
     add_measuring(p)
     p.set_defaults(func=main, rep_ms=1000.0, timeout=900.0)
@@ -134,7 +136,8 @@ def main(args) -> int:
     for row in crossings(results):
         store.add_result(run_id, row)
     rows = store.results(run_id)
-    plots = [plot(rows, model, args.plot_dir) for model in sorted({r["shape"]["model"] for r in rows})]
+    folder = args.plot_dir or str(beside_store(store, ""))
+    plots = [plot(rows, model, folder) for model in sorted({r["shape"]["model"] for r in rows})]
     if args.json:
         print_json({"run": store.run(run_id), "results": rows, "plots": plots})
     else:
