@@ -546,13 +546,12 @@ def reference_path(folder, *parts) -> str:
     return str(Path(folder) / ("ref-" + "-".join(str(p) for p in parts) + ".pt"))
 
 
-
-
 # --- a recipe on a workload's stream (the advisor's workload stage) ---------------------------------------------------
 class StreamSession:
     """One recipe on the spec's workload (tcperf.workload) in a worker of its own: opened = prepared and run over the
     stream once from cold (tcperf.stream.first_pass: its compiles and captures counted, its first CHECK_STEPS outputs
-    checked against fp32 on the unpadded inputs); `time` = the steady passes, and a profile of one.
+    checked against fp32 on the unpadded inputs); `time` = a second warm-up pass and the steady passes; `profile` =
+    one pass under the profiler (the advisor asks it of its pick).
 
     case["cold"]: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
     machine or container; case["cap_s"]: the first pass's time limit (tcperf.stream)."""
