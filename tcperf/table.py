@@ -61,18 +61,33 @@ def fp32_pairs(results: list[dict]) -> dict[int, tuple[float, dict]]:
     return out
 
 
+def fp32_ratios(results: list[dict]) -> dict[int, tuple[float, str | None]]:
+    """index -> (fp32 time / this time, None where that ratio survives the spread, else why not:
+    tcperf.compare.claim); fp32's own row is 1, stated."""
+    out = {}
+    for i, (ratio, base) in fp32_pairs(results).items():
+        ok, why = (True, "") if base is results[i] else \
+            claim(*sorted((results[i], base), key=lambda r: r["median_ms"]))
+        out[i] = (ratio, None if ok else why)
+    return out
+
+
 def speedups(results: list[dict]) -> dict[int, float]:
-    """index -> fp32 time / this time, where that ratio survives the spread (tcperf.compare.claim); fp32's own row
-    reads 1."""
-    return {i: ratio for i, (ratio, base) in fp32_pairs(results).items()
-            if base is results[i] or claim(*sorted((results[i], base), key=lambda r: r["median_ms"]))[0]}
+    """index -> fp32 time / this time, where that ratio survives the spread."""
+    return {i: ratio for i, (ratio, why) in fp32_ratios(results).items() if why is None}
 
 
 def unclaimed(results: list[dict]) -> dict[int, str]:
     """index -> why its ratio to fp32 is not stated (no significant difference, or a quantised timer)."""
-    ups = speedups(results)
-    return {i: claim(*sorted((results[i], base), key=lambda r: r["median_ms"]))[1]
-            for i, (_, base) in fp32_pairs(results).items() if i not in ups}
+    return {i: why for i, (_, why) in fp32_ratios(results).items() if why is not None}
+
+
+def _ratio_cell(found) -> str:
+    """'3.52x', 'n.s.' where the ratio does not survive the spread, or '' where the case has no fp32 row."""
+    if found is None:
+        return ""
+    ratio, why = found
+    return f"{ratio:.2f}x" if why is None else "n.s."
 
 
 def tc_cell(r: dict) -> str:
@@ -101,12 +116,12 @@ def results_table(results: list[dict], gpu_name: str | None = None, ceilings: di
                          ("rate", "right"), ("% peak", "right"), ("% ceiling", "right"), ("vs fp32", "right"),
                          ("Tensor Cores", "left"), ("note", "left")):
         t.add_column(col, justify=justify, overflow="fold")
-    ups, unsure = speedups(results), unclaimed(results)
+    ratios = fp32_ratios(results)
     for i, r in enumerate(results):
         pp, pc = percent_peak(r, sheet), percent_ceiling(r, ceilings)
         note = r.get("message") or "; ".join(r.get("warnings") or [])
         t.add_row(f"{r['op']} {(r.get('metrics') or {}).get('label', '')}", r["precision"],
                   status_cell(r["status"]), fmt_ms(r), rate_cell(r), f"{pp:.0f}%" if pp else "",
-                  f"{pc:.0f}%" if pc else "", f"{ups[i]:.2f}x" if i in ups else ("n.s." if i in unsure else ""),
+                  f"{pc:.0f}%" if pc else "", _ratio_cell(ratios.get(i)),
                   tc_cell(r), note)
     return t

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 
 from .. import peaks
 from ..rows import group_name
-from ..table import fmt_ms, percent_ceiling, percent_peak, rate, speedups, unclaimed
+from ..table import fmt_ms, fp32_ratios, percent_ceiling, percent_peak, rate
 from . import charts as ch
 from . import convergence
 from .common import (Report, RunData, advice_summary, anchor, crossovers, escape, lab_size, label, model_name, number,
@@ -136,15 +136,21 @@ def _tc_html(row: dict) -> str:
     return " ".join(parts)
 
 
+def _ratio(found) -> str | tuple:
+    """The speed-up over fp32 as a sortable cell, 'n.s.' where it does not survive the spread (table.fp32_ratios)."""
+    ratio, why = found or (None, None)
+    return "n.s." if why else number(ratio, "{:.2f}", "x")
+
+
 def kernel_table(rows: list[dict], rd: RunData) -> str:
-    sheet, ups, unsure = _sheet(rd), speedups(rows), unclaimed(rows)
+    sheet, ratios = _sheet(rd), fp32_ratios(rows)
     out = []
     for i, r in enumerate(rows):
         value, unit = rate(r)
         out.append([label(r), r["precision"], _status(r), (fmt_ms(r), r["median_ms"]) if r.get("median_ms") else "",
                     (f"{value:.4g} {unit}", value) if value else "", number(percent_peak(r, sheet), "{:.0f}", "%"),
                     number(percent_ceiling(r, rd.ceilings), "{:.0f}", "%"),
-                    "n.s." if i in unsure else number(ups.get(i), "{:.2f}", "x"),
+                    _ratio(ratios.get(i)),
                     ("html", _tc_html(r)), r.get("message") or "; ".join(r.get("warnings") or [])])
     return table(["case", "precision", "status", "ms (median ± IQR)", "rate", "% peak", "% ceiling", "vs fp32",
                   "Tensor Cores", "note"], out)
