@@ -548,13 +548,14 @@ def reference_path(folder, *parts) -> str:
 
 # --- a recipe on a workload's stream (the advisor's workload stage) ---------------------------------------------------
 class StreamSession:
-    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: opened = prepared and run over the
-    stream once from cold (tcperf.stream.first_pass: its compiles and captures counted, its first CHECK_STEPS outputs
-    checked against fp32 on the unpadded inputs); `time` = a second warm-up pass and the steady passes; `profile` =
-    one pass under the profiler (the advisor asks it of its pick).
+    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: opened = prepared (the model at
+    the recipe, the fp32 reference of the stream's first steps); `first` = one pass over the stream from cold
+    (tcperf.stream.first_pass: its compiles and captures counted, its first CHECK_STEPS outputs checked against fp32
+    on the unpadded inputs); `time` = the second warm-up pass (at its first call only) and the steady passes;
+    `profile` = one pass under the profiler (the advisor asks it of its pick). `time` runs `first` if it has not run.
 
     case["cold"]: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
-    machine or container; case["cap_s"]: the first pass's time limit (tcperf.stream)."""
+    machine or container; case["cap_s"]: the first pass's time limit (tcperf.stream), unless `first` is given one."""
 
     def __init__(self, case: dict, device, job: dict):
         self.case, self.device = case, torch.device(device)
@@ -564,8 +565,8 @@ class StreamSession:
         self.rec = recipes.get(case.get("recipe") or case["precision"])
         self.stream = stream_of(self.spec)
         self.varying = _workload_shapes(self.spec)[0]
-        self.first = None
-        self._row, self.step = self._open()
+        self.first_seen, self.second_s = None, None
+        self._row, self.step, self.ref = self._open()
 
     def _open(self):
         case, rec, spec, mode = self.case, self.rec, self.spec, self.case["mode"]
@@ -577,26 +578,34 @@ class StreamSession:
                            "base": case.get("base"), "label": spec.name}}
         why = "the factory gives no workload" if not self.stream else skip_reason(rec, spec, mode, self.device)
         if why:
-            return {**row, "status": "skipped", "message": why}, None
+            return {**row, "status": "skipped", "message": why}, None, None
         ref = load_reference(case["reference"], spec, mode, self.device, case.get("steps", accuracy.DEFAULT_STEPS))
         _fresh(self.device, rec)
-        step = _prepare(spec, rec, mode, self.device, keep=keep)
+        return row, _prepare(spec, rec, mode, self.device, keep=keep), ref
+
+    def first(self, cap_s: float | None = None) -> dict:
+        """The first pass over the stream, from cold, and the accuracy of its first steps; stopped at `cap_s`
+        seconds (else case["cap_s"])."""
+        if self.step is None or self.first_seen is not None:
+            return self.row()
+        row, rec = self._row, self.rec
         with self._room():
-            self.first = stream.first_pass(step.call, self.stream, self.device, cap_s=case.get("cap_s"),
-                                           key=self._key, per_shape=rec.compile and not rec.pad_to)
-        row["metrics"]["stream"] = {**self.first.to_dict(), "length": len(self.stream),
+            self.first_seen = stream.first_pass(self.step.call, self.stream, self.device,
+                                                cap_s=cap_s if cap_s is not None else self.case.get("cap_s"),
+                                                key=self._key, per_shape=rec.compile and not rec.pad_to)
+        row["metrics"]["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
                                     "distinct": workload.distinct_shapes(self.stream)}
-        acc = stream_accuracy(self.first.outputs, ref["stream"])
-        err, what, passes, why = accuracy.judge(acc, "infer", tol)
+        acc = stream_accuracy(self.first_seen.outputs, self.ref["stream"])
+        err, what, passes, why = accuracy.judge(acc, "infer", row["tolerance"])
         row["metrics"].update(accuracy=acc, criterion=f"{what} on the stream's first steps")
         row["error"] = err
         if not passes:
             row.update(status="wrong", message=why + (" at the real positions of the padded inputs"
                                                       if rec.pad_to else ""))
-        if self.first.stopped:
-            row.update(status="skipped", message=f"warm-up stopped: {self.first.stopped}")
-            return row, None
-        return row, step
+        if self.first_seen.stopped:
+            row.update(status="skipped", message=f"warm-up stopped: {self.first_seen.stopped}")
+            self.step = None
+        return self.row()
 
     def _key(self, tensors: tuple) -> tuple:
         """What the compiled code sees as a new shape: a padded recipe's bucket."""
@@ -620,19 +629,23 @@ class StreamSession:
                 "precision": c["precision"]}
 
     def time(self, passes: int = stream.PASSES) -> dict:
-        """The second warm-up pass, then the steady passes: the step time on this workload is the median pass over
-        the stream's steps."""
+        """The second warm-up pass (at the first call only: CUDA graphs record there), then `passes` steady passes:
+        the step time on this workload is the median pass over the stream's steps. Called again, it times again
+        (the advisor times a recipe beside others' compiles for a bound, then alone)."""
+        if self.first_seen is None:
+            self.first()
         if self.step is None or self._row["status"] != "ok":
             return self.row()
         with self._room():
-            second_s = stream.wall_pass(self.step.call, self.stream, self.device)    # CUDA graphs record here
+            if self.second_s is None:
+                self.second_s = stream.wall_pass(self.step.call, self.stream, self.device)
             steady = stream.steady_passes(self.step.call, self.stream, self.device, passes)
         n = len(self.stream)
         samples = [t / n for t in steady["pass_ms"]]
         self._row.update(samples=samples, median_ms=steady["step_ms"], mean_ms=steady["step_ms"],
                          min_ms=min(samples), iqr_ms=(max(samples) - min(samples)), n=len(samples))
-        one_time = max(0.0, self.first.seconds + second_s - 2 * steady["median_ms"] / 1e3)
-        self._row["metrics"]["stream"].update(steady, second_s=second_s, one_time_s=one_time)
+        one_time = max(0.0, self.first_seen.seconds + self.second_s - 2 * steady["median_ms"] / 1e3)
+        self._row["metrics"]["stream"].update(steady, second_s=self.second_s, one_time_s=one_time)
         self._row["metrics"].update(spread=steady["spread"], unstable=steady["spread"] > 0.1)
         return self.row()
 

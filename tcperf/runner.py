@@ -283,6 +283,11 @@ class Session:
         if self.worker is not None:
             self.worker.signal(sig)
 
+    def kill(self) -> None:
+        """End the worker now, from any thread: a call under way in another thread answers with its death (the
+        advisor stops a recipe that can no longer win); close() still follows."""
+        self._signal(signal.SIGKILL)
+
     def close(self) -> None:
         if self.worker is not None:
             self.resume()                   # a stopped process would not read the end of its input
@@ -328,6 +333,13 @@ class Spares:
         """Keep at most `count` spares (a large model: each holds a copy in host memory)."""
         with self.lock:
             self.count = count
+            while len(self.idle) > count:
+                self.idle.pop().close()
+
+    def keep(self, count: int) -> None:
+        """Start no more spares; keep at most `count` of those idle (a later stage takes them), close the rest."""
+        with self.lock:
+            self.count = 0
             while len(self.idle) > count:
                 self.idle.pop().close()
 

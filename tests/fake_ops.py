@@ -74,3 +74,8 @@ class Held:
     def count(self):
         self.calls += 1
         return {**self.row(), "metrics": {"calls": self.calls}}
+
+    def nap(self, seconds: float):
+        import time
+        time.sleep(seconds)
+        return self.row()

@@ -103,6 +103,32 @@ def test_a_spare_loads_the_model_it_is_told_and_becomes_a_session_at_once():
     assert spares.idle == []
 
 
+def test_a_session_killed_from_another_thread_answers_its_call_with_its_death():
+    import threading
+    from tcperf.runner import Session
+    session = Session(held_case(), CPU)
+    try:
+        assert session.call("open", 60)["status"] == "ok"
+        threading.Timer(0.5, session.kill).start()
+        t0 = time.perf_counter()
+        row = session.call("nap", 60, seconds=30)
+        assert row["status"] == "error" and "SIGKILL" in row["message"] and time.perf_counter() - t0 < 10
+    finally:
+        session.close()
+
+
+def test_spares_kept_for_later_are_not_replaced_when_taken():
+    from tcperf.runner import Spares
+    spares = Spares(CPU, 3)
+    try:
+        spares.keep(2)
+        assert len(spares.idle) == 2
+        spares.session(held_case()).close()
+        assert len(spares.idle) == 1                       # taken, not replaced
+    finally:
+        spares.close()
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_paused_session_is_stopped_until_resumed():
     from tcperf.runner import Session

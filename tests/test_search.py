@@ -334,7 +334,8 @@ def test_grown_tiers_wait_for_every_eager_recipe_so_the_best_eager_step_prunes_f
     assert grown and min(grown) >= eager_done
 
 
-def test_the_spares_are_closed_before_the_runoff():
+@pytest.mark.parametrize("later", [0, 8])
+def test_the_spares_are_closed_before_the_runoff_but_those_a_workload_needs(later):
     class Spares:
         def __init__(self, log):
             self.log = log
@@ -345,15 +346,15 @@ def test_the_spares_are_closed_before_the_runoff():
         def resume(self):
             pass
 
-        def close(self):
-            self.log.append(("close", "spares"))
+        def keep(self, count):
+            self.log.append(("keep", count))
 
     bench = ScriptedBench(TABLE)
-    bench.spares = Spares(bench.log)
+    bench.spares, bench.spares_for_later = Spares(bench.log), later
     s = search.Search(bench, jobs=2)
     s.run([Item(n) for n in ("tf32", "amp_bf16", "bf16")])
     first_window = next(i for i, (call, _) in enumerate(bench.log) if call == "window")
-    assert bench.log.index(("close", "spares")) < first_window
+    assert bench.log.index(("keep", later)) < first_window
 
 
 def test_idle_spares_hold_a_bounded_share_of_the_gpus_memory():

@@ -112,6 +112,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         notes = _notes(device) + bench.notes + facts.notes
         layers = facts.layers
         lint.flag(layers, measure.lint_precisions(mode, recipes), _sm_count(device))
+        bench.spares_for_later = len(streams.FAMILY) if facts.workload and device.type == "cuda" else 0
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
                         grow=not recipes, layers=layers)
         found: dict = {}
@@ -127,7 +128,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         results = _in_order(search.run(items, after_eager=sensitive_items), plan)
         phases.update(search.phases)
         measure.add_speedups(results)
-        streamed = _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases)
+        ceilings = dict(ceilings or {})     # the workload stage adds what it measures; the speed of light reuses it
+        streamed = _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases, ceilings)
     notes += _reference_notes(results) + _search_notes(search)
     chosen = verdict.choose(results, search.decision) if device.type == "cuda" else None
     t0 = time.perf_counter()
@@ -148,9 +150,10 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
                   phases=phases, stream=streamed, workload=facts.workload, steps=steps)
 
 
-def _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases) -> list:
+def _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases, ceilings: dict) -> list:
     """With a workload: the pick's precision's ways of meeting varying shapes, on its stream (a stage that fails
-    is a note). Nothing without a workload, or where nothing passed."""
+    is a note). Nothing without a workload, or where nothing passed. On a GPU the ceilings come first (into
+    `ceilings`): a step's speed of light bounds the jobs of the recipes still warming up."""
     if not facts.workload:
         return []
     pick = (verdict.choose(results, search.decision) if bench.device.type == "cuda" else None) or \
@@ -159,10 +162,26 @@ def _workload_stage(bench, facts, results, search, steps, notes, log, progress, 
         notes.append("the workload was not timed: no recipe passed on the example input")
         return []
     t0 = time.perf_counter()
-    found = _stage("the workload", notes, log, lambda: streams.run(bench, pick, steps, log, progress), [])
+    sol = None
+    if bench.device.type == "cuda":
+        ceilings.update(_stage("the ceilings", notes, log, lambda: _ceilings_for(pick.runs, bench.device, ceilings),
+                               {}))
+        sol = limit.floor(pick.runs, facts.workload.get("flops_per_step"), facts.params, bench.mode, ceilings)
+    found = _stage("the workload", notes, log,
+                   lambda: streams.run(bench, pick, steps, log, progress, sol_ms=sol and sol["sol_ms"]), [])
     for r in found:
         bench.report(r)          # stored, and logged, as the search's recipes are
     phases["workload_s"] = time.perf_counter() - t0
+    return found
+
+
+def _ceilings_for(name: str, device, ceilings: dict | None) -> dict:
+    """This GPU's Tensor Core ceiling at the recipe's precision and its copy bandwidth: those given (the store's),
+    else measured now (tcperf.advisor.limit.quick_ceilings)."""
+    prec = measure.kernel_precision(name.split("@")[0])
+    found = dict(ceilings or {})
+    if not (found.get(prec) and found.get("bandwidth")):
+        found = {**limit.quick_ceilings(prec, device), **{k: v for k, v in found.items() if v}}
     return found
 
 
@@ -170,12 +189,8 @@ def _speed_of_light(picked, facts, mode: str, device, ceilings) -> dict | None:
     """On a GPU: the pick's step against FLOPs at the ceiling and bytes at the bandwidth (tcperf.advisor.limit)."""
     if device.type != "cuda" or picked is None:
         return None
-    prec = measure.kernel_precision(picked.runs.split("@")[0])
-    found = dict(ceilings or {})
-    if not (found.get(prec) and found.get("bandwidth")):
-        found = {**limit.quick_ceilings(prec, device), **{k: v for k, v in found.items() if v}}
     flops = (facts.workload or {}).get("flops_per_step") if picked.stream else facts.flops
-    return limit.of(picked, flops, facts.params, mode, found)
+    return limit.of(picked, flops, facts.params, mode, _ceilings_for(picked.runs, device, ceilings))
 
 
 def _first(plan, facts, search: Search) -> list[measure.Item]:

@@ -38,21 +38,28 @@ def weights_bytes(params: int, name: str, mode: str) -> float:
     return params * BYTES[held] * (3 if mode == "train" else 1)
 
 
-def of(pick, flops_forward: float | None, params: int, mode: str, ceilings: dict) -> dict | None:
-    """The pick's speed of light and where its step goes; None without FLOPs, a ceiling or a step time."""
-    prec = get_recipe(pick.runs.split("@")[0]).peak_precision
+def floor(name: str, flops_forward: float | None, params: int, mode: str, ceilings: dict) -> dict | None:
+    """A step's speed of light at recipe `name`: {"sol_ms", "math_ms", "memory_ms", ...}; None without FLOPs or a
+    ceiling. Also the least a step can take: the advisor stops a warm-up whose job could not win even there."""
+    prec = get_recipe(name.split("@")[0]).peak_precision
     tflops, gbs = ceilings.get(prec), ceilings.get("bandwidth")
-    if not (flops_forward and tflops and gbs and pick.step_ms):
+    if not (flops_forward and tflops and gbs):
         return None
     flops = flops_forward * (3 if mode == "train" else 1)
-    moved = weights_bytes(params, pick.runs.split("@")[0], mode)
+    moved = weights_bytes(params, name.split("@")[0], mode)
     math_ms, memory_ms = flops / (tflops * 1e9), moved / (gbs * 1e6)
-    sol_ms = max(math_ms, memory_ms)
-    out = {"precision": prec, "flops": flops, "bytes": moved, "ceiling_tflops": tflops, "bandwidth_gbs": gbs,
-           "ceilings_from": ceilings.get("from", "store"), "math_ms": math_ms, "memory_ms": memory_ms,
-           "sol_ms": sol_ms, "step_ms": pick.step_ms, "share": sol_ms / pick.step_ms,
-           "bound": "math" if math_ms >= memory_ms else "memory"}
-    out["parts"] = parts(pick, flops, tflops)
+    return {"precision": prec, "flops": flops, "bytes": moved, "ceiling_tflops": tflops, "bandwidth_gbs": gbs,
+            "ceilings_from": ceilings.get("from", "store"), "math_ms": math_ms, "memory_ms": memory_ms,
+            "sol_ms": max(math_ms, memory_ms), "bound": "math" if math_ms >= memory_ms else "memory"}
+
+
+def of(pick, flops_forward: float | None, params: int, mode: str, ceilings: dict) -> dict | None:
+    """The pick's speed of light and where its step goes; None without FLOPs, a ceiling or a step time."""
+    out = floor(pick.runs, flops_forward, params, mode, ceilings)
+    if out is None or not pick.step_ms:
+        return None
+    out.update(step_ms=pick.step_ms, share=out["sol_ms"] / pick.step_ms, parts=parts(pick, out["flops"],
+                                                                                     out["ceiling_tflops"]))
     return out
 
 

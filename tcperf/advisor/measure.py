@@ -191,6 +191,7 @@ class Bench:
         self.name = spec.name if spec is not None else None
         self.source = {"kind": "file", "target": target} if target else self._pickled() if isolate else None
         self.spares = None          # tcperf.runner.Spares: workers started ahead of the recipes (start_spares)
+        self.spares_for_later = 0   # idle spares the search leaves for a later stage (the workload's recipes)
 
     def _pickled(self) -> dict | None:
         try:

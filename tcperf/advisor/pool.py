@@ -115,7 +115,8 @@ class Pool:
                 s.resume()
             self.hushed, self.stopped = False, set()
 
-    def close_spares(self) -> None:
-        """No recipe will start now: spares starting up would share the CPU with the runoff's host-bound steps."""
+    def close_spares(self, keep: int = 0) -> None:
+        """No recipe of the search will start now: spares starting up would share the CPU with the runoff's
+        host-bound steps. `keep` idle ones stay (they wait on their input, idle) for the workload stage."""
         if self.spares is not None:
-            self.spares.close()
+            self.spares.keep(keep)

@@ -238,7 +238,7 @@ class Search(Plan):
         self._add([candidate(i) for i in items])
         try:
             self._drain(after_eager)
-            self.pool.close_spares()
+            self.pool.close_spares(keep=getattr(self.bench, "spares_for_later", 0))
             self.phases["grid_s"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             self._runoff()

@@ -11,26 +11,32 @@ who serve such models write them (FAMILY):
     CUDA graphs, padded to multiples of 64 or 128, compiled static: one compile and one capture a bucket
 
 Each runs in a fresh worker with empty Inductor and Triton caches (tcperf.engine.StreamSession), so its first pass
-costs what it costs on a new machine: the eager recipe first, then the others side by side (their compiles are CPU
-work; the GPU they share runs their first passes only), each first pass stopped once it has taken longer than the
-whole job could take with the eager recipe (or STREAM_CAP_S; for a long job, with no --steps, all start at once
-under that cap); then, once every first pass is in, each one's steady passes timed alone, the others idle. On a CPU nothing is timed: the eager and padded recipes run for their accuracy
-(padding a model whose outputs change at the real positions is rejected there too).
+costs what it costs on a new machine. All are prepared at once, then their first passes run side by side (their
+compiles are CPU work; the GPU they share runs their steps); each recipe is timed as soon as its own pass ends, and
+a recipe still warming up is stopped once its warm-up so far plus the job at its speed of light costs more than the
+best job timed (Race; STREAM_CAP_S stops any first pass). Then every survivor's steady passes are timed alone, the
+others idle, and the job's pick is profiled. On a CPU nothing is timed: the eager and padded recipes run for their
+accuracy (padding a model whose outputs change at the real positions is rejected there too).
 
     found = run(bench, pick, steps=10_000, log=print)    # [RecipeResult] with .stream: first pass, steady, one-time
 """
 from __future__ import annotations
 
+import math
 import os
+import queue
+import threading
 import time
 
-from .. import recipes
+from .. import recipes, workload
 from . import job
 from ..engine import recipe_case
 from .measure import Bench, RecipeResult
 from .pool import Pool, Timeline
 
 STREAM_CAP_S = 90.0
+STOP_EVERY_S = 0.5        # how often the first passes still warming up are weighed against the best job so far
+BOUND_PASSES = 2          # a recipe's timing beside the others' compiles (an upper bound of its job)
 STEADY_GUESS_S = 3.0      # a recipe's steady passes and profile, for the time left
 FAMILY = (("", "static"), ("compile", "static"), ("compile", "dynamic"), ("compile", "marked"),
           ("cuda_graphs", "dynamic"), ("cuda_graphs", "marked"), ("cuda_graphs", "pad64"), ("cuda_graphs", "pad128"))
@@ -83,6 +89,8 @@ class StreamBench:
             from .measure import _LocalSession
             case = {k: v for k, v in self.case(item.recipe).items() if k != "cold"}
             return _LocalSession({**case, "spec": self.bench.spec}, self.bench.device)
+        if self.bench.spares is not None:      # left by the search: up, the model in host memory
+            return self.bench.spares.session(self.case(item.recipe))
         from ..runner import Session
         return Session(self.case(item.recipe), self.bench.device, env=self.bench.env)
 
@@ -95,23 +103,115 @@ class _Item:
         self.item = self
 
 
-def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=None) -> list[RecipeResult]:
+def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=None,
+        sol_ms: float | None = None) -> list[RecipeResult]:
     """The pick's precision's FAMILY on the stream: RecipeResults whose .stream holds the first pass and the steady
-    state (its one-time cost in one_time_s)."""
+    state (its one-time cost in one_time_s). sol_ms: the least a step can take (its speed of light), which stops a
+    warm-up whose job of `steps` could not win even there."""
     log = log or (lambda text: None)
     timed = bench.device.type == "cuda"
-    root, keep = root_of(pick.runs), tuple(pick.keep_fp32)
-    names = family(root, bench.device.type)
-    sb = StreamBench(bench, keep)
+    names = family(root_of(pick.runs), bench.device.type)
+    sb = StreamBench(bench, tuple(pick.keep_fp32))
     pool = Pool(sb, Timeline(time.perf_counter()))
     log(f"the workload: {', '.join(names)} on the stream")
     tell = _teller(progress, len(names), sb)
-    if steps is None or not timed:          # the cap is STREAM_CAP_S whatever eager does: all at once
-        return _profiled(_measure(pool, names, timed, tell), steps, sb.timeout if timed else None)
-    first = _measure(pool, names[:1], timed, tell)
-    if first[0][0].passes and first[0][0].step_ms:
-        sb.cap_s = cap_for(steps, first[0][0])
-    return _profiled(first + _measure(pool, names[1:], timed, tell), steps, sb.timeout)
+    opened = _open_all(pool, names)
+    race = Race(steps if timed else None, sol_ms, tell, log)
+    rows = race.run(opened, bench.timeout, side_by_side=bench.source is not None)
+    measured = []
+    for name in names:               # each survivor timed alone: the others have finished or were stopped
+        session, row = opened[name][0], rows[name]
+        if timed and session is not None and row.get("status") == "ok":
+            row = session.call("time", bench.timeout)
+        measured.append((RecipeResult.from_row(row), session))
+    return _profiled(measured, steps, bench.timeout if timed else None)
+
+
+def _open_all(pool: Pool, names: list[str]) -> dict[str, tuple]:
+    """Every recipe prepared at once, each in its worker: {name: (session, its row)}."""
+    for name in names:
+        pool.timeline.launch(name, "stream")
+        pool.start(_Item(name))
+    opened = {}
+    for _ in names:
+        item, session, row, _ = pool.ready.get()
+        opened[item.recipe] = (session, row)
+    return opened
+
+
+class Race:
+    """The first passes side by side (their compiles are CPU work; the GPU they share runs their steps), each recipe
+    timed as soon as its own ends, beside the others still compiling: a slowed timing, so its job an upper bound
+    of the job it will time alone. Every STOP_EVERY_S, a recipe still warming up is stopped (its worker killed) once
+    its warm-up so far plus the job's steps at the speed of light costs more than that bound: it cannot win.
+    Without a job length (a long job, or nothing timed) only the cap in the worker stops a first pass."""
+
+    def __init__(self, steps: int | None, sol_ms: float | None, tell, log):
+        self.steps, self.sol_ms, self.tell, self.log = steps, sol_ms or 0.0, tell, log
+        self.best, self.best_name = math.inf, ""
+        self.started: dict[str, float] = {}
+        self.why: dict[str, str] = {}
+        self.done: queue.Queue = queue.Queue()
+
+    def run(self, opened: dict[str, tuple], timeout: float, side_by_side: bool = True) -> dict[str, dict]:
+        """{name: its row after the first pass (and the bound's timing)}."""
+        rows = {}
+        for name, (session, row) in opened.items():
+            if session is None or row.get("status") != "ok":
+                rows[name] = row
+                self.tell(name)
+            elif side_by_side:
+                self.started[name] = time.perf_counter()
+                threading.Thread(target=self._first, args=(name, session, timeout), daemon=True,
+                                 name=f"tcperf-stream-{name}").start()
+            else:                    # one process (a model no worker can receive): one after another, none stopped
+                self._first(name, session, timeout)
+        while len(rows) < len(opened):
+            try:
+                name, row = self.done.get(timeout=STOP_EVERY_S)
+            except queue.Empty:
+                pass
+            else:
+                rows[name] = self._answer(name, row)
+            self._stop_losers(opened, rows)
+        return rows
+
+    def _first(self, name: str, session, timeout: float) -> None:
+        row = session.call("first", timeout)
+        if row.get("status") == "ok" and self.steps is not None:
+            row = session.call("time", timeout, passes=BOUND_PASSES)
+        self.done.put((name, row))
+
+    def _answer(self, name: str, row: dict) -> dict:
+        self.started.pop(name, None)
+        self.tell(name)
+        if name in self.why:       # killed: its worker's death is the stop
+            return {**row, "status": "skipped", "message": f"warm-up stopped: {self.why[name]}"}
+        r = RecipeResult.from_row(row)
+        if self.steps is not None and r.passes and r.step_ms:
+            bound = job.interval(r, self.steps)[1]
+            if bound < self.best:
+                self.best, self.best_name = bound, name
+        return row
+
+    def _stop_losers(self, opened: dict, rows: dict) -> None:
+        if self.steps is None or self.best == math.inf:
+            return
+        now = time.perf_counter()
+        for name, t0 in list(self.started.items()):
+            if name in rows or name in self.why:
+                continue
+            least = (now - t0) + self.job_floor_s()
+            if least > self.best:
+                self.why[name] = (f"after {now - t0:.0f} s of warm-up its job of {self.steps:,} steps would take at "
+                                  f"least {least:.0f} s even at the speed of light; {self.best_name}'s takes at most "
+                                  f"{self.best:.0f} s")
+                self.log(f"{name}: {self.why[name]}")
+                opened[name][0].kill()
+
+    def job_floor_s(self) -> float:
+        """The job's steps beyond the two warm-up passes over the stream, at the speed of light."""
+        return max(0, self.steps - 2 * workload.STREAM_STEPS) * self.sol_ms / 1e3
 
 
 def _profiled(measured: list[tuple], steps: int | None, timeout: float | None) -> list[RecipeResult]:
@@ -130,7 +230,6 @@ def _profiled(measured: list[tuple], steps: int | None, timeout: float | None) -
     return results
 
 
-
 def _teller(progress, total: int, sb: StreamBench):
     """progress(done, total, seconds left, recipe) as each first pass comes in: the first passes still out take
     at most the cap, then each steady timing a few seconds."""
@@ -142,30 +241,3 @@ def _teller(progress, total: int, sb: StreamBench):
             left = max(0.0, sb.cap_s - (time.perf_counter() - started)) + STEADY_GUESS_S * (total - done[0])
             progress(done[0], total, left, name)
     return tell
-
-
-def cap_for(steps: int | None, eager: RecipeResult) -> float:
-    """A first pass still warming up when it has taken longer than the whole job with the eager recipe (its own
-    steps included) cannot win: stop it there, or at STREAM_CAP_S."""
-    if steps is None:
-        return STREAM_CAP_S
-    length = (eager.stream or {}).get("length") or 1
-    return min(STREAM_CAP_S, (steps + length) * eager.step_ms / 1e3 + 1.0)
-
-
-def _measure(pool: Pool, names: list[str], timed: bool, tell) -> list[tuple]:
-    """Open every recipe at once (their first passes), then time each alone: [(RecipeResult, its session)], the
-    sessions still open."""
-    for name in names:
-        pool.timeline.launch(name, "stream")
-        pool.start(_Item(name))
-    opened = []
-    for _ in names:
-        opened.append(pool.ready.get())
-        tell(opened[-1][0].recipe)
-    out = []
-    for item, session, row, _ in sorted(opened, key=lambda o: names.index(o[0].recipe)):
-        if session is not None and row.get("status") == "ok" and timed:
-            row = session.call("time", pool.bench.timeout)
-        out.append((RecipeResult.from_row(row), session))
-    return out
