@@ -114,10 +114,12 @@ CHILD_MARGIN_S = 300      # a child's seconds beyond --cap (imports, fp32 refere
 # --- the hand recipes -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Hand:
-    """A plain loop: torch.compile's arguments (None: eager), mark_dynamic on dim 1, or right-padding of dim 1."""
+    """A plain loop: torch.compile's arguments (None: eager), mark_dynamic on dim 1, or right-padding of dim 1, the
+    model cast to `dtype` (bf16, or fp16 where the one-shape search prefers it)."""
     compile: dict | None = None
     mark: bool = False
     pad: int = 0
+    dtype: str = "bf16"
 
     @property
     def graphs(self) -> bool:
@@ -137,6 +139,7 @@ HAND = {
     "bf16+cuda_graphs@pad64": Hand({"dynamic": False, **RO}, pad=64),
     "bf16+cuda_graphs@pad128": Hand({"dynamic": False, **RO}, pad=128),
     "bf16+cuda_graphs@static": Hand({"dynamic": False, **RO}),          # not in the default grid
+    "fp16": Hand(dtype="fp16"),                                          # not in the default grid
 }
 GRID = [r for r in HAND if r != "bf16+cuda_graphs@static"]             # --recipes' default
 ALIASES = {"bf16+compile": "bf16+compile@static", "bf16+cuda_graphs": "bf16+cuda_graphs@static"}  # no @: static
@@ -292,21 +295,21 @@ def steady(step, stream, passes: int, device) -> list[float]:
     return out
 
 
-def prepare(case: str, size: str, device, stream_len: int):
-    """(the bf16 model on the device, the stream on the device, fp32's outputs of steps 0..2)."""
+def prepare(case: str, size: str, device, stream_len: int, dtype: str = "bf16"):
+    """(the model on the device in `dtype`, the stream on the device, fp32's outputs of steps 0..2)."""
     spec = load_factory(case, size)
     model = spec["model"].eval().to(device)
     stream = [map_tensors(lambda t: t.to(device), spec["workload"](s)) for s in range(stream_len)]
     with torch.no_grad():
         refs = [compared(call(model, x), COMPARED[case]).float().clone() for x in stream[:CHECK_STEPS]]
-    return model.to(torch.bfloat16), stream, refs
+    return model.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype])), stream, refs
 
 
 def run_one(args, row: dict) -> None:
     """The --one child: prepare, warm-up passes, check, steady passes, filling `row` as it goes (written to --result,
     with what it reached, even when a stage raises)."""
     t0, hand, device = time.perf_counter(), hand_for(args.one), torch.device(args.device)
-    model, stream, refs = prepare(args.case, args.size, device, args.stream)
+    model, stream, refs = prepare(args.case, args.size, device, args.stream, hand_for(args.one).dtype)
     longest = max(seq_len(x) for x in stream)
     shapes = seen_shapes(stream, hand, longest)
     if hand.pad:                        # one graph a bucket: a hand loop that pads lets each bucket compile

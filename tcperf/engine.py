@@ -565,7 +565,7 @@ class StreamSession:
         self.rec = recipes.get(case.get("recipe") or case["precision"])
         self.stream = stream_of(self.spec)
         self.varying = _workload_shapes(self.spec)[0]
-        self.first_seen, self.second_s = None, None
+        self.first_seen, self.second_s, self.pass_ms = None, None, []
         self._row, self.step, self.ref = self._open()
 
     def _open(self):
@@ -628,10 +628,10 @@ class StreamSession:
         return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
                 "precision": c["precision"]}
 
-    def time(self, passes: int = stream.PASSES) -> dict:
+    def time(self, passes: int = stream.PASSES, fresh: bool = True) -> dict:
         """The second warm-up pass (at the first call only: CUDA graphs record there), then `passes` steady passes:
-        the step time on this workload is the median pass over the stream's steps. Called again, it times again
-        (the advisor times a recipe beside others' compiles for a bound, then alone)."""
+        the step time on this workload is the median pass over the stream's steps. Called again, it times again;
+        fresh=False adds its passes to those before (the advisor times its recipes in interleaved rounds)."""
         if self.first_seen is None:
             self.first()
         if self.step is None or self._row["status"] != "ok":
@@ -640,6 +640,9 @@ class StreamSession:
             if self.second_s is None:
                 self.second_s = stream.wall_pass(self.step.call, self.stream, self.device)
             steady = stream.steady_passes(self.step.call, self.stream, self.device, passes)
+        if not fresh:
+            steady = stream.summary(self.pass_ms + steady["pass_ms"], len(self.stream))
+        self.pass_ms = steady["pass_ms"]
         n = len(self.stream)
         samples = [t / n for t in steady["pass_ms"]]
         self._row.update(samples=samples, median_ms=steady["step_ms"], mean_ms=steady["step_ms"],

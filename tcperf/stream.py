@@ -147,9 +147,13 @@ def steady_passes(call, stream: list[tuple], device, passes: int = PASSES) -> di
     """`passes` passes over the warm stream, each timed whole: {"pass_ms": [...], "median_ms", "step_ms" (median
     pass over the stream's steps), "spread" (max - min over the median)}."""
     device = torch.device(device)
-    times = [_one_pass(call, stream, device) for _ in range(passes)]
+    return summary([_one_pass(call, stream, device) for _ in range(passes)], len(stream))
+
+
+def summary(times: list[float], length: int) -> dict:
+    """Passes' ms over a stream of `length` steps, summarised as steady_passes returns them."""
     median = sorted(times)[len(times) // 2]
-    return {"pass_ms": times, "median_ms": median, "step_ms": median / len(stream),
+    return {"pass_ms": times, "median_ms": median, "step_ms": median / length,
             "spread": (max(times) - min(times)) / median if median > 0 else 0.0}
 
 

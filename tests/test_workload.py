@@ -452,3 +452,19 @@ def test_a_warm_up_that_cannot_win_the_job_even_at_the_speed_of_light_is_stopped
         assert time.perf_counter() - t0 < 1.4 and slow.killed.is_set()
     else:                       # a long job: any recipe may have the fastest step; only the worker's cap stops it
         assert rows[slow.name]["status"] == "ok" and not slow.killed.is_set()
+
+
+def test_the_survivors_are_timed_in_interleaved_rounds_each_round_adding_a_pass():
+    from tcperf.advisor import streams
+    calls = []
+
+    class Timed:
+        def __init__(self, name):
+            self.name = name
+
+        def call(self, what, timeout, **args):
+            calls.append((self.name, what, args["passes"], args["fresh"]))
+            return {"precision": self.name, "status": "ok"}
+    rows = streams._rounds({"a": Timed("a"), "b": Timed("b")}, timeout=60, rounds=3)
+    assert [c[0] for c in calls] == ["a", "b"] * 3 and {c[2] for c in calls} == {1}
+    assert [c[3] for c in calls] == [True, True, False, False, False, False] and set(rows) == {"a", "b"}

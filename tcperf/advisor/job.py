@@ -11,7 +11,7 @@ steady step time, and the advice picks the cheapest job of N steps that passes t
 Never picked on a varying workload: a recipe that compiled again at each new shape (tcperf.stream stops it and says
 so) or that did not finish warming up.
 
-A tie is said, not hidden: each recipe's job is an interval (its fastest and slowest timed pass or window), and
+A tie is said, not hidden: each recipe's job is an interval (the quartiles of its timed passes or windows), and
 among the recipes whose interval reaches the cheapest one's, the one with the least one-time cost is advised (a
 host-bound eager step spreads widely: BERT-base's passes ran 5.9-7.4 ms a batch on an H100, and the compiled
 recipes' jobs at 10,000 steps fell inside that spread).
@@ -22,6 +22,7 @@ recipes' jobs at 10,000 steps fell inside that spread).
 from __future__ import annotations
 
 import math
+import statistics
 
 from .measure import RecipeResult
 
@@ -46,11 +47,14 @@ def eligible(results: list[RecipeResult]) -> list[RecipeResult]:
 
 
 def interval(r: RecipeResult, steps: int | None) -> tuple[float, float]:
-    """The job's seconds at the fastest and the slowest timed sample (a long job: those steps' seconds)."""
-    samples = [x for x in (r.timing or {}).get("samples") or [] if x] or [r.step_ms]
+    """The job's seconds at the first and third quartile of the timed samples (passes or windows; with fewer than
+    three, their least and largest): the spread a single outlying pass does not widen."""
+    samples = sorted(x for x in (r.timing or {}).get("samples") or [] if x) or [r.step_ms]
+    low, high = (samples[0], samples[-1]) if len(samples) < 3 else \
+        (lambda q: (q[0], q[2]))(statistics.quantiles(samples, n=4))
     n = 1 if steps is None else steps
     base = 0.0 if steps is None else one_time_s(r)
-    return base + n * min(samples) / 1e3, base + n * max(samples) / 1e3
+    return base + n * low / 1e3, base + n * high / 1e3
 
 
 def tied(results: list[RecipeResult], steps: int | None) -> list[RecipeResult]:

@@ -14,8 +14,8 @@ Each runs in a fresh worker with empty Inductor and Triton caches (tcperf.engine
 costs what it costs on a new machine. All are prepared at once, then their first passes run side by side (their
 compiles are CPU work; the GPU they share runs their steps); each recipe is timed as soon as its own pass ends, and
 a recipe still warming up is stopped once its warm-up so far plus the job at its speed of light costs more than the
-best job timed (Race; STREAM_CAP_S stops any first pass). Then every survivor's steady passes are timed alone, the
-others idle, and the job's pick is profiled. On a CPU nothing is timed: the eager and padded recipes run for their
+best job timed (Race; STREAM_CAP_S stops any first pass). Then the stopped workers are gone and the survivors are
+timed alone, the others idle, in ROUNDS interleaved rounds of one pass each, and the job's pick is profiled. On a CPU nothing is timed: the eager and padded recipes run for their
 accuracy (padding a model whose outputs change at the real positions is rejected there too).
 
     found = run(bench, pick, steps=10_000, log=print)    # [RecipeResult] with .stream: first pass, steady, one-time
@@ -37,6 +37,7 @@ from .pool import Pool, Timeline
 STREAM_CAP_S = 90.0
 STOP_EVERY_S = 0.5        # how often the first passes still warming up are weighed against the best job so far
 BOUND_PASSES = 2          # a recipe's timing beside the others' compiles (an upper bound of its job)
+ROUNDS = 7                # interleaved rounds of the final timing, a pass of each survivor a round
 STEADY_GUESS_S = 3.0      # a recipe's steady passes and profile, for the time left
 FAMILY = (("", "static"), ("compile", "static"), ("compile", "dynamic"), ("compile", "marked"),
           ("cuda_graphs", "dynamic"), ("cuda_graphs", "marked"), ("cuda_graphs", "pad64"), ("cuda_graphs", "pad128"))
@@ -118,13 +119,23 @@ def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=
     opened = _open_all(pool, names)
     race = Race(steps if timed else None, sol_ms, tell, log)
     rows = race.run(opened, bench.timeout, side_by_side=bench.source is not None)
-    measured = []
-    for name in names:               # each survivor timed alone: the others have finished or were stopped
-        session, row = opened[name][0], rows[name]
-        if timed and session is not None and row.get("status") == "ok":
-            row = session.call("time", bench.timeout)
-        measured.append((RecipeResult.from_row(row), session))
+    for name in race.why:            # stopped: their workers gone (a dying CUDA context slows the GPU and host)
+        opened[name][0].close()
+    if timed:
+        rows.update(_rounds({n: opened[n][0] for n, row in rows.items() if row.get("status") == "ok"},
+                            bench.timeout))
+    measured = [(RecipeResult.from_row(rows[name]), opened[name][0]) for name in names]
     return _profiled(measured, steps, bench.timeout if timed else None)
+
+
+def _rounds(sessions: dict, timeout: float, rounds: int = ROUNDS) -> dict[str, dict]:
+    """The survivors timed in interleaved rounds, one pass each a round, the others idle: whatever disturbs the
+    machine for a while disturbs every recipe alike. {name: its row, every round's pass in its samples}."""
+    rows = {}
+    for i in range(rounds):
+        for name, session in sessions.items():
+            rows[name] = session.call("time", timeout, passes=1, fresh=i == 0)
+    return rows
 
 
 def _open_all(pool: Pool, names: list[str]) -> dict[str, tuple]:
