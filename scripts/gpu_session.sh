@@ -2,6 +2,7 @@
 # One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests testfiles ceilings run fidelity suites models overhead lab
 #                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, their tests) ttt
+#                                            (run: `tcperf run` on a fresh store of its own, cold when it comes first)
 #                                            smoke (two advise runs through the CLI) generate
 #                                            workload (its GPU tests, the speed of light, advise on a BERT stream)
 #                                            wlbench (benchmarks/workload_gpu.py: hand loops and advise, WL_ARGS)
@@ -41,7 +42,7 @@ for s in "$@"; do
                   stage "tests-$(basename "$f" .py)" ${FILE_LIMIT:-150} python3 -m pytest -m gpu -v -p no:cacheprovider \
                       -rs --timeout ${TEST_TIMEOUT:-120} --tb=short "$f"              # limit costs that file alone
                   done ;;
-        run)      stage run ${RUN_LIMIT:-240} bash -c "time python3 -m tcperf run" ;;
+        run)      stage run ${RUN_LIMIT:-240} bash -c "time COLUMNS=120 python3 -m tcperf run --db \"$OUT/run-fresh.db\" --verbose" ;;
         fidelity) stage fidelity ${FIDELITY_LIMIT:-300} python3 benchmarks/fidelity.py --out "$OUT/files" ;;
         suites)   stage suites ${SUITES_LIMIT:-420} python3 benchmarks/suites_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ;;
         models)   stage models ${MODELS_LIMIT:-560} python3 benchmarks/models_gpu.py --out "$OUT/files" --db "$TCPERF_DB" ${QUICK:+--quick} ${MODELS_ARGS:-} ;;

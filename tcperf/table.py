@@ -2,6 +2,8 @@
 speedup over fp32 for the same case, the Tensor Core verdict, and what went wrong where something did."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.table import Table
 
 from . import peaks
@@ -90,7 +92,8 @@ def _ratio_cell(found) -> str:
     return f"{ratio:.2f}x" if why is None else "n.s."
 
 
-def tc_cell(r: dict) -> str:
+def tc_cell(r: dict, sep: str = " ") -> str:
+    """'TC', 'no TC', 'TC 43% of time', then 'misaligned' and the padded shape's gain, joined by `sep`."""
     m = r.get("metrics") or {}
     verdict = m.get("verdict") or {}
     used = m.get("tensor_cores_used")
@@ -104,24 +107,75 @@ def tc_cell(r: dict) -> str:
     padded = m.get("padded")
     if padded:
         parts.append(f"pad: {padding_cell(padded['gain'])}")
-    return " ".join(parts)
+    return sep.join(parts)
+
+
+def _pct(value: float | None) -> str:
+    return f"{value:.0f}%" if value else ""
+
+
+@dataclass
+class Row:
+    """What a table's cells read of one result: the row, its ratio to fp32 and its notes' numbers."""
+    r: dict
+    sheet: dict
+    ceilings: dict
+    ratio: tuple | None
+    footnote: str = ""
+
+
+def note(r: dict) -> str:
+    """Why a row failed or was skipped, else its warnings."""
+    return r.get("message") or "; ".join(r.get("warnings") or [])
+
+
+# name -> (header, justify, cell): every column a results table may show
+COLUMNS = {
+    "case": ("case", "left", lambda x: f"{x.r['op']} {(x.r.get('metrics') or {}).get('label', '')}"),
+    "prec": ("prec", "left", lambda x: x.r["precision"]),
+    "status": ("status", "left", lambda x: status_cell(x.r["status"])),
+    "ms": ("ms (median ± IQR)", "right", lambda x: fmt_ms(x.r)),
+    "ms_or_status": ("ms (median ± IQR)", "right", lambda x: fmt_ms(x.r) or status_cell(x.r["status"])),
+    "rate": ("rate", "right", lambda x: rate_cell(x.r)),
+    "peak": ("% peak", "right", lambda x: _pct(percent_peak(x.r, x.sheet))),
+    "ceiling": ("% ceiling", "right", lambda x: _pct(percent_ceiling(x.r, x.ceilings))),
+    "fp32": ("vs fp32", "right", lambda x: _ratio_cell(x.ratio)),
+    "tc": ("Tensor Cores", "left", lambda x: tc_cell(x.r)),
+    "tc_lines": ("Tensor Cores", "left", lambda x: tc_cell(x.r, "\n")),     # a line a fact: a narrow column
+    "note": ("note", "left", lambda x: note(x.r)),
+    "notes": ("note", "left", lambda x: x.footnote),
+}
+ALL = ("case", "prec", "status", "ms", "rate", "peak", "ceiling", "fp32", "tc", "note")
+# `tcperf run`: fits a 120-column terminal; a failure's status stands where its time would, and the notes are
+# numbered below the table (`tcperf show` has every column)
+COMPACT = ("case", "prec", "ms_or_status", "rate", "ceiling", "fp32", "tc_lines", "notes")
+
+
+def footnotes(results: list[dict]) -> tuple[list[str], list[str]]:
+    """(each row's footnote numbers, '1,3', and the notes in order, each once)."""
+    texts: dict[str, int] = {}
+    numbers = []
+    for r in results:
+        parts = [p for p in (r.get("message") or "", *(r.get("warnings") or [])) if p]
+        numbers.append(",".join(str(texts.setdefault(p, len(texts) + 1)) for p in parts))
+    return numbers, list(texts)
 
 
 def results_table(results: list[dict], gpu_name: str | None = None, ceilings: dict | None = None,
-                  title: str = "") -> Table:
-    sheet = peaks.datasheet(gpu_name)
-    ceilings = ceilings or {}
-    t = Table(title=title, show_lines=False)
-    for col, justify in (("case", "left"), ("prec", "left"), ("status", "left"), ("ms (median ± IQR)", "right"),
-                         ("rate", "right"), ("% peak", "right"), ("% ceiling", "right"), ("vs fp32", "right"),
-                         ("Tensor Cores", "left"), ("note", "left")):
-        t.add_column(col, justify=justify, overflow="fold")
+                  title: str = "", columns=ALL, caption: str = "") -> Table:
+    """One row a result; `columns` names which of COLUMNS to show. With "notes", the notes are numbered in the
+    caption below, each once."""
+    numbers, notes = footnotes(results)
+    lines = [caption] if caption else []
+    if "notes" in columns:
+        lines += [f"{i}. {text}" for i, text in enumerate(notes, 1)]
+    t = Table(title=title, caption="\n".join(lines) or None, caption_justify="left", show_lines=False)
+    for col in columns:
+        header, justify, _ = COLUMNS[col]
+        t.add_column(header, justify=justify, overflow="fold")
     ratios = fp32_ratios(results)
+    sheet = peaks.datasheet(gpu_name)
     for i, r in enumerate(results):
-        pp, pc = percent_peak(r, sheet), percent_ceiling(r, ceilings)
-        note = r.get("message") or "; ".join(r.get("warnings") or [])
-        t.add_row(f"{r['op']} {(r.get('metrics') or {}).get('label', '')}", r["precision"],
-                  status_cell(r["status"]), fmt_ms(r), rate_cell(r), f"{pp:.0f}%" if pp else "",
-                  f"{pc:.0f}%" if pc else "", _ratio_cell(ratios.get(i)),
-                  tc_cell(r), note)
+        row = Row(r, sheet, ceilings or {}, ratios.get(i), numbers[i])
+        t.add_row(*(COLUMNS[col][2](row) for col in columns))
     return t

@@ -21,6 +21,7 @@ and becomes the session of the case it is sent as {"case": case}.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -47,32 +48,54 @@ def measure_case(case: dict, device, job: dict) -> dict:
     if why:
         return {**result, "status": "skipped", "message": why}
     with precision.apply(prec, device.type):
-        prep = op.prepare(shape, prec, device, seed=case.get("seed", 0))
-        err = check(prep)
+        with _phase(result, "prepare"):
+            prep = op.prepare(shape, prec, device, seed=case.get("seed", 0))
+        with _phase(result, "check"):
+            err = check(prep)          # sync point: the error is read back
         result["error"] = err
         result["metrics"].update(prep.info)
         if not err <= prec.tolerance:     # written this way round so that NaN fails too
             return {**result, "status": "wrong",
                     "message": f"relative error {err:.3g} > tolerance {prec.tolerance:.0e}: not timed"}
-        m = _timed(prep.run, device, job, result)
+        with _phase(result, "time"):
+            m = _timed(prep.run, device, job, result)
         result.update(status="ok", samples=m.samples_ms, **m.summary())
         _rates(result, m.median_ms)
-        if m.unstable:
-            result["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
-        if m.quantised_ms:
-            result["metrics"]["quantised_ms"] = m.quantised_ms
-            result["warnings"].append(f"quantised: the samples sit on {m.quantised_ms:g} ms steps (a shared CPU's "
-                                      f"scheduler slices were timed, not the work): no ratio is claimed from it")
+        _warn(result, m)
         if device.type == "cuda":
             throttled = env.throttle_reasons(device.index or 0)
             if throttled:
                 result["warnings"].append(f"clocks throttled: {', '.join(throttled)}")
             if job.get("profile"):
-                _add_kernels(result, prep.run, device)
+                with _phase(result, "kernels"):
+                    _add_kernels(result, prep.run, device)
         del prep
     if job.get("pad"):
-        _add_padded(result, op, shape, prec, device, job)
+        with _phase(result, "pad"):
+            _add_padded(result, op, shape, prec, device, job)
     return result
+
+
+@contextlib.contextmanager
+def _phase(result: dict, name: str):
+    """Add the seconds the block takes to result["metrics"]["phases_s"][name]: where a case's time goes (each
+    phase of a GPU case ends in a sync, so these are the GPU's seconds too)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases = result["metrics"].setdefault("phases_s", {})
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _warn(result: dict, m) -> None:
+    """The timing's own warnings: a spread above the threshold, a host timer that counted scheduler slices."""
+    if m.unstable:
+        result["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+    if m.quantised_ms:
+        result["metrics"]["quantised_ms"] = m.quantised_ms
+        result["warnings"].append(f"quantised: the samples sit on {m.quantised_ms:g} ms steps (a shared CPU's "
+                                  f"scheduler slices were timed, not the work): no ratio is claimed from it")
 
 
 def _timed(fn, device, job: dict, result: dict):
@@ -142,12 +165,15 @@ def main() -> None:
     for path in reversed(job.get("sys_path", [])):
         if path not in sys.path:
             sys.path.insert(0, path)
+    t0 = time.perf_counter()
     import torch
 
     from . import ops, precision, timing  # noqa: F401  (imported now, while the previous group measures)
+    t1 = time.perf_counter()
     if not job.get("no_preload"):
         _preload(job["cases"])
     device = _ready_device(torch.device(job["device"]), job.get("profile", False))
+    started = {"imports": t1 - t0, "device": time.perf_counter() - t1}   # stored with the worker's first result
     if job.get("spare"):
         case = _await_case()
         return _session(channel, case, device, job) if case is not None else None
@@ -160,6 +186,8 @@ def main() -> None:
         t0 = time.perf_counter()
         result = run_case(case, device, job)
         result.setdefault("metrics", {})["wall_s"] = time.perf_counter() - t0   # where a run's time goes
+        if i == 0:
+            result["metrics"]["worker_start_s"] = started
         _emit(channel, {"event": "result", "i": i, "result": result})
     _emit(channel, {"event": "done"})
 

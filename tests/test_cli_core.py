@@ -4,8 +4,11 @@ import csv
 import importlib
 import io
 import json
+import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,10 +17,10 @@ from tcperf.commands.show import time_spent
 from tcperf.store import Store
 
 
-def tcperf(*args, db=None):
+def tcperf(*args, db=None, env=None):
     """Run the real console entry point in a fresh process; returns (exit code, stdout, stderr)."""
     cmd = [sys.executable, "-m", "tcperf", *args] + (["--db", db] if db else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
     return p.returncode, p.stdout, p.stderr
 
 
@@ -51,14 +54,18 @@ def test_env_json_lists_precisions_with_reasons(capsys):
 
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
-    """One real `tcperf run` on the CPU, shared by the tests below (it takes ~20-40 s on 2 cores)."""
+    """One real `tcperf run` on the CPU, the README's main command as typed in a 120-column terminal, shared by the
+    tests below (10-20 s on 2 cores); its wall time last."""
     db = str(tmp_path_factory.mktemp("run") / "results.db")
-    code, out, err = tcperf("run", "--device", "cpu", db=db)
-    return code, out, err, db
+    t0 = time.perf_counter()
+    code, out, err = tcperf("run", "--device", "cpu", db=db, env={"COLUMNS": "120"})
+    return code, out, err, db, time.perf_counter() - t0
 
 
-def test_run_on_cpu_measures_the_quick_suite(cpu_run):
-    code, out, err, db = cpu_run
+def test_run_on_cpu_measures_the_quick_suite(cpu_run, capsys):
+    code, out, err, db, wall = cpu_run
+    with capsys.disabled():
+        print(f"\n`tcperf run` on this CPU: {wall:.1f} s wall ({os.cpu_count()} cores)")
     assert code == 0, err
     assert err.splitlines()[0].startswith("No CUDA GPU found")
     s = Store(db)
@@ -73,8 +80,18 @@ def test_run_on_cpu_measures_the_quick_suite(cpu_run):
     assert "quick" in out or "gemm" in out
 
 
+def test_run_on_cpu_prints_a_table_of_120_columns_with_its_own_ceiling(cpu_run):
+    code, out, err, db, wall = cpu_run
+    assert max(len(line) for line in out.splitlines()) <= 120 and "…" not in out
+    flat = " ".join(out.split())
+    assert re.search(r"% ceiling \((fp32|bf16|fp64|bandwidth)(, (fp32|bf16|fp64|bandwidth)){3}\): of this run's best "
+                     r"aligned square GEMM", flat)
+    assert "100%" in out and "status" not in next(line for line in out.splitlines() if "case" in line)
+    assert "worker start-up: imports" in out and "cases: prepare" in out
+
+
 def test_run_says_where_its_time_went(cpu_run):
-    code, out, err, db = cpu_run
+    code, out, err, db, wall = cpu_run
     s = Store(db)
     run = s.run()
     spent = time_spent(run, s.results(run["id"]))

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from tcperf.runner import TimingConfig, run_cases
+from tcperf.runner import TimingConfig, run_cases, task_key
 
 CPU = torch.device("cpu")
 FAST = TimingConfig(warmup_ms=1, rep_ms=5)
@@ -70,6 +70,23 @@ def test_precisions_run_in_separate_workers_without_leaking():
     results = run_cases(cases, CPU, timing=FAST)
     assert sorted(r["precision"] for r in results) == ["bf16", "fp32", "fp64"]
     assert all(r["status"] == "ok" for r in results)
+
+
+def test_task_key_runs_every_precision_in_one_worker_and_each_case_says_where_its_time_went():
+    """`tcperf run`'s grouping: one worker start-up (the first result carries it), whatever the precision; each
+    case stores the seconds of its phases, and they fit inside its wall time."""
+    cases = [case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")]
+    shared = run_cases(cases, CPU, timing=FAST, group_by=task_key)
+    apart = run_cases(cases, CPU, timing=FAST)
+    assert [r["precision"] for r in shared] == ["fp32", "bf16", "fp64"] and all(r["status"] == "ok" for r in shared)
+    assert sum("worker_start_s" in r["metrics"] for r in shared) == 1
+    assert sum("worker_start_s" in r["metrics"] for r in apart) == 3
+    started = shared[0]["metrics"]["worker_start_s"]
+    assert set(started) == {"imports", "device"} and started["imports"] > 0
+    for r in shared:
+        phases = r["metrics"]["phases_s"]
+        assert set(phases) == {"prepare", "check", "time"} and all(s >= 0 for s in phases.values())
+        assert sum(phases.values()) <= r["metrics"]["wall_s"]
 
 
 def test_worker_that_cannot_start_fails_every_case_clearly():

@@ -95,6 +95,29 @@ def measure_ceiling(case: dict, device, job: dict) -> dict:
     return {**result, "op": "ceiling", "precision": case["precision"]}
 
 
+def of_run(results: list[dict], device_type: str) -> dict:
+    """A quick ceiling from a run's own rows, for where `tcperf ceilings` has not run: per precision the best aligned
+    square GEMM at this command's sizes or larger (`tcperf run` times 4096^3 and 8192^3 at every precision, int8
+    with B column-major too), and the best copy as "bandwidth". What `tcperf ceilings` takes the best of, measured
+    once instead of until stable; {precision: TFLOPS, "bandwidth": GB/s} as Store.ceilings gives them."""
+    smallest = min(SIZES["cuda" if device_type.startswith("cuda") else "cpu"])
+    out: dict[str, float] = {}
+    for r in (r for r in results if r["status"] == "ok"):
+        if r["op"] == "copy" and r.get("gbps"):
+            out["bandwidth"] = max(out.get("bandwidth", 0.0), r["gbps"])
+        elif _ceiling_gemm(r, smallest):
+            out[r["precision"]] = max(out.get(r["precision"], 0.0), r["tflops"])
+    return out
+
+
+def _ceiling_gemm(r: dict, smallest: int) -> bool:
+    """A square GEMM of `smallest`^3 or more, aligned for its precision: the kind `tcperf ceilings` measures."""
+    from ..tensorcore import misaligned
+    s = r["shape"]
+    return (r["op"] == "gemm" and bool(r.get("tflops")) and s["m"] == s["n"] == s["k"] >= smallest
+            and not misaligned({"k": s["k"]}, r["precision"]))
+
+
 def _value(r: dict) -> float | None:
     return r.get("gbps") if r["precision"] == "bandwidth" else r.get("tflops")
 

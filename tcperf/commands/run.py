@@ -1,16 +1,23 @@
-"""`tcperf run`: the quick suite in every precision this device has, in about a minute, stored and printed.
+"""`tcperf run`: the quick suite in every precision this device has, stored and printed in a table that fits 120
+columns (`tcperf show` prints every column).
 
 GEMMs at 1024/4096/8192 and a misaligned 8191 (with the padded shape timed beside it), a convolution in NCHW
 and NHWC, an attention and a device-to-device copy. Without a GPU: the same kinds of case on the CPU at
-CPU-sized shapes, in fp32, bf16 and fp64.
+CPU-sized shapes, in fp32, bf16 and fp64. Every case runs in one worker process (runner.task_key), so the CUDA
+start-up is paid once. '% ceiling' reads `tcperf ceilings`' stored figures, else this run's own best aligned
+GEMM per precision (show.ceilings_for). The table ends with where the time went; --verbose adds each case's.
 """
 from __future__ import annotations
+
+from functools import partial
 
 from .. import env as envmod
 from .. import suites
 from ..precision import KERNEL_PRECISIONS
+from ..runner import run_cases, task_key
+from ..table import COMPACT
 from .common import add_measuring, console, err_console, measure_into_store, print_stored
-from .show import print_run
+from .show import add_verbose, print_run
 
 CPU_PRECISIONS = ("fp32", "bf16", "fp64")
 
@@ -18,6 +25,7 @@ CPU_PRECISIONS = ("fp32", "bf16", "fp64")
 def add_parser(sub) -> None:
     p = sub.add_parser("run")
     add_measuring(p)
+    add_verbose(p)
     p.set_defaults(func=main, rep_ms=50.0)
 
 
@@ -27,9 +35,11 @@ def main(args) -> int:
         err_console.print("No CUDA GPU found: measuring the CPU instead (fp32, bf16, fp64 at CPU-sized shapes).")
     precisions = list(KERNEL_PRECISIONS) if device.type == "cuda" else list(CPU_PRECISIONS)
     cases = suites.with_precisions(suites.load("quick", device.type), precisions)
+    cases.sort(key=lambda case: precisions.index(case["precision"]))   # precision by precision, suite order inside
     run_id, results, store = measure_into_store("run", cases, args, profile=device.type == "cuda", pad=True,
-                                                label="quick suite")
-    status = print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
+                                                label="quick suite", runner=partial(run_cases, group_by=task_key))
+    status = print_stored(args, store, run_id,
+                          lambda: print_run(store, run_id, console, columns=COMPACT, verbose=args.verbose))
     if not args.json:
         err_console.print(next_steps(run_id, store.where, bool(store.ceilings(store.run(run_id)["device"]))),
                           markup=False, highlight=False)
@@ -42,6 +52,6 @@ def next_steps(run_id: int, where: str, has_ceilings: bool) -> str:
              ("tcperf advise model.py:factory", "the fastest accurate recipe for your model"),
              ("tcperf models", "the training ladder, fp32 to compile and fp8")]
     if not has_ceilings:
-        steps.append(("tcperf ceilings", "measured ceilings, for the '% ceiling' column"))
+        steps.append(("tcperf ceilings", "ceilings measured until stable (% ceiling)"))
     return "\n".join([f"stored as run {run_id} in {where}", "next:",
                       *(f"  {command:<32} {what}" for command, what in steps)])

@@ -1,12 +1,18 @@
-"""`tcperf show [RUN]`: one run as a table (the latest by default)."""
+"""`tcperf show [RUN]`: one run as a table (the latest by default), every column; --verbose adds where each case's
+seconds went."""
 from __future__ import annotations
 
 import datetime
 
+from rich.table import Table
+
 from ..rows import FAILED
 from ..store import Store
-from ..table import results_table
+from ..table import ALL, results_table
+from .ceilings import of_run
 from .common import add_db, add_json, console, print_stored
+
+PHASES = ("prepare", "check", "time", "kernels", "pad")   # tcperf.worker.measure_case's, in order
 
 
 def add_parser(sub) -> None:
@@ -14,16 +20,23 @@ def add_parser(sub) -> None:
     p.add_argument("run", nargs="?", type=int, help="run id (see `tcperf runs`)")
     add_db(p)
     add_json(p)
+    add_verbose(p)
     p.set_defaults(func=main)
+
+
+def add_verbose(p) -> None:
+    p.add_argument("--verbose", action="store_true",
+                   help="also each case's seconds: prepare, check, time, kernels (the profiler), pad")
 
 
 def main(args) -> int:
     store = Store.open(args.db)
     run_id = store.run(args.run)["id"]             # the latest when none is given
-    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))
+    return print_stored(args, store, run_id, lambda: print_run(store, run_id, console, verbose=args.verbose))
 
 
-def print_run(store: Store, run_id: int, out) -> None:
+def print_run(store: Store, run_id: int, out, columns=ALL, verbose: bool = False) -> None:
+    """The run's table (`columns` of tcperf.table.COLUMNS), its warnings, and where its time went."""
     run = store.run(run_id)
     if run["kind"] == "train-to-target":
         from .train_to_target import print_run as print_time_to_target
@@ -34,17 +47,89 @@ def print_run(store: Store, run_id: int, out) -> None:
     title = (f"run {run['id']} · {run['kind']} · {run['device']} · {when} · torch {lib.get('torch')} "
              f"· {run['status']}")
     ordinary = [r for r in results if r.get("median_ms") is not None or r["status"] != "ok"]
-    out.print(results_table(ordinary, run["env"].get("gpu", {}).get("name"), store.ceilings(run["device"]),
-                            title=title))
+    ceilings, caption = ceilings_for(store, run, results)
+    out.print(results_table(ordinary, run["env"].get("gpu", {}).get("name"), ceilings, title=title,
+                            columns=columns, caption=caption))
     for w in run.get("warnings") or []:
         out.print(f"[yellow]warning:[/] {w}")
     bad = [r for r in results if r["status"] in FAILED]
     if bad:
         out.print(f"[red]{len(bad)} case(s) failed or were wrong[/]: see the note column")
+    for line in time_lines(run, results):
+        out.print(line, highlight=False)
+    if verbose:
+        out.print(phases_table(results))
+
+
+def ceilings_for(store: Store, run: dict, results: list[dict]) -> tuple[dict, str]:
+    """The ceilings '% ceiling' reads, and a caption saying where they come from: `tcperf ceilings`' stored ones;
+    for a `tcperf run`, where none is stored for a precision, the run's own best aligned GEMM (ceilings.of_run)."""
+    stored = store.ceilings(run["device"])
+    quick = of_run(results, run["env"].get("device", "")) if run["kind"] == "run" else {}
+    quick = {k: v for k, v in quick.items() if k not in stored}
+    if not quick:
+        return stored, ""
+    return {**quick, **stored}, (f"% ceiling ({', '.join(quick)}): of this run's best aligned square GEMM of "
+                                 f"each precision and its copy, each timed once; `tcperf ceilings` measures "
+                                 f"ceilings until stable")
+
+
+def time_lines(run: dict, results: list[dict]) -> list[str]:
+    """'time: 21.0 s = start-up 8.1 + fp64 1.1 + ...', then what the workers' start-up and the cases spent it on
+    ([] for a run without per-case times)."""
     spent = time_spent(run, results)
-    if spent:
-        parts = " + ".join(f"{name} {s:.1f} s" for name, s in spent.items() if name != "total")
-        out.print(f"time: {spent['total']:.1f} s = {parts}")
+    if not spent:
+        return []
+    parts = " + ".join(f"{name} {s:.1f}" for name, s in spent.items() if name != "total")
+    lines = [f"time: {spent['total']:.1f} s = {parts}"]
+    detail = [*_startup(results), *_cases(results)]
+    return lines + (["  " + "; ".join(detail)] if detail else [])
+
+
+def _startup(results: list[dict]) -> list[str]:
+    """'worker start-up: imports 2.0 s, device 3.0 s' (tcperf.worker's metrics.worker_start_s), summed."""
+    started = [r["metrics"]["worker_start_s"] for r in results if (r.get("metrics") or {}).get("worker_start_s")]
+    if not started:
+        return []
+    who = "worker start-up" if len(started) == 1 else f"{len(started)} workers' start-up"
+    return [f"{who}: " + ", ".join(f"{k} {sum(s[k] for s in started):.1f} s" for k in ("imports", "device"))]
+
+
+def _cases(results: list[dict]) -> list[str]:
+    inside = phases_spent(results)
+    return ["cases: " + ", ".join(f"{name} {s:.1f} s" for name, s in inside.items())] if inside else []
+
+
+def phases_spent(results: list[dict]) -> dict[str, float]:
+    """Seconds the cases spent in each phase (tcperf.worker's metrics.phases_s), summed; 'other' is the rest of
+    their wall time (skips, NVML, the result's own bookkeeping)."""
+    out = {name: 0.0 for name in PHASES}
+    wall = 0.0
+    for r in results:
+        metrics = r.get("metrics") or {}
+        wall += metrics.get("wall_s", 0.0)
+        for name, s in (metrics.get("phases_s") or {}).items():
+            out[name] = out.get(name, 0.0) + s
+    if not any(out.values()):
+        return {}
+    return {**{k: v for k, v in out.items() if v}, "other": max(0.0, wall - sum(out.values()))}
+
+
+def phases_table(results: list[dict]) -> Table:
+    """One row a case: its wall seconds and each phase's."""
+    t = Table(title="seconds a case")
+    for col in ("case", "prec", "wall", *PHASES):
+        t.add_column(col, justify="left" if col in ("case", "prec") else "right", overflow="fold")
+    for r in results:
+        metrics = r.get("metrics") or {}
+        phases = metrics.get("phases_s") or {}
+        t.add_row(f"{r['op']} {metrics.get('label', '')}", r["precision"], _seconds(metrics.get("wall_s")),
+                  *(_seconds(phases.get(name)) for name in PHASES))
+    return t
+
+
+def _seconds(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else ""
 
 
 def time_spent(run: dict, results: list[dict]) -> dict[str, float]:
