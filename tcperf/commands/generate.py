@@ -4,8 +4,8 @@ Decoding one token at batch 1 reads every weight once, so its limit is memory ba
 step turns compute-bound and the Tensor Cores decide again. For each precision (and KV cache dtype), loop and batch
 this prints time to first token, inter-token latency (median, p90, p99), tokens/s per user and in total, the bytes a
 decode step must read over its time as achieved bandwidth and its share of the copy bandwidth `tcperf ceilings`
-measured, prefill TFLOPS and MFU, accuracy against bf16, and the batch where decode turns compute-bound (the
-roofline's and the measured one). Rows are stored (run kind "generate", op "generate"; op "generate.crossing" for
+measured, prefill TFLOPS and MFU, the kernel check (and on trained weights perplexity against bf16), and the batch
+where decode turns compute-bound (the roofline's and the measured one). Rows are stored (run kind "generate", op "generate"; op "generate.crossing" for
 the crossing of each sweep) and a plot per model is written: tokens/s per user against total tokens/s.
 
     tcperf generate                                       # the headline: Llama-3.2-1B's shape, bf16 / int8wo /
