@@ -122,3 +122,16 @@ def test_cli_judges_each_precision_on_the_trained_model(stdlib):
     assert rows["bf16"]["metrics"]["accuracy"]["rise"] == 0
     text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env).stdout
     assert "torchao's README" in text and "parameters" in text and "Batch 1, stdlib" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["int8wo", "int4wo-32", "int4wo-128", "fp8-row", "fp8-tensor"])
+def test_kernel_check_on_cuda(cuda, name):
+    """tinygemm's CUDA layout and cuBLAS's fp8 against their own dequantised weights."""
+    r = quant.get(name)
+    if quant.unsupported(r, cuda):
+        pytest.skip(quant.unsupported(r, cuda))
+    m = plain.build(plain.CONFIGS["tiny"], cuda, torch.bfloat16)
+    quant.quantize(m, r)
+    got = core_quant.check_layers(m)
+    assert got["passed"] and got["layers"] == 9, got
