@@ -12,9 +12,11 @@ random windows, AdamW; the last 10% held out), and saved beside the results stor
     tokens = held_out(size_of(device), rows=16)    # (rows, seq) held-out bytes
     perplexity(logits, tokens)                 # exp(mean next-byte cross-entropy)
 
-Sizes: "cpu": 2 layers, d=128, 0.3 M parameters, 300 steps of 16 x 64 bytes: about 15 s on 2 CPU cores (measured,
-torch 2.13, 2026-11-25), held-out perplexity ~9 a byte (bpb ~3.2). "gpu": 6 layers, d=512, 18 M parameters,
-1,500 steps of 32 x 256 bytes in bf16 autocast: well under a minute on an H100 (not yet measured).
+Sizes: "cpu": 2 layers, d=128, untied output layer, 0.36 M parameters, 120 steps of 8 x 64 bytes: 70 s on 2 CPU
+cores shared with other test runs (load 8; torch 2.13, 2026-11-25), less on idle cores; held-out perplexity 8.2 a
+byte, int8wo 8.21 (+0.0%), int4wo-128 8.23 (+0.2%), int4wo-32 8.24 (+0.3%). A tied output layer lost 0.7% to int8
+alone, so the output layer is untied. "gpu": 6 layers, d=512, 19 M parameters, 1,500 steps of 32 x 256 bytes in
+bf16 autocast: not yet run on a GPU (estimated well under a minute on an H100).
 """
 from __future__ import annotations
 
