@@ -80,7 +80,7 @@ def test_mistyped_name_answers_at_once_with_the_names_that_exist(tmp_path, capsy
     line = refused(tmp_path, capsys, "lama-1b")                 # offline, the hub client retried for 29 s
     assert time.perf_counter() - start < 8
     assert "unknown model 'lama-1b'" in line
-    assert "choose from: llama-1b, llama-3b, llama-8b, tiny, file.py:factory, or a local transformers folder" in line
+    assert "choose from: llama-1b, llama-3b, llama-8b, tiny, stdlib, file.py:factory, or a local transformers folder" in line
 
 
 def test_offline_hub_is_not_asked(monkeypatch):
@@ -98,7 +98,7 @@ def test_plain_loop_refuses_a_transformers_factory(folder, capsys):
 
 def test_plain_loop_row_is_skipped_beside_the_hf_loop(folder):
     rc, out, err = generate(folder, f"{folder / 'gpt2.py'}:factory", "--precision", "bf16", "--kv", "bf16",
-                            "--batch", "1,2")
+                            "--batch", "1,2", "--loop", "plain,hf")
     assert rc == 0, err[-2000:]
     rows = {(r["shape"]["loop"], r["shape"]["batch"]): r for r in out["results"] if r["op"] == "generate"}
     assert rows[("plain", 1)]["status"] == "skipped" and ("plain", 2) not in rows        # one row says why
@@ -141,3 +141,31 @@ def test_a_failed_case_sets_the_exit_status_and_says_which(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err == ["1 of 3 case(s) failed:",
                    "  int4wo-32 · hf loop · batch 2: error: RuntimeError: expect A to be contiguous"]
+
+
+# --- the default run: the headline; the sweep behind --sweep ----------------------------------------------------
+def _plan(*argv):
+    args = cli.build_parser("generate").parse_args(["generate", "--device", "cpu", *argv])
+    return command.plan(args, torch.device("cpu"))[1]
+
+
+def test_default_is_the_headline_and_sweep_is_everything(capsys):
+    headline = {(c["precision"], c["shape"]["loop"], c["shape"]["batch"]) for c in _plan()}
+    assert headline == {(p, "plain", 1) for p in ("bf16", "int8wo", "int4wo-128")}
+    sweep = _plan("--sweep")
+    assert {c["precision"] for c in sweep} >= {"fp8-row", "int4wo-32", "int8wo+kvfp8"}
+    assert {c["shape"]["loop"] for c in sweep} == {"plain", "hf"} and {c["shape"]["batch"] for c in sweep} == {1, 2, 4}
+    with pytest.raises(SystemExit):
+        cli.main(["generate", "--help"])
+    assert "Expected time: half an hour" in " ".join(capsys.readouterr().out.split())
+
+
+def test_default_run_prints_the_headline(tmp_path):
+    rc, out, err = generate(tmp_path, "--json")
+    rows = [r for r in out["results"] if r["op"] == "generate"]
+    assert rc == 0 and {r["precision"] for r in rows} == {"bf16", "int8wo", "int4wo-128"}, err[-2000:]
+    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", str(tmp_path / "r.db"),
+           "--plot-dir", str(tmp_path), "--prompt", "4", "--output", "3", "--rep-ms", "1"]
+    text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT}).stdout
+    assert "Batch 1, tiny" in text and "int8wo:" in text and "not judged on random weights" in text

@@ -4,11 +4,15 @@ Decoding one token at batch 1 reads every weight once, so its limit is memory ba
 step turns compute-bound and the Tensor Cores decide again. For each precision (and KV cache dtype), loop and batch
 this prints time to first token, inter-token latency (median, p90, p99), tokens/s per user and in total, the bytes a
 decode step must read over its time as achieved bandwidth and its share of the copy bandwidth `tcperf ceilings`
-measured, prefill TFLOPS and MFU, accuracy against bf16, and the batch where decode turns compute-bound (the
-roofline's and the measured one). Rows are stored (run kind "generate", op "generate"; op "generate.crossing" for
+measured, prefill TFLOPS and MFU, the kernel check (and on trained weights perplexity against bf16), and the batch
+where decode turns compute-bound (the roofline's and the measured one). Rows are stored (run kind "generate", op "generate"; op "generate.crossing" for
 the crossing of each sweep) and a plot per model is written: tokens/s per user against total tokens/s.
 
-    tcperf generate                                       # Llama-3.2-1B's shape, every precision, batch 1..256
+    tcperf generate                                       # the headline: Llama-3.2-1B's shape, bf16 / int8wo /
+                                                          # int4wo-128 at batch 1, the plain loop (minutes)
+    tcperf generate --sweep                               # every precision, KV bf16 and fp8, batch 1..256, both
+                                                          # loops (half an hour and more on one GPU)
+    tcperf generate stdlib                                # the model tcperf trains: each precision's perplexity
     tcperf generate llama-1b --precision bf16,int8wo,int4wo-128 --kv bf16 --batch 1,16,64 --loop plain
     tcperf generate meta-llama/Llama-3.2-3B --loop hf     # a transformers config (random weights)
     tcperf generate my_lm.py:factory --loop hf --device cpu --batch 1,2 --prompt 16 --output 8
@@ -24,19 +28,22 @@ from rich.table import Table
 
 from .. import env as envmod
 from .. import peaks
+from .. import quant as core_quant
 from ..errors import UserError
-from ..generate import accounting, hf, measure, quant
+from ..generate import accounting, hf, measure, quant, trained
 from ..generate import model as plain
+from ..store import Store
 from ..table import status_cell
 from .common import (add_measuring, beside_store, console, err_console, measure_into_store, positive_ints,
                      print_json)
 
 LOOPS = ("plain", "hf")
 STOPPED = ("error", "timeout")       # statuses of a case that failed to run: exit status 1
-DEFAULTS = {  # device type -> model, batches, prompt, output
-    "cuda": (plain.DEFAULT, "1,2,4,8,16,32,64,128,256", "128", "128"),
-    "cpu": ("tiny", "1,2,4", "16", "16"),
+DEFAULTS = {  # device type -> model, prompt, output, the headline's batches, --sweep's batches
+    "cuda": (plain.DEFAULT, "128", "128", "1", "1,2,4,8,16,32,64,128,256"),
+    "cpu": ("tiny", "16", "16", "1", "1,2,4"),
 }
+SWEEP_TIME = "half an hour and more on one GPU: 7 precisions x 2 KV caches x 2 loops, each compiled once"
 
 
 def add_parser(sub) -> None:
@@ -45,15 +52,23 @@ def add_parser(sub) -> None:
                                    "batch sizes and prompt / output lengths, at every precision. --rep-ms is the "
                                    "time budget of timed generations a batch (default 1000).")
     p.add_argument("model", nargs="?", default=None,
-                   help=f"{' | '.join(plain.CONFIGS)} (random weights), a transformers config name, or "
-                        f"file.py:factory returning a causal LM (default: {plain.DEFAULT}; tiny on a CPU)")
-    p.add_argument("--precision", default=",".join(quant.DEFAULT),
-                   help=f"comma list of {', '.join(quant.RECIPES)} (default: {','.join(quant.DEFAULT)})")
-    p.add_argument("--kv", default="bf16,fp8", help="KV cache dtypes: bf16 (the activation dtype), fp8 (default both)")
-    p.add_argument("--batch", default=None, help="batch sizes (default 1,2,4,...,256; 1,2,4 on a CPU)")
+                   help=f"{' | '.join(plain.CONFIGS)} (random weights), {trained.NAME} (a small model tcperf trains "
+                        f"once a machine: model accuracy judged), a transformers config name, or file.py:factory "
+                        f"returning a causal LM (default: {plain.DEFAULT}; tiny on a CPU)")
+    p.add_argument("--sweep", action="store_true",
+                   help=f"the full sweep: every precision ({','.join(quant.SWEEP)}), KV cache bf16 and fp8, batch "
+                        f"1..256 (1,2,4 on a CPU), the plain and hf loops. Expected time: {SWEEP_TIME}. Without it: "
+                        f"the headline, {','.join(quant.HEADLINE)} at batch 1 in the plain loop (minutes)")
+    p.add_argument("--precision", default=None,
+                   help=f"comma list of {', '.join(quant.RECIPES)} (default: {','.join(quant.HEADLINE)}; --sweep: "
+                        f"{','.join(quant.SWEEP)})")
+    p.add_argument("--kv", default=None, help="KV cache dtypes: bf16 (the activation dtype), fp8 (default bf16; "
+                                              "--sweep: both)")
+    p.add_argument("--batch", default=None, help="batch sizes (default 1; --sweep: 1,2,4,...,256, 1,2,4 on a CPU)")
     p.add_argument("--prompt", default=None, help="prompt lengths, a comma list (default 128; 16 on a CPU)")
     p.add_argument("--output", default=None, help="tokens generated, a comma list (default 128; 16 on a CPU)")
-    p.add_argument("--loop", default="plain,hf", help="plain (tcperf's hand loop), hf (transformers' generate)")
+    p.add_argument("--loop", default=None, help="plain (tcperf's hand loop), hf (transformers' generate); default "
+                                                "plain, --sweep: plain,hf")
     p.add_argument("--no-compile", action="store_true",
                    help="no torch.compile: the plain loop captures its eager step in a CUDA graph by hand")
     p.add_argument("--plot-dir", default=None,
@@ -77,12 +92,15 @@ def loops(text: str) -> list[str]:
 
 def plan(args, device) -> tuple[dict, list[dict]]:
     """The source and every case, checked (UserError for bad input, before anything runs)."""
-    model, batches, prompts, outputs = DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
+    model, prompts, outputs, headline, sweep = DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
     src = hf.source(args.model or model)
-    recipes = quant.parse_list(args.precision, args.kv)
-    batches = ints(args.batch or batches, "batch")
+    recipes = quant.parse_list(args.precision or ",".join(quant.SWEEP if args.sweep else quant.HEADLINE),
+                               args.kv or ("bf16,fp8" if args.sweep else "bf16"))
+    batches = ints(args.batch or (sweep if args.sweep else headline), "batch")
     prompts, outputs = ints(args.prompt or prompts, "prompt"), ints(args.output or outputs, "output")
-    loop_names = loops(args.loop)
+    loop_names = loops(args.loop or ("plain,hf" if args.sweep else "plain"))
+    if src["kind"] == "trained":
+        src["size"] = trained.size_of(device)
     check_fits(src, batches[0], max(prompts), max(outputs), device)
     cases, reasons = [], []
     for r in recipes:
@@ -97,6 +115,16 @@ def plan(args, device) -> tuple[dict, list[dict]]:
     return src, cases
 
 
+def train_once(src: dict, db: str | None, device) -> None:
+    """The trained model's weights into src (trained beside the store the first time, said on stderr)."""
+    path = trained.path_for(beside_store(Store.open(db), ""), src["size"])
+    if not path.exists():
+        err_console.print(f"Training {trained.NAME} once for this machine ({trained.describe(src['size'])}): "
+                          f"{path}", highlight=False)
+    src["weights"] = str(trained.ensure(path.parent, device))
+    src["trained"] = trained.info(src["weights"])
+
+
 def _skipped(src: dict, r, loop_name: str, device) -> str | None:
     """Why this recipe cannot run in this loop on this device (the worker's row says the same), else None."""
     probe = measure.case(src, loop_name, r.name, 1, 1, 1, max_batch=1)
@@ -106,7 +134,7 @@ def _skipped(src: dict, r, loop_name: str, device) -> str | None:
 def check_fits(src: dict, batch: int, prompt: int, output: int, device) -> None:
     """The smallest batch must fit in the device's memory (weights in bf16 + its KV cache and activations):
     UserError when it cannot. Larger batches that do not fit are recorded as out of memory by the sweep."""
-    args = hf.args_of(src) if src["kind"] == "builtin" else None
+    args = hf.args_of(src) if src["kind"] in ("builtin", "trained") else None
     if args is None:
         return
     total = _memory(device)
@@ -128,6 +156,8 @@ def _memory(device) -> int | None:
 def main(args) -> int:
     device = envmod.parse_device(args.device)
     src, cases = plan(args, device)
+    if src["kind"] == "trained":
+        train_once(src, args.db, device)
     if device.type == "cpu" and args.model is None:
         err_console.print("No CUDA GPU: the tiny configuration on the CPU (name a model to override).")
     ceilings = peaks.measured(args.db, device)      # copy bandwidth, TFLOPS; without them the rows say so
@@ -142,6 +172,8 @@ def main(args) -> int:
         print_json({"run": store.run(run_id), "results": rows, "plots": plots})
     else:
         print_generate(rows, console)
+        print_headline(rows, console)
+        print_accuracy(rows, src, console)
         for path in filter(None, plots):
             console.print(f"plot: {path}")
     return failures(rows, err_console)
@@ -150,8 +182,9 @@ def main(args) -> int:
 def failures(rows: list[dict], out) -> int:
     """Cases that did not run to the end (an exception, a timeout) said on stderr, one line each after a count:
     exit status 1 when there are any, else 0. An out-of-memory batch ends its sweep by design, and a recipe outside
-    its accuracy tolerance was timed all the same (the table's FAIL): neither counts here."""
-    failed = [r for r in rows if r["op"] == "generate" and r["status"] in STOPPED]
+    its perplexity limit was timed all the same (the table's FAIL): neither counts here. A kernel that failed its
+    check against its own dequantised weights is a bug: it counts."""
+    failed = [r for r in rows if r["op"] == "generate" and (r["status"] in STOPPED or kernel_failed(r))]
     if not failed:
         return 0
     out.print(f"[red]{len(failed)} of {sum(r['op'] == 'generate' for r in rows)} case(s) failed[/]:", highlight=False)
@@ -160,6 +193,10 @@ def failures(rows: list[dict], out) -> int:
         out.print(f"  {r['precision']} · {s['loop']} loop · batch {s['batch']}: {r['status']}: {r['message']}",
                   highlight=False, markup=False, soft_wrap=True)
     return 1
+
+
+def kernel_failed(r: dict) -> bool:
+    return (r.get("metrics") or {}).get("kernel", {}).get("passed") is False
 
 
 # --- the crossing of each sweep ---------------------------------------------------------------------------------
@@ -195,13 +232,17 @@ def _ms(d: dict | None, key: str = "median") -> str:
     return f"{d[key]:.3g}" if d and d.get(key) is not None else ""
 
 
-def accuracy_cell(a: dict | None) -> str:
-    if not a:
+def accuracy_cell(m: dict) -> str:
+    """The kernel check, then the model's accuracy where it was judged."""
+    k, a = m.get("kernel"), m.get("accuracy") or {}
+    if not k:
         return ""
-    if a.get("nonfinite"):
-        return "[red]NaN/inf[/]"
+    kernel = f"kernel {k['rel_error']:.1g}" + ("" if k["passed"] else " [bold red]BUG[/]") if k["layers"] else ""
+    if not a.get("judged"):
+        return kernel
     verdict = "" if a["passed"] else "[bold red]FAIL[/] "
-    return f"{verdict}err {a['rel_error']:.2g} (tol {a['tolerance']:.2g}) · top1 {a['top1_agree']:.0%}"
+    return (f"{kernel} · {verdict}ppl {a['perplexity']:.3g} ({a['rise']:+.1%}, limit +{a['limit']:.0%}) · "
+            f"top1 {a['top1_agree']:.0%}").lstrip(" ·")
 
 
 def generate_table(rows: list[dict], title: str) -> Table:
@@ -223,7 +264,7 @@ def generate_table(rows: list[dict], title: str) -> Table:
                   f"{pre['tflops']:.3g}" if pre.get("tflops") else "",
                   f"{pre['mfu']:.0%}" if pre.get("mfu") else "",
                   f"{m['compile_s']:.1f}" if m.get("compile_s") is not None else "",
-                  accuracy_cell(m.get("accuracy")),
+                  accuracy_cell(m),
                   r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])]))
     return t
 
@@ -255,6 +296,46 @@ def print_generate(rows: list[dict], out) -> None:
     lines = [crossing_line(r) for r in rows if r["op"] == "generate.crossing"]
     if lines:
         out.print("Where decode turns compute-bound:\n" + "\n".join(lines))
+
+
+def headline_line(r: dict, bf16: dict | None) -> str:
+    """One precision at batch 1: tokens/s, against bf16's and against what the bytes allow; the roofline's batch."""
+    m = r["metrics"]
+    tps, dec, peak = m["tokens_s_user"], m["decode"], m.get("peak") or {}
+    ratio = f" ({tps / bf16['metrics']['tokens_s_user']:.2f}x bf16)" if bf16 and bf16 is not r else ""
+    text = f"  {r['precision']}: {tps:,.0f} tokens/s{ratio}"
+    if peak.get("bandwidth_gbs"):
+        limit = peak["bandwidth_gbs"] * 1e9 / dec["bytes"]
+        text += (f"; the bytes allow {limit:,.0f} ({dec['bytes'] / 1e9:.3g} GB a step at {peak['bandwidth_gbs']:,.0f} "
+                 f"GB/s, {peak['bandwidth_source']}): {tps / limit:.0%} of the limit")
+    roof = m.get("roofline_batch")
+    return text + (f"; compute-bound from batch {roof:,.0f} on the roofline" if roof else "")
+
+
+def print_headline(rows: list[dict], out) -> None:
+    """Batch 1 of each precision against the byte limit (the plain loop, the first lengths)."""
+    ones = [r for r in rows if r["op"] == "generate" and r["shape"]["batch"] == 1 and r["shape"]["loop"] == "plain"
+            and r["status"] in ("ok", "wrong") and (r.get("metrics") or {}).get("tokens_s_user")]
+    if not ones:
+        return
+    bf16 = next((r for r in ones if r["precision"] == "bf16"), None)
+    s = ones[0]["shape"]
+    out.print(f"Batch 1, {s['model']}, prompt {s['prompt']}, output {s['output']}:\n" +
+              "\n".join(headline_line(r, bf16) for r in ones), highlight=False)
+
+
+def print_accuracy(rows: list[dict], src: dict, out) -> None:
+    """What the accuracy column means, once under the tables."""
+    out.print(f"Kernel check: each quantized layer against its own dequantised weights, on every run "
+              f"(tolerance {core_quant.KERNEL_TOLERANCE:g}; a failure is a bug).", highlight=False)
+    if src["kind"] != "trained":
+        out.print(f"{measure.NOT_JUDGED}: `tcperf generate {trained.NAME}` judges each precision's perplexity on "
+                  f"a model tcperf trains once a machine.", highlight=False)
+        return
+    t = src.get("trained") or {}
+    out.print(f"Model accuracy: perplexity on held-out standard-library bytes against bf16's, {quant.PERPLEXITY_BASIS}."
+              f" {trained.NAME}: {t.get('parameters', 0) / 1e6:.2f} M parameters, {t.get('steps')} steps trained "
+              f"in {t.get('train_s', 0):.0f} s on this machine ({src.get('weights')}).", highlight=False)
 
 
 def plot(rows: list[dict], model: str, folder: str) -> str | None:

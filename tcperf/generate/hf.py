@@ -1,6 +1,6 @@
 """The models `tcperf generate` takes besides its built-ins, and transformers' own generation loop.
 
-MODEL is a built-in name (tcperf.generate.model.CONFIGS), a transformers config name or folder (its config is
+MODEL is a built-in name (tcperf.generate.model.CONFIGS; `stdlib`, the model tcperf trains, tcperf.generate.trained), a transformers config name or folder (its config is
 read, the weights are random: nothing else is downloaded) or `file.py:factory` returning a causal LM: a transformers
 model (its `generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). The plain loop runs
 any Llama-shaped model (a built-in, a Llama config); the hf loop any transformers causal LM (a built-in becomes a
@@ -22,6 +22,7 @@ import torch
 from ..errors import UserError, one_line
 from ..source import load_config, load_spec
 from . import model as plain
+from . import trained
 
 
 def source(name: str) -> dict:
@@ -30,11 +31,13 @@ def source(name: str) -> dict:
     factory's source says whether its model is tcperf's Transformer (the plain loop runs it) or not (the hf loop)."""
     if name in plain.CONFIGS:
         return {"kind": "builtin", "name": name}
+    if name == trained.NAME:
+        return {"kind": "trained", "name": name}           # the command adds where its weights are (trained.ensure)
     if ":" in name or name.endswith(".py"):
         lm = load_factory(name)
         check_causal(lm, name)
         return {"kind": "factory", "name": name, "transformer": isinstance(lm, plain.Transformer)}
-    config = load_config(name, known=(*plain.CONFIGS, "file.py:factory"))
+    config = load_config(name, known=(*plain.CONFIGS, trained.NAME, "file.py:factory"))
     src = {"kind": "config", "name": name}
     check_config(src, config)
     return src
@@ -125,6 +128,8 @@ def args_of(src: dict) -> plain.ModelArgs | None:
     """The plain model's shape for a source the plain loop can run (a built-in, a Llama config), else None."""
     if src["kind"] == "builtin":
         return plain.get(src["name"])
+    if src["kind"] == "trained":
+        return trained.SIZES[src["size"]].args
     if src["kind"] != "config":
         return None
     c = load_config(src["name"])

@@ -7,26 +7,29 @@ token) and each decode step (inter-token latency) with CUDA events around the lo
 a warm-up generation first (it holds torch.compile's time, reported as compile_s). A batch that runs out of memory
 is recorded as "oom" and ends the sweep: the batches after it are not tried.
 
-Accuracy (teacher-forced, so positions align): bf16 decodes the prompts greedily; the recipe's model then reads
-bf16's prompt + tokens in one forward, and its logits at the generated positions are compared with bf16's: the
-relative norm error (judged against the recipe's tolerance) and the share of positions whose top-1 token agrees.
-A recipe outside its tolerance is timed all the same and stored as status "wrong".
+Two accuracy checks, each meaning one thing. The kernel check (tcperf.quant.check_layers) runs every quantized
+layer on random inputs against its own dequantised weights, on every run before anything is timed: a failure is a
+bug, the case is not timed, it is stored as "wrong" with "kernel bug" and the command exits 1. The model check runs
+only on trained weights (`stdlib`, tcperf.generate.trained): perplexity on held-out text against bf16's, within the
+recipe's perplexity_limit (published practice, quant.PERPLEXITY_BASIS), and the share of positions whose top-1
+token agrees with bf16's; a recipe outside its limit is timed all the same and stored as "wrong". On random weights
+only the kernel check runs: the rows say "model accuracy: not judged on random weights".
 """
 from __future__ import annotations
 
-import copy
 import statistics
 import time
 
 import torch
 
 from .. import accuracy, engine, peaks
+from .. import quant as core_quant
 from ..timing import Measurement
-from . import accounting, hf, loop, quant
+from . import accounting, hf, loop, quant, trained
 from . import model as plain
 
 TASK = "generate"
-ACC_ROWS, ACC_PROMPT, ACC_OUTPUT = 4, 64, 32   # the accuracy check's prompts: rows, tokens, generated tokens
+NOT_JUDGED = "model accuracy: not judged on random weights"
 MIN_REPEATS, MAX_REPEATS = 3, 50               # timed generations a batch
 MEMORY_SHARE = 0.85                            # of the free memory the KV cache and activations may take
 _SESSIONS: dict[tuple, "Session"] = {}
@@ -50,6 +53,9 @@ def task(case: dict, device, job: dict) -> dict:
     batch = case["shape"]["batch"]
     if session.stopped:
         return {**row, "status": "skipped", "message": session.stopped}
+    if not session.kernel["passed"]:
+        return {**row, "status": "wrong", "message": kernel_bug(session.kernel),
+                "metrics": {**row["metrics"], "kernel": session.kernel}, "error": session.kernel["rel_error"]}
     if batch > session.max_batch:
         session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
         return {**row, "status": "oom", "message": session.no_room(batch)}
@@ -74,6 +80,8 @@ def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
     if loop_name == "hf" and src["kind"] == "factory" and src.get("transformer"):
         return ("the hf loop runs transformers' generate; this factory's model, a tcperf.generate.model.Transformer, "
                 "runs in the plain loop (--loop plain)")
+    if loop_name == "hf" and src["kind"] == "trained":
+        return "the trained model is tcperf's own decoder: it runs in the plain loop (--loop plain)"
     if loop_name == "hf" and r.kv == "fp8":
         return "the hf loop keeps the KV cache in the model's dtype (transformers' StaticCache): no fp8 cache"
     return None
@@ -81,7 +89,8 @@ def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
 
 def _base(case: dict, r: quant.GenRecipe) -> dict:
     s = case["shape"]
-    return {"op": "generate", "suite": "generate", "shape": s, "precision": r.name, "tolerance": r.tolerance,
+    return {"op": "generate", "suite": "generate", "shape": s, "precision": r.name,
+            "tolerance": core_quant.KERNEL_TOLERANCE,
             "warnings": [], "message": "",
             "metrics": {"label": f"{s['model']} b={s['batch']} {s['prompt']}+{s['output']} {s['loop']}",
                         "loop": s["loop"], "recipe": r.about, "kv_cache": str(r.kv_dtype).split(".")[-1]}}
@@ -100,13 +109,20 @@ def _session(case: dict, r: quant.GenRecipe, device) -> "Session":
 
 
 # --- accuracy ---------------------------------------------------------------------------------------------------
-def compare(logits: torch.Tensor, ref: torch.Tensor, tolerance: float) -> dict:
-    """Logits (rows, positions, vocab) against bf16's: tcperf.accuracy's relative norm error and top-1 agreement,
-    and its verdict against the recipe's tolerance."""
+def kernel_bug(k: dict) -> str:
+    return (f"kernel bug: {k['layer']} is {k['rel_error']:.3g} off its own dequantised weights (tolerance "
+            f"{k['tolerance']:g}): not timed")
+
+
+def model_accuracy(logits: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor, limit: float) -> dict:
+    """A recipe's logits on held-out tokens (rows, T) against bf16's: both perplexities, the rise, top-1 agreement
+    (tcperf.accuracy's), and the verdict against the recipe's perplexity limit."""
+    ppl, ppl_bf16 = trained.perplexity(logits, tokens), trained.perplexity(ref, tokens)
     acc = accuracy.compare_outputs([logits], [ref])
-    _, _, passed, _ = accuracy.judge(acc, "infer", tolerance)
-    return {**acc, "tolerance": tolerance, "passed": passed, "rows": logits.shape[0], "positions": logits.shape[1],
-            "against": "bf16, teacher-forced on bf16's greedy tokens"}
+    rise = ppl / ppl_bf16 - 1
+    return {"judged": True, "perplexity": ppl, "perplexity_bf16": ppl_bf16, "rise": rise, "limit": limit,
+            "passed": rise <= limit, "top1_agree": acc.get("top1_agree"), "rel_error": acc["rel_error"],
+            "text": f"{tokens.shape[0]} held-out windows of {tokens.shape[1]} bytes", "basis": quant.PERPLEXITY_BASIS}
 
 
 def _prompts(rows: int, length: int, vocab: int, device, seed: int) -> torch.Tensor:
@@ -126,14 +142,17 @@ class Session:
         self.prompt, self.output, self.src = s["prompt"], s["output"], case["source"]
         self.notes: list[str] = []
         self.build()                            # self.model (bf16 or the recipe's activation dtype), self.args
-        ref = self.reference() if self.r.name != "bf16" else None     # before the model is quantized
+        ref = self.reference() if self.judged else None     # bf16's logits, before the model is quantized
         self.notes += quant.quantize(self.model, self.r)
-        self.accuracy = self.check(ref)
+        self.kernel = core_quant.check_layers(self.model)
+        self.accuracy = self.check(ref) if self.judged else {"judged": False, "note": NOT_JUDGED}
         self.dims = accounting.model_dims(self.model, self.args, torch.empty((), dtype=self.r.kv_dtype).element_size())
         self.max_batch = self.fitting_batch(case["max_batch"])
 
-    def acc_lengths(self) -> tuple[int, int]:
-        return min(self.prompt, ACC_PROMPT), min(self.output, ACC_OUTPUT)
+    @property
+    def judged(self) -> bool:
+        """Whether the weights are trained (model accuracy means something on them)."""
+        return self.src["kind"] == "trained"
 
     def row_bytes(self) -> float:
         return accounting.row_memory(self.args, self.prompt, self.output, self.dims["kv_element_bytes"])
@@ -174,6 +193,10 @@ class PlainSession(Session):
     """tcperf's Llama decoder (tcperf.generate.model) and the hand loop (tcperf.generate.loop)."""
 
     def build(self) -> None:
+        if self.src["kind"] == "trained":
+            self.model = trained.load(self.src["weights"], self.device, self.r.act)
+            self.args = self.model.args
+            return
         self.args = hf.args_of(self.src) if self.src["kind"] != "factory" else None
         if self.args is not None:
             self.model = plain.build(self.args, self.device, self.r.act, self.seed)
@@ -182,24 +205,21 @@ class PlainSession(Session):
             self.args = self.model.args
 
     def reference(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """bf16's tokens (prompt + greedy) and its teacher-forced logits at the generated positions."""
-        p, n = self.acc_lengths()
-        ref = plain.build(self.args, self.device, torch.bfloat16, self.seed) if self.r.act != torch.bfloat16 \
-            else copy.deepcopy(self.model)
-        ref.setup_caches(ACC_ROWS, p + n)
-        prompt = _prompts(ACC_ROWS, p, self.args.vocab, self.device, self.seed + 1)
-        tokens = torch.cat([prompt, loop.generate(ref, prompt, n)], dim=1)
-        logits = loop.teacher_forced_logits(ref, tokens)[:, p - 1:-1]
-        del ref
-        return tokens, logits
+        """The held-out text (rows, T) and bf16's logits on it."""
+        tokens = trained.held_out(self.src["size"]).to(self.device)
+        bf16 = self.model if self.r.act == torch.bfloat16 else \
+            trained.load(self.src["weights"], self.device, torch.bfloat16)
+        return tokens, self.logits(bf16, tokens, torch.bfloat16)
 
     def check(self, ref) -> dict:
-        p, n = self.acc_lengths()
-        if ref is None:                         # bf16 is the reference: run it to have the figures, error 0
-            ref = self.reference()
-        self.model.setup_caches(ACC_ROWS, p + n, self.r.kv_dtype)
-        logits = loop.teacher_forced_logits(self.model, ref[0])[:, p - 1:-1]
-        return compare(logits, ref[1], self.r.tolerance)
+        tokens, ref_logits = ref
+        return model_accuracy(self.logits(self.model, tokens, self.r.kv_dtype), ref_logits, tokens,
+                              self.r.perplexity_limit)
+
+    @staticmethod
+    def logits(model, tokens: torch.Tensor, kv_dtype) -> torch.Tensor:
+        model.setup_caches(tokens.shape[0], tokens.shape[1], kv_dtype)
+        return loop.teacher_forced_logits(model, tokens)
 
     def fitting_batch(self, wanted: int) -> int:
         batch = super().fitting_batch(wanted)
@@ -228,24 +248,6 @@ class HfSession(Session):
     def build(self) -> None:
         self.model = hf.build_hf(self.src, self.device, self.r.act, self.seed)
         self.args = hf.dims_args(self.model)
-
-    def reference(self):
-        p, n = self.acc_lengths()
-        ref = hf.build_hf(self.src, self.device, torch.bfloat16, self.seed) if self.r.act != torch.bfloat16 \
-            else copy.deepcopy(self.model)
-        prompt = _prompts(ACC_ROWS, p, self.args.vocab, self.device, self.seed + 1)
-        with torch.no_grad():
-            tokens = torch.cat([prompt, hf.hf_generate(ref, prompt, n, compile=False)], dim=1)
-            logits = hf.logits_of(ref, tokens)[:, p - 1:-1].float()
-        del ref
-        return tokens, logits
-
-    def check(self, ref) -> dict:
-        p, _ = self.acc_lengths()
-        ref = ref or self.reference()
-        with torch.no_grad():
-            logits = hf.logits_of(self.model, ref[0])[:, p - 1:-1]
-        return compare(logits, ref[1], self.r.tolerance)
 
     def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
         with torch.no_grad():
@@ -315,18 +317,19 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
               "bandwidth_source": bw_source},
         roofline_batch=accounting.roofline_batch(s.dims, context, peak, bandwidth) if peak and bandwidth else None,
         dims=s.dims, compile_s=t["compile_s"], peak_mem_gib=t["peak_mem_gib"], generations=t["generations"],
-        accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s", throughput=batch * 1e3 / itl.mean_ms)
+        kernel=s.kernel, accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s",
+        throughput=batch * 1e3 / itl.mean_ms)
     if not ceilings.get("bandwidth"):
         m["notes"].append("no copy bandwidth stored for this device (run `tcperf ceilings`): no bandwidth share")
     row.update(status="ok", samples=itl.samples_ms[:4000], **itl.summary(), flops=step["flops"], bytes=step["bytes"],
-               tflops=m["decode"]["tflops"], gbps=gbps, error=s.accuracy["rel_error"])
+               tflops=m["decode"]["tflops"], gbps=gbps, error=s.kernel["rel_error"])
     for name, meas in (("inter-token latency", itl), ("time to first token", ttft)):
         if meas.unstable:
             row["warnings"].append(f"{name} unstable: IQR/median = {meas.spread:.0%}")
-    if not s.accuracy["passed"]:
-        a = s.accuracy
-        row.update(status="wrong", message=f"logits' relative error {a['rel_error']:.3g} > tolerance "
-                                            f"{a['tolerance']:.3g} against bf16 (top-1 {a['top1_agree']:.0%})")
+    a = s.accuracy
+    if a["judged"] and not a["passed"]:
+        row.update(status="wrong", message=f"perplexity {a['perplexity']:.4g} is {a['rise']:+.1%} over bf16's "
+                                            f"{a['perplexity_bf16']:.4g} (limit +{a['limit']:.0%})")
     return row
 
 

@@ -118,7 +118,8 @@ class Attention(nn.Module):
         q = apply_rotary_emb(q.view(b, t, a.n_head, a.head_dim), freqs_cis).transpose(1, 2)   # (B, H, T, hd)
         k = apply_rotary_emb(k.view(b, t, a.n_kv_head, a.head_dim), freqs_cis).transpose(1, 2)
         v = v.view(b, t, a.n_kv_head, a.head_dim).transpose(1, 2)
-        k, v = self.kv_cache.update(input_pos, k, v)                     # (B, kv heads, max_seq, hd)
+        if self.kv_cache is not None:                                     # decoding; training attends over its T
+            k, v = self.kv_cache.update(input_pos, k, v)                 # (B, kv heads, max_seq, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         return self.wo(y.transpose(1, 2).reshape(b, t, a.n_head * a.head_dim))
 
@@ -172,10 +173,19 @@ class Transformer(nn.Module):
                              persistent=False)
         self.max_batch, self.max_seq = max_batch, max_seq
 
+    def setup_training(self, seq: int) -> None:
+        """No KV cache: every forward reads its own T <= seq tokens at positions 0..T-1 (tcperf.generate.trained
+        trains the model this way); setup_caches afterwards to decode."""
+        self.setup_caches(1, seq)
+        for layer in self.layers:
+            layer.attention.kv_cache = None
+        self.max_batch = 0
+
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """idx (B, T) token ids at positions input_pos (T,) -> logits (B, T, vocab), or (B, 1, vocab) of the last
         position only (prefill: the output layer is the largest, and only the last position picks a token)."""
-        mask = self.causal_mask[None, None, input_pos]                   # (1, 1, T, max_seq)
+        keys = self.max_seq if self.max_batch else idx.shape[1]         # the cache's positions, or (training) T
+        mask = self.causal_mask[None, None, input_pos, :keys]            # (1, 1, T, keys)
         freqs_cis = self.freqs_cis[input_pos]
         x = self.tok_embeddings(idx)
         for layer in self.layers:

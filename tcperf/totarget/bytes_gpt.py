@@ -48,7 +48,7 @@ def build(options: dict, device) -> Task:
     return Task(workload="bytes-gpt", metric="bpb", higher_is_better=False, target=cfg["target"], bounds=(0.0, 8.0),
                 make_model=lambda: GPT(model_cfg), batch=windows(train, cfg["seq"], cfg["batch"]),
                 evaluate=bits_per_byte(val, cfg["seq"], cfg["eval_windows"]), loss_fn=token_loss,
-                optimizer=_adamw(cfg["lr"], device), steps_per_epoch=len(train) / (cfg["batch"] * cfg["seq"]),
+                optimizer=adamw(cfg["lr"], device), steps_per_epoch=len(train) / (cfg["batch"] * cfg["seq"]),
                 items_per_step=cfg["batch"] * cfg["seq"], unit="tokens/s", eval_every=cfg["eval_every"],
                 lr_at=lambda step: min(1.0, (step + 1) / cfg["warmup"]),
                 info={"size": size, "config": cfg, "python": sysconfig.get_python_version(),
@@ -93,6 +93,7 @@ def bits_per_byte(val: torch.Tensor, seq: int, count: int, batch: int = 64):
     return evaluate
 
 
-def _adamw(lr: float, device):
+def adamw(lr: float, device):
+    """params -> AdamW as this workload trains (tcperf.generate.trained trains with it too)."""
     fused = device.type == "cuda"
     return lambda params: torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.1, fused=fused)
