@@ -277,7 +277,7 @@ def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.de
         return {**row, "status": "skipped", "message": why}, None
     if check and ref is None:
         ref = load_reference(reference_file, spec, mode, device, steps)
-    _fresh(device, rec)
+    fresh(device, rec)
     holder: dict = {}
     t0 = time.perf_counter()
     try:
@@ -436,8 +436,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)   # sync point: wall-clock intervals must end with the GPU's work
 
 
-def _fresh(device: torch.device, rec) -> None:
-    """A clean slate: compiled graphs of earlier recipes dropped (they must not serve this one), memory freed."""
+def fresh(device: torch.device, rec) -> None:
+    """A clean slate: compiled graphs of earlier recipes (or runs) dropped (they must not serve this one), memory
+    freed. Inductor's on-disk cache stays: what a second run of a user's script finds."""
     if rec.compile:
         torch._dynamo.reset()
     _release(device)
@@ -580,7 +581,7 @@ class StreamSession:
         if why:
             return {**row, "status": "skipped", "message": why}, None, None
         ref = load_reference(case["reference"], spec, mode, self.device, case.get("steps", accuracy.DEFAULT_STEPS))
-        _fresh(self.device, rec)
+        fresh(self.device, rec)
         return row, _prepare(spec, rec, mode, self.device, keep=keep), ref
 
     def first(self, cap_s: float | None = None) -> dict:

@@ -14,13 +14,15 @@ finding, not a crash.
 caches never leak between recipes, a crash or OOM is recorded); the fp32 reference of each model, mode and batch is
 made once and handed to the later workers in a file. Speedups over fp32 and over the previous rung are filled in as
 each row arrives. `--batch auto` finds the largest batch that fits by doubling and bisection (out-of-memory caught,
-memory released) and reports throughput against batch.
+memory released) and reports throughput against batch. The `batch` rung (a recipe with fastest_batch) searches
+instead for the batch with the most items a second (`find_fastest_batch`), and its row is the full cell there.
 
     results = climb(cells(["gpt2"], "train", LADDER, [16]), torch.device("cuda"))
 On an H200 (anchors.md): GPT-2 small training amp_bf16 ~326k tokens/s; ResNet-50 training best ~6,750 img/s.
 """
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from itertools import groupby
 
@@ -32,6 +34,7 @@ from .runner import TimingConfig, run_cases
 TASK = "model_cell"
 DEFAULT_STEPS = accuracy.DEFAULT_STEPS   # training steps the accuracy check compares
 AUTO_LIMIT = 4096       # --batch auto never tries beyond this
+GAIN = 1.01             # a larger batch is the faster one only when it gives at least 1% more items a second
 MIN_REPS = 5
 
 
@@ -90,7 +93,11 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
         return {**result, "status": "skipped", "message": why}
     if batch == "auto":
         return auto_batch(model, mode, rec, device, config=config, steps=steps, seed=seed, timing=timing,
-                          ceilings=ceilings, oom_above=oom_above)
+                          ceilings=ceilings, oom_above=oom_above, profile=profile)
+    if rec.fastest_batch:
+        return fastest_batch_cell(model, mode, rec, batch, device, config=config, steps=steps, seed=seed,
+                                  timing=timing, ceilings=ceilings, oom_above=oom_above, profile=profile,
+                                  reference=reference)
     if oom_above is not None and batch > oom_above:
         raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {oom_above}")
     cell = source.builtin(model, config, batch, seed, device)
@@ -149,21 +156,9 @@ def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int
     Each probe is a short throughput-only cell; with a torch.compile recipe every probe compiles afresh, so give
     such a search a long --timeout."""
     curve: list[dict] = []
-    timing = kw.get("timing") or {}
-    probe_timing = {**timing, "rep_ms": min(100.0, timing.get("rep_ms", 100.0))}
 
     def fits(batch: int) -> bool:
-        point = {"batch": batch, "status": "oom", "throughput": None}
-        try:
-            r = measure_cell(model, mode, rec, batch, device, **{**kw, "timing": probe_timing}, check=False)
-            point.update(status=r["status"], throughput=r["metrics"].get("throughput"),
-                         peak_mem_gib=r["metrics"].get("peak_mem_gib"))
-        except torch.OutOfMemoryError:
-            pass           # the exception (and the frames holding the step's tensors) is gone after this block
-        finally:
-            _release(device)
-        curve.append(point)
-        return point["status"] == "ok"
+        return probe(model, mode, rec, batch, device, curve, kw)["status"] == "ok"
 
     best = find_max_batch(fits, start, limit)
     if best == 0:
@@ -177,10 +172,81 @@ def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int
     return result
 
 
+def probe(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw: dict) -> dict:
+    """A short throughput-only cell at `batch` (no accuracy check, no FLOP count, no profile): its point (batch,
+    status "ok" | "oom" | ..., throughput, peak memory), also appended to `curve`."""
+    timing = kw.get("timing") or {}
+    quick = {**kw, "timing": {**timing, "rep_ms": min(100.0, timing.get("rep_ms", 100.0))}, "profile": False,
+             "reference": None}
+    point = {"batch": batch, "status": "oom", "throughput": None}
+    try:
+        r = measure_cell(model, mode, rec, batch, device, **quick, check=False)
+        point.update(status=r["status"], throughput=r["metrics"].get("throughput"),
+                     peak_mem_gib=r["metrics"].get("peak_mem_gib"))
+    except torch.OutOfMemoryError:
+        pass           # the exception (and the frames holding the step's tensors) is gone after this block
+    finally:
+        _release(device)
+    curve.append(point)
+    return point
+
+
 def fastest(curve: list[dict]) -> int | None:
     """The batch of the curve with the most items a second: past it a larger batch only fills memory."""
     ok = [p for p in curve if p["status"] == "ok" and p.get("throughput")]
     return max(ok, key=lambda p: p["throughput"])["batch"] if ok else None
+
+
+# --- the batch rung: the batch with the most items a second ---------------------------------------------------------
+def find_fastest_batch(rate, start: int, limit: int = AUTO_LIMIT) -> tuple[int | None, dict]:
+    """(the batch with the most items a second of those tried, every batch's rate). From `start` it doubles while
+    each double gives at least GAIN more items a second, halves instead on the same rule when no double did, then
+    tries the midpoint (a multiple of 8) between the best and the batch above it. rate(b) -> items/s, or None when
+    b does not fit; None when `start` does not."""
+    rates: dict = {}
+
+    def at(b: int):
+        if b not in rates:
+            rates[b] = rate(b) if 1 <= b <= limit else None
+        return rates[b]
+
+    if at(start) is None:
+        return None, rates
+    best = start
+    for factor in (2, 0.5):
+        while at(int(best * factor)) and at(int(best * factor)) >= at(best) * GAIN:
+            best = int(best * factor)
+        if best != start:
+            break
+    mid = (best + best * 2) // 2 // 8 * 8
+    if best * 2 in rates and best < mid < best * 2:
+        at(mid)
+    ok = {b: r for b, r in rates.items() if r}
+    return max(ok, key=ok.get), rates
+
+
+def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> dict:
+    """The batch rung: the search (throughput-only probes of the recipe without the search), then the full cell
+    (accuracy check against fp32 at that batch, FLOPs, profile) at the fastest batch. The row keeps the model's
+    batch in its shape, so that it climbs the same ladder as the rungs below; metrics.batch is the one found."""
+    plain = dataclasses.replace(rec, fastest_batch=False)
+    curve: list[dict] = []
+
+    def rate(b: int) -> float | None:
+        point = probe(model, mode, plain, b, device, curve, kw)
+        return point["throughput"] if point["status"] == "ok" else None
+
+    found, _ = find_fastest_batch(rate, batch)
+    if found is None:
+        result = _base(model, mode, rec, batch, models.get(model), kw.get("config", "full"))
+        result["metrics"]["batch_curve"] = curve
+        return {**result, "status": "oom", "message": f"batch {batch} does not fit"}
+    same = {**kw, "reference": kw.get("reference") if found == batch else None}   # fp32 made at the found batch
+    result = measure_cell(model, mode, plain, found, device, **same)
+    result["shape"]["batch"] = batch
+    result["metrics"].update(batch=found, fastest_batch=found, batch_curve=sorted(curve, key=lambda p: p["batch"]),
+                             label=f"{model} {mode} b={batch}->{found} (fastest)")
+    return result
 
 
 def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict) -> dict:
@@ -210,16 +276,34 @@ def group_key(r: dict) -> tuple:
 
 
 def add_speedups(result: dict, earlier: list[dict]) -> None:
-    """speedup_fp32 and speedup_prev (throughput ratios) from the rows of the same model, mode and batch."""
-    mine = (result.get("metrics") or {}).get("throughput")
+    """speedup_fp32 and speedup_prev (throughput ratios) from the rows of the same model, mode and batch: prev is the
+    rung the recipe builds on (Recipe.over) where it ran, else the row before; pays_after_steps: the steps after
+    which a longer compile than prev's has paid for itself (its extra compile seconds over the time it saves a
+    step), where it compiles longer and steps faster."""
+    m = result.get("metrics") or {}
+    mine = m.get("throughput")
     same = [r for r in earlier if group_key(r) == group_key(result) and (r.get("metrics") or {}).get("throughput")]
     if not mine or not same:
         return
     fp32 = [r for r in same if r["precision"] == "fp32"]
     if fp32:
-        result["metrics"]["speedup_fp32"] = mine / fp32[-1]["metrics"]["throughput"]
-    result["metrics"]["speedup_prev"] = mine / same[-1]["metrics"]["throughput"]
-    result["metrics"]["prev"] = same[-1]["precision"]
+        m["speedup_fp32"] = mine / fp32[-1]["metrics"]["throughput"]
+    over = getattr(recipes.RECIPES.get(result["precision"]), "over", None)
+    prev = ([r for r in same if r["precision"] == over] or same)[-1]
+    m.update(speedup_prev=mine / prev["metrics"]["throughput"], prev=prev["precision"])
+    pays = pays_after(prev, result)
+    if pays is not None:
+        m["pays_after_steps"] = pays
+
+
+def pays_after(before: dict, after: dict) -> float | None:
+    """Steps after which `after`'s extra compile time over `before`'s is paid back by its faster steps; None unless
+    it compiles longer and steps faster."""
+    extra = (after["metrics"].get("compile_s") or 0.0) - (before["metrics"].get("compile_s") or 0.0)
+    saved_s = ((before.get("mean_ms") or 0.0) - (after.get("mean_ms") or 0.0)) * 1e-3
+    if extra <= 0 or saved_s <= 0 or after.get("mean_ms") is None:
+        return None
+    return extra / saved_s
 
 
 def _with_reference(case: dict, folder: str) -> dict:

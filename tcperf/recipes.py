@@ -9,6 +9,9 @@ LADDER is the default climb, each rung adding one thing to the one before:
 
     fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
          -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
+         -> three searches past a hand loop, each one thing on top of the whole-step graph (training):
+            autotune (torch.compile's max-autotune), chunked_ce (the vocabulary head's cross-entropy in chunks,
+            tcperf.cross_entropy), batch (the batch with the most items a second, tcperf.ladder's search)
          -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
             inference) -> int8 (inference)
 
@@ -43,7 +46,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import precision, quant, workload
+from . import cross_entropy, precision, quant, workload
 from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
@@ -67,6 +70,13 @@ class Recipe:
     cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
     step_graph: bool = False            # training: the whole step (optimizer included) captured in one CUDA graph
     fused: bool = False                 # training: the optimizer's fused kernel (fused=True), one launch a step
+    autotune: bool = False              # torch.compile(mode="max-autotune-no-cudagraphs"): Inductor times GEMM and
+                                        # conv templates while compiling (a longer compile; CUDA graphs stay apart)
+    chunked_ce: bool = False            # training: lm_head + cross-entropy in chunks of the tokens, no whole logits
+    fastest_batch: bool = False         # the cell at the batch with the most items a second (tcperf.ladder), not
+                                        # the model's own
+    over: str | None = None             # the rung this one adds its one thing to (the ladder's speedup_prev is
+                                        # against it); None: the rung before
     fp8: bool = False                   # nn.Linear -> fp8 (torchao float8 training; torch._scaled_mm inference)
     int8: bool = False                  # nn.Linear -> int8 weights and activations through torch._int_mm
     weights: str | None = None          # inference: the model cast to this dtype ("bfloat16" | "float16")
@@ -76,6 +86,13 @@ class Recipe:
     transform: str | None = None        # 'module:function(model, mode) -> notes' applied to the copy (extensions)
     shapes: str = "static"              # a key of SHAPES: how varying input shapes are met
     about: str = ""
+
+    @property
+    def compile_mode(self) -> str | None:
+        """torch.compile's mode for this recipe; None when it does not compile."""
+        if not self.compile:
+            return None
+        return "reduce-overhead" if self.cuda_graphs else "max-autotune-no-cudagraphs" if self.autotune else "default"
 
     @property
     def pad_to(self) -> int | None:
@@ -100,8 +117,8 @@ class Recipe:
         parts = [f"{self.precision} weights" if self.weights else self.precision]
         if self.channels_last and convs:
             parts.append("channels_last")
-        parts += [name for name in ("compile", "fused", "cuda_graphs", "step_graph", "fp8", "int8")
-                  if getattr(self, name)]
+        parts += [name for name in ("compile", "fused", "cuda_graphs", "step_graph", "autotune", "chunked_ce",
+                                    "fastest_batch", "fp8", "int8") if getattr(self, name)]
         if self.transform:
             parts.append(self.transform.split(":")[-1])
         if self.shapes != "static":
@@ -137,6 +154,18 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            about="compile + the optimizer's fused kernel (fused=True: one launch updates every parameter)"),
     Recipe("step_graph", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
            modes=("train",), about="compile + fused optimizer + the whole training step replayed as one CUDA graph"),
+    Recipe("autotune", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, autotune=True,
+           over="step_graph", modes=("train",),
+           about="the whole-step graph compiled with mode='max-autotune-no-cudagraphs' (Inductor times GEMM/conv "
+                 "templates: a longer compile, which the row's pays_after_steps weighs)"),
+    Recipe("chunked_ce", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, chunked_ce=True,
+           over="step_graph", modes=("train",),
+           about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens (tcperf.cross_entropy): "
+                 "the (tokens, vocabulary) logits never whole"),
+    Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
+           over="step_graph", modes=("train",),
+           about="the whole-step graph at the batch with the most items a second (searched by doubling from the "
+                 "model's own, then halving, then one midpoint)"),
     Recipe("fp8", "amp_bf16", compile=True, fp8=True, needs="linear", tolerance=0.25,
            about="nn.Linear layers in fp8"),
     Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), needs="linear", tolerance=0.25,
@@ -144,7 +173,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile", "fused",
-                     "step_graph", "cuda_graphs", "fp8", "int8"]
+                     "step_graph", "autotune", "chunked_ce", "batch", "cuda_graphs", "fp8", "int8"]
 
 
 def get(name: str | Recipe) -> Recipe:
@@ -330,13 +359,13 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
         m = _cast_weights(m, getattr(torch, recipe.weights))
     if recipe.channels_last:
         m = m.to(memory_format=torch.channels_last)
-    notes = _transform(m, recipe, mode)
+    notes = _transform(m, recipe, mode) + (_chunk_loss(m, loss_fn, recipe.compile) if recipe.chunked_ce else [])
     if wrap is not None:
         m = wrap(m)
     runner = m
     prec = precision.get(recipe.precision)
     if recipe.compile:      # compiled at the first call, under precision.apply (which keeps AOT's cache off)
-        runner = torch.compile(m, mode="reduce-overhead" if recipe.cuda_graphs else None,
+        runner = torch.compile(m, mode=recipe.compile_mode,
                                dynamic=None if recipe.shapes in ("dynamic", "marked") else False)
     guard, why = _cpu_rnn_guard(m, prec, device)
     notes += [why] if why else []
@@ -354,6 +383,19 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
         run, call = _whole_step_graph(run, m, opt, device), None     # the graph holds these inputs alone
     return Step(run, runner, recipe, mode, inputs, opt, scaler, notes,
                 call=(lambda tensors: call(adapt(tensors))) if call else None)
+
+
+def _chunk_loss(model: nn.Module, loss_fn, fused: bool) -> list[str]:
+    """The model's lm_head deferred to the loss (tcperf.cross_entropy), which must be token_loss: a loss of the
+    user's own may not be a plain cross-entropy. NotApplicable otherwise."""
+    try:
+        notes = cross_entropy.defer_head(model, fused)
+    except LookupError as e:
+        raise NotApplicable(str(e)) from None
+    if loss_fn is not cross_entropy.token_loss:
+        raise NotApplicable("the chunked cross-entropy replaces tcperf's token_loss (mean cross-entropy over the "
+                            f"tokens); this model's loss is {getattr(loss_fn, '__name__', 'another')}")
+    return notes
 
 
 def _adapter(recipe: Recipe, device: torch.device):

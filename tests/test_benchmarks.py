@@ -121,3 +121,20 @@ def test_the_name_check_sees_a_rename(tmp_path):
         resolve("tcperf.engine._prepare_renamed")
     script.write_text("from tcperf import recipes\n\ndef f(recipes):\n    return recipes.get\n")
     assert shadowed(script) == {"recipes"}
+
+
+def test_models_gpu_states_each_target_for_the_gpu_and_the_gain_over_the_rungs_before():
+    bench = load("models_gpu")
+
+    def row(recipe, value, status="ok", batch=16):
+        return {"precision": recipe, "status": status, "shape": {"model": "gpt2", "mode": "train", "batch": 16},
+                "metrics": {"throughput": value, "unit": "tokens/s", **({"batch": batch} if batch != 16 else {})}}
+    rows = [row("amp_bf16", 330_000.0), row("step_graph", 430_000.0), row("chunked_ce", 520_000.0, "wrong"),
+            row("batch", 505_000.0, batch=32)]
+    found = bench.checks(rows, "NVIDIA H200")
+    best = found["gpt2 train best"]
+    assert best["recipe"] == "batch" and best["batch"] == 32 and best["meets"]      # a failed check never counts
+    assert best["before"] == "step_graph" and best["gain"] == pytest.approx(505 / 430) and best["meets_gain"]
+    lines = bench.check_lines(bench.checks(rows, "NVIDIA H100 80GB HBM3"), "NVIDIA H100 80GB HBM3")
+    assert any("no throughput target for an NVIDIA H100" in x and "1.174x the best rung up to step_graph" in x
+               for x in lines)

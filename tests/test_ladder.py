@@ -45,6 +45,9 @@ def test_every_rung_is_a_recipe_on_a_known_precision():
     ("fused", "infer", "applies to train only"),
     ("fused", "train", "fused kernels (fused=True) need a CUDA GPU"),
     ("step_graph", "train", "need a CUDA GPU"),
+    ("autotune", "train", "need a CUDA GPU"),
+    ("chunked_ce", "infer", "applies to train only"),
+    ("batch", "train", "need a CUDA GPU"),
 ])
 def test_skip_reasons_on_cpu(recipe, mode, expect):
     why = recipes.RECIPES[recipe].skip_reason(mode, "cpu")
@@ -332,6 +335,7 @@ def test_gpu_resnet50_cell(cuda):
                "(seen on an H200, 2026-11-22; the ladder records it as an error and goes on)", strict=False)),
     ("resnet50", "cuda_graphs", "infer"),
     ("resnet50", "fused", "train"), ("gpt2", "step_graph", "train"),
+    ("gpt2", "chunked_ce", "train"), ("gpt2", "autotune", "train"), ("resnet50", "batch", "train"),
 ])
 def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
     r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
@@ -364,3 +368,74 @@ def test_gpu_a_graphed_step_counts_its_private_pool(cuda):
     assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
     peaks = {name: r["metrics"]["peak_mem_gib"] for name, r in rows.items()}
     assert peaks["step_graph"] >= 0.5 * peaks["compile"], peaks
+
+
+# --- issue 35: the rungs past a hand loop ---------------------------------------------------------------------------
+def test_the_searches_are_rungs_on_top_of_the_whole_step_graph():
+    for name in ("autotune", "chunked_ce", "batch"):
+        r = recipes.RECIPES[name]
+        assert name in recipes.LADDER and r.over == "step_graph" and r.step_graph and r.modes == ("train",)
+    assert recipes.RECIPES["autotune"].compile_mode == "max-autotune-no-cudagraphs"
+    assert recipes.RECIPES["cuda_graphs"].compile_mode == "reduce-overhead"
+    assert recipes.RECIPES["compile"].compile_mode == "default" and recipes.RECIPES["fp32"].compile_mode is None
+    assert recipes.RECIPES["batch"].describe("transformer") == "amp_bf16 + compile + fused + step_graph + fastest_batch"
+
+
+def test_prepare_compiles_in_the_recipes_mode(monkeypatch):
+    import dataclasses
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw["mode"]) or model)
+    autotuned = dataclasses.replace(recipes.RECIPES["fp32"], name="fp32_autotune", compile=True, autotune=True)
+    recipes.prepare(torch.nn.Linear(4, 4), autotuned, "infer", torch.randn(2, 4), "cpu")
+    assert seen == ["max-autotune-no-cudagraphs"]
+
+
+def _rates(table: dict):
+    asked = []
+
+    def rate(b):
+        asked.append(b)
+        return table.get(b)
+    return rate, asked
+
+
+@pytest.mark.parametrize("table, start, expect, asked", [
+    ({16: 180, 32: 200, 64: 201, 48: 205}, 16, 48, [16, 32, 64, 48]),      # up, stop under 1% more, midpoint
+    ({64: 100, 128: 90, 32: 120, 16: 119, 48: 110}, 64, 32, [64, 128, 32, 16, 48]),   # no double helps: halves
+    ({8: 50, 16: 60}, 8, 16, [8, 16, 32, 24]),                             # 32 does not fit: 24 might
+    ({}, 8, None, [8]),                                                    # the start does not fit
+])
+def test_the_fastest_batch_search(table, start, expect, asked):
+    rate, seen = _rates(table)
+    found, rates = ladder.find_fastest_batch(rate, start)
+    assert found == expect and seen == asked and set(rates) == set(asked)
+
+
+def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch():
+    import dataclasses
+    rung = dataclasses.replace(recipes.RECIPES["fp32"], name="fp32_batch", fastest_batch=True)
+    r = ladder.measure_cell("gpt2", "train", rung, 2, "cpu", config="small", steps=2, timing={"rep_ms": 10},
+                            oom_above=4)
+    m = r["metrics"]
+    assert r["status"] == "ok", r["message"]
+    ok = [p for p in m["batch_curve"] if p["status"] == "ok"]
+    assert r["shape"]["batch"] == 2 and "(fastest)" in m["label"]           # the row climbs batch 2's ladder
+    assert m["batch"] == max(ok, key=lambda p: p["throughput"])["batch"]     # CPU timings: whichever was fastest
+    assert all(p["status"] == "oom" for p in m["batch_curve"] if p["batch"] > 4)
+    assert m["accuracy"] and r["precision"] == "fp32_batch"          # checked against fp32 at the batch found
+
+
+def test_a_rung_on_top_of_another_is_compared_with_it_and_says_when_its_compile_pays():
+    def row(name, ms, compile_s):
+        return {"precision": name, "mean_ms": ms, "shape": {"model": "gpt2", "mode": "train", "batch": 16},
+                "metrics": {"throughput": 1000 / ms, "compile_s": compile_s}}
+    done = [row("fp32", 100.0, 0.0), row("step_graph", 40.0, 30.0), row("autotune", 38.0, 90.0)]
+    chunked = row("chunked_ce", 36.0, 31.0)
+    ladder.add_speedups(done[2], done[:2])
+    ladder.add_speedups(chunked, done)
+    assert done[2]["metrics"]["prev"] == "step_graph" and chunked["metrics"]["prev"] == "step_graph"
+    assert done[2]["metrics"]["pays_after_steps"] == pytest.approx(60.0 / 0.002)      # 60 s more, 2 ms a step
+    assert chunked["metrics"]["speedup_prev"] == pytest.approx(40.0 / 36.0)
+    slower = row("autotune", 41.0, 90.0)
+    ladder.add_speedups(slower, done[:2])
+    assert "pays_after_steps" not in slower["metrics"]                                # never pays

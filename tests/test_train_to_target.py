@@ -320,3 +320,55 @@ def test_cifar_shaped_data_on_the_gpu(tmp_path, cuda):
     task = totarget.build({"workload": "cifar10", "data": str(path), "batch": 512}, cuda)
     out = loop.train_to_target(task, "channels_last", cuda, seed=0, target=0.999, budget=loop.Budget(max_steps=20))
     assert out["trace"] and out["status"] in ("ok", "not_reached")
+
+
+# --- issue 35: every run compiles; a whole-step graph is refused under a schedule; the benchmark merges calls ---------
+def test_every_seeded_run_compiles_afresh(monkeypatch):
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    task = totarget.build({"workload": "bytes-gpt", "size": "small"}, "cpu")
+    for seed in (0, 1):
+        made = loop.prepare(task, loop.recipes.get("compile"), torch.device("cpu"), seed)
+        assert not isinstance(made, str)
+    assert len(resets) == 2                  # a later seed would otherwise reuse the first one's compiled code
+
+
+def test_a_whole_step_graph_is_refused_under_a_learning_rate_schedule():
+    task = totarget.build({"workload": "bytes-gpt", "size": "small"}, "cpu")
+    why = loop.prepare(task, loop.recipes.get("step_graph"), torch.device("cpu"), 0)
+    assert isinstance(why, str) and "learning rate it captured" in why
+
+
+def test_the_gpu_sizes_are_data_and_the_default_is_the_wide_one():
+    from tcperf.totarget import bytes_gpt
+    assert bytes_gpt.SIZES["gpu"]["dim"] == 768 and bytes_gpt.SIZES["gpu-narrow"]["dim"] == 384
+    assert all(cfg["dim"] % cfg["heads"] == 0 for cfg in bytes_gpt.SIZES.values())
+
+
+def _stored_run(store, device: str, recipe: str, seconds: float, steps: int = 1200) -> int:
+    run_id = store.start_run("train-to-target", "test", {"gpu": {"name": device}})
+    for seed in range(3):
+        row = {**_run(seconds + seed), "op": "totarget.run", "suite": "runs", "precision": recipe,
+               "shape": {"workload": "bytes-gpt", "bpb": 1.0, "seed": seed, "clock": "train"}}
+        row["metrics"].update(info={"size": "gpu"}, higher_is_better=False)
+        for point in row["metrics"]["trace"]:
+            point["step"] = point["step"] * steps // 30
+        store.add_result(run_id, row)
+    store.finish_run(run_id)
+    return run_id
+
+
+def test_the_benchmark_merges_another_calls_recipe_and_states_the_3x_check(tmp_path):
+    from test_benchmarks import load
+    bench = load("train_to_target_gpu")
+    store = Store.open(tmp_path / "t.db")
+    _stored_run(store, "H100", "fp32", 100.0)
+    _stored_run(store, "H200", "fp32", 10.0)           # another GPU: never merged
+    now = _stored_run(store, "H100", "compile", 30.0)
+    rows = store.results(now)
+    merged = bench.earlier_rows(store, store.run(now), rows)
+    assert {r["precision"] for r in merged} == {"fp32"} and len(merged) == 3
+    assert all(r["metrics"]["trace"][-1]["train_s"] > 50 for r in merged)
+    [check] = [c for c in bench.checks(bench.table(rows + merged, "train")) if c["target_bpb"] == 1.4]
+    assert check["best"] == "compile" and check["speedup_ok"] and check["runs"] == (3, 3)
+    assert check["speedup_vs_fp32"] == pytest.approx(101.0 / 31.0)

@@ -108,10 +108,9 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: di
     from .. import precision
     r = recipes_module().get(name)
     p = precision.get(r.precision)
-    compile_mode = ("reduce-overhead" if r.cuda_graphs else "default") if r.compile else None
     return Setup(name=r.describe(kind) + (" + fp32 modules" if keep else ""), tf32=p.tf32,
                  autocast=str(p.autocast).replace("torch.", "") if p.autocast is not None else None,
-                 channels_last=r.channels_last and kind == "cnn", compile=compile_mode, fp8=r.fp8, int8=r.int8,
+                 channels_last=r.channels_last and kind == "cnn", compile=r.compile_mode, fp8=r.fp8, int8=r.int8,
                  keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
                  fused=r.fused, shapes=r.shapes if varying else "static", pad_to=r.pad_to if varying else None,
                  varying=tuple((k, tuple((int(d), n) for d, n in dims.items())) for k, dims in (varying or {}).items()),

@@ -1,9 +1,10 @@
 """`tcperf models`: the model ladder. How fast each model trains or infers under each recipe, climbing
 fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> channels_last -> compile -> fused optimizer -> whole-step CUDA graph
--> cuda_graphs -> fp8 -> int8 (the training-only and inference-only rungs skipped in the other mode), and what each
-rung costs in accuracy against fp32 strict. Every cell runs in a worker process (one per recipe), is stored
-(run kind "models") and printed as a ladder table: throughput, speedup over the previous rung and over fp32,
-peak memory, MFU, compile time, accuracy.
+-> autotune, chunked_ce, batch (each on top of the whole-step graph) -> cuda_graphs -> fp8 -> int8 (the
+training-only and inference-only rungs skipped in the other mode), and what each rung costs in accuracy against
+fp32 strict. Every cell runs in a worker process (one per recipe), is stored (run kind "models") and printed as a
+ladder table: throughput, speedup over the previous rung (or the rung a search builds on) and over fp32, peak
+memory, MFU, compile time, accuracy.
 
     tcperf models resnet50 --mode train --batch 256
     tcperf models gpt2 --mode infer --recipes fp32,amp_bf16,compile --batch 8,16
@@ -138,15 +139,23 @@ def ladder_table(rows: list[dict], title: str) -> Table:
         t.add_column(col, justify=justify, overflow="fold")
     for r in rows:
         m = r.get("metrics") or {}
-        note = r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])])
+        pays = [f"pays its longer compile after {m['pays_after_steps']:,.0f} steps"] if m.get("pays_after_steps") \
+            else []
+        note = r.get("message") or "; ".join([*(r.get("warnings") or []), *pays, *(m.get("notes") or [])])
         t.add_row(r["precision"], status_cell(r["status"]),
                   f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
                   fmt_ms(r),
-                  _x(m.get("speedup_prev")), _x(m.get("speedup_fp32")),
+                  _x(m.get("speedup_prev")) + (f" ({m['prev']})" if m.get("prev") and _over(r) else ""),
+                  _x(m.get("speedup_fp32")),
                   f"{m['peak_mem_gib']:.1f}" if m.get("peak_mem_gib") else "",
                   f"{m['mfu']:.0%}" if m.get("mfu") else "",
                   f"{m['compile_s']:.1f}" if m.get("compile_s") is not None else "", accuracy_cell(r), note)
     return t
+
+
+def _over(r: dict) -> bool:
+    """Does the row's recipe build on a rung other than the one before (its vs-prev names that rung)?"""
+    return getattr(recipes.RECIPES.get(r["precision"]), "over", None) is not None
 
 
 def print_ladder(results: list[dict], out) -> None:
@@ -170,7 +179,8 @@ def print_ladder(results: list[dict], out) -> None:
             if curve:
                 points = ", ".join(f"{p['batch']}: {p['throughput']:,.0f}" if p.get("throughput")
                                    else f"{p['batch']}: {p['status']}" for p in curve)
-                out.print(f"  {r['precision']}: largest batch {r['metrics'].get('batch')}, fastest per item at "
+                found = "largest batch that fits" if r["shape"].get("batch") == "auto" else "searched batch"
+                out.print(f"  {r['precision']}: {found} {r['metrics'].get('batch')}, fastest per item at "
                           f"batch {r['metrics'].get('fastest_batch')}; {r['metrics'].get('unit', '')} by batch: "
                           f"{points}")
         if nproc:

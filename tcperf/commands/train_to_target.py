@@ -23,7 +23,7 @@ from ..errors import UserError
 from ..store import Store
 from ..table import status_cell
 from ..totarget import clock as clocks
-from ..totarget import loop, stats
+from ..totarget import bytes_gpt, loop, stats
 from .common import add_db, add_device, add_json, console, measure_into_store, positive_number, print_stored
 
 KIND = "train-to-target"
@@ -51,8 +51,9 @@ def add_parser(sub) -> None:
     p.add_argument("--max-steps", type=int, default=None, help="budget per run in training steps")
     p.add_argument("--usd-per-hour", type=positive_number, default=None,
                    help="price of the machine, for the cost column")
-    p.add_argument("--size", choices=("gpu", "small"), default=None,
-                   help="bytes-gpt's configuration (default: gpu on a GPU, small on a CPU)")
+    p.add_argument("--size", choices=list(bytes_gpt.SIZES), default=None,
+                   help="bytes-gpt's configuration (default: gpu on a GPU, small on a CPU; gpu-narrow: the d=384 "
+                        "model of the 2026-11-23 figures)")
     p.add_argument("--batch", type=int, default=None, help="batch size (default: the workload's)")
     p.add_argument("--epochs", type=positive_number, default=None,
                    help="cifar10: epochs the LR schedule plans (default 10)")
@@ -149,14 +150,21 @@ def split_table(rows: list[dict], clock: clocks.Clock) -> Table | None:
 
 
 def verdicts(rows: list[dict]) -> list[str]:
-    """Each recipe against the first (fp32 when it ran): the speed-up of the median and whether N tells them apart."""
+    """Each recipe against the first (fp32 when it ran): the speed-up of the median, over how many runs, the steps
+    it took against the first's, and whether N tells them apart."""
     timed = [r for r in rows if (r.get("metrics") or {}).get("median_s")]
     if len(timed) < 2:
         return []
-    base = timed[0]
-    return [f"{r['precision']} vs {base['precision']}: {base['metrics']['median_s'] / r['metrics']['median_s']:.2f}x "
-            f"faster to target; {stats.tell_apart(base['metrics']['times_s'], r['metrics']['times_s'])}"
-            for r in timed[1:]]
+    base = timed[0]["metrics"]
+    return [f"{r['precision']} vs {timed[0]['precision']}: {base['median_s'] / r['metrics']['median_s']:.2f}x faster "
+            f"to target (medians of {r['metrics']['reached']} and {base['reached']} runs){_steps(r['metrics'], base)}; "
+            f"{stats.tell_apart(base['times_s'], r['metrics']['times_s'])}" for r in timed[1:]]
+
+
+def _steps(m: dict, base: dict) -> str:
+    if not m.get("steps") or not base.get("steps"):
+        return ""
+    return f", {m['steps']:,.0f} steps against {base['steps']:,.0f} ({m['steps'] / base['steps'] - 1:+.0%})"
 
 
 def print_run(store: Store, run_id: int, out) -> None:

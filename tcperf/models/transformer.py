@@ -1,7 +1,7 @@
 """Transformer pieces shared by the GPT-2 and BERT models, written nanoGPT-style: every projection is a plain
 nn.Linear called as a module (so the fp8/int8 recipes can swap it) and attention is
 F.scaled_dot_product_attention, which picks the flash / efficient / cuDNN kernel itself. The token data and loss
-at the end serve every language model (GPT-2, BERT, the LSTM).
+at the end serve every language model (GPT-2, BERT, the LSTM); their loss, token_loss, is tcperf.cross_entropy's.
 
 Dropout is left out on purpose: the ladder's accuracy check compares recipes on the same data, and random masks
 (drawn differently by eager and compiled code) would hide the arithmetic difference it is looking for.
@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ..cross_entropy import token_loss  # noqa: F401  the language models' loss (logits or a deferred head's)
 
 
 class SelfAttention(nn.Module):
@@ -78,6 +80,3 @@ def tokens_per_batch(cfg: dict, batch: int) -> int:
     return batch * cfg["seq"]
 
 
-def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy over every position: logits (B, T, V), targets (B, T)."""
-    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))

@@ -9,10 +9,21 @@ mean next-byte cross-entropy over a fixed set of validation windows, in bits (na
     tcperf train-to-target                               # this, with the configuration the device calls for
     tcperf train-to-target bytes-gpt --target bpb=2.2 --recipe fp32,amp_bf16,compile --runs 3
 
-Sizes: "gpu" (6 layers, d=384, 256-byte windows, batch 64) and "small" (2 layers, d=64, 64-byte windows, batch 16,
-for CPUs: reaches bpb 3.4 in about 250 steps, 5-20 s on 2 cores). On an H200 (2026-11-23, docs/results/) "gpu"
-reached bpb 1.4 in 1,800 steps: amp_bf16 + compile in 23.2 s (median of 3, dawnbench clock); fp32 strict did not
-within 48 s (it reached 1.5 in 37.8 s against compile's 15.0).
+Sizes (SIZES): "gpu" (6 layers, d=768, 256-byte windows, batch 64: the default on a GPU), "gpu-narrow" (the earlier
+default, 6 layers, d=384: on an H200, 2026-11-23, docs/results/, it reached bpb 1.4 in 1,800 steps, amp_bf16 +
+compile in 23.2 s against fp32 strict's 1.5 in 37.8 s, 2.5x a step at best; on an H100 compile was 24.7 s of
+compile's 55.9 s and fp32 strict took 58.7 s: 1.05x) and "small" (2 layers, d=64, 64-byte windows, batch 16, for
+CPUs: reaches bpb 3.4 in about 250 steps, 5-20 s on 2 cores).
+
+Why "gpu" is d=768: at d=384 the bf16 step is mostly memory-bound work (layer norms, GELU, attention at T=256), so
+no recipe can be more than 2.5x fp32 strict a step, and a one-time compile of 25 s eats what is left. At d=768 the
+layers' matmuls are GPT-2 small's (16,384 tokens x 768 x 2,304 / 3,072), where the ladder measured 7.6x a step
+(H200, 2026-11-25: fp32 strict 299.7 ms, amp_bf16 44.9, + compile 39.3). Estimate for this size: 4.4 TFLOP a step
+(6 x 42.7M parameters x 16,384 tokens + attention), fp32 strict at GPT-2's 46 TFLOPS ~96 ms a step, amp_bf16 +
+compile ~15 ms on an H200 and ~20 on an H100 (4.5-6x a step); with ~1,200 steps to bpb 1.4 (fewer than d=384's
+1,800: a wider model learns more a step), fp32 strict ~2 minutes a run and the best recipe ~25-35 s with its
+compile, >= 3x at the median. Six layers, not twelve: compile time grows with the layers, the per-step ratio with
+the width. Not measured yet on a GPU (benchmarks/train_to_target_gpu.py measures it).
 """
 from __future__ import annotations
 
@@ -30,8 +41,10 @@ from . import Task
 VALIDATION = 0.1
 SKIP = {"test", "tests", "site-packages", "idlelib", "__pycache__"}
 SIZES = {
-    "gpu": {"layers": 6, "dim": 384, "heads": 6, "seq": 256, "batch": 64, "lr": 1e-3, "warmup": 100,
+    "gpu": {"layers": 6, "dim": 768, "heads": 12, "seq": 256, "batch": 64, "lr": 1e-3, "warmup": 100,
             "eval_every": 100, "eval_windows": 1024, "max_bytes": 12_000_000, "target": 1.4},
+    "gpu-narrow": {"layers": 6, "dim": 384, "heads": 6, "seq": 256, "batch": 64, "lr": 1e-3, "warmup": 100,
+                   "eval_every": 100, "eval_windows": 1024, "max_bytes": 12_000_000, "target": 1.4},
     "small": {"layers": 2, "dim": 64, "heads": 4, "seq": 64, "batch": 16, "lr": 3e-3, "warmup": 20,
               "eval_every": 25, "eval_windows": 128, "max_bytes": 1_000_000, "target": 3.4},
 }

@@ -65,7 +65,13 @@ def _evaluate(task, step: recipes.Step, device: torch.device) -> float:
 
 
 def prepare(task, rec: recipes.Recipe, device: torch.device, seed: int):
-    """(step, targets, generator, scheduler), or a skip reason (str) when the recipe does not apply here."""
+    """(step, targets, generator, scheduler), or a skip reason (str) when the recipe does not apply here. Every
+    seeded run compiles afresh (engine.fresh): a later seed in the same worker would otherwise reuse the first
+    one's compiled code, and its time to target would leave out the compile a user pays."""
+    if rec.step_graph and task.lr_at:
+        return (f"{rec.name}: a whole-step CUDA graph replays the learning rate it captured; "
+                f"{task.workload}'s schedule changes it every step")
+    engine.fresh(device, rec)
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed)
     model = task.make_model()
