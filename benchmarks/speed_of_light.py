@@ -54,7 +54,8 @@ def advise(db: str | None, device: str) -> tuple[dict, float]:
     cmd = [sys.executable, "-m", "tcperf", "advise", "examples/gemm_stack.py:factory", "--recipes", "bf16",
            "--json", "--device", device] + (["--db", db] if db else [])
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)    # the caller's too
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path})
     if out.returncode:
         raise SystemExit(f"advise failed ({out.returncode}): {out.stderr[-2000:]}")
     return json.loads(out.stdout), time.perf_counter() - t0
