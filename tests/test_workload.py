@@ -468,3 +468,14 @@ def test_the_survivors_are_timed_in_interleaved_rounds_each_round_adding_a_pass(
     rows = streams._rounds({"a": Timed("a"), "b": Timed("b")}, timeout=60, rounds=3)
     assert [c[0] for c in calls] == ["a", "b"] * 3 and {c[2] for c in calls} == {1}
     assert [c[3] for c in calls] == [True, True, False, False, False, False] and set(rows) == {"a", "b"}
+
+
+def test_an_unstable_pick_beside_a_faster_step_that_lost_on_its_warm_up_says_so():
+    """A short job on a Llama prefill (H100, 2026-11-25): fp16 eager at 12.2 ms a step, unstable, was picked over
+    fp16+cuda_graphs; the note once read 'the runner-up took -92% longer'."""
+    from tcperf.advisor import verdict
+    eager, graphs = _timed("fp16", 12.2, 5.8), _timed("fp16+cuda_graphs@marked", 1.77, 32.7)
+    eager.timing.update(unstable=True, spread=0.58, min_ms=11.5)
+    note = verdict.unstable_note(eager, [eager, graphs], by_job=True)
+    assert "-9" not in note and "85% shorter" in note and "one-time cost" in note
+    assert "over the stream's passes" in note and "runoff" not in note

@@ -61,17 +61,23 @@ def host_bound_note(r: RecipeResult) -> str | None:
             f"launches) the rest: this step's time follows the CPU's speed, and {cure} would help")
 
 
-def unstable_note(chosen: RecipeResult, results: list[RecipeResult]) -> str | None:
-    """When the chosen recipe's step time was unstable, say so, and how close the runner-up is."""
+def unstable_note(chosen: RecipeResult, results: list[RecipeResult], by_job: bool = False) -> str | None:
+    """When the chosen recipe's step time was unstable, say so, and how close the runner-up is. by_job: the
+    results are a workload's recipes, weighed by the job (a faster step may have lost on its warm-up)."""
     t = chosen.timing or {}
     if not t.get("unstable"):
         return None
     others = [r for r in results if r.passes and r.step_ms and r is not chosen]
     runner = min(others, key=lambda r: r.step_ms) if others else None
-    note = (f"{chosen.recipe}'s step time was unstable in the search (IQR {t['spread']:.0%} of the median, "
-            f"fastest step {t['min_ms']:.3g} ms): the runoff's interleaved rounds decided")
-    if runner:
+    where, decided = (("over the stream's passes", "the job's cost decided") if by_job else
+                      ("in the search", "the runoff's interleaved rounds decided"))
+    note = (f"{chosen.recipe}'s step time was unstable {where} (IQR {t['spread']:.0%} of the median, "
+            f"fastest step {t['min_ms']:.3g} ms): {decided}")
+    if runner and runner.step_ms >= chosen.step_ms:
         note += f"; the runner-up, {runner.recipe}, took {runner.step_ms / chosen.step_ms - 1:.0%} longer"
+    elif runner:
+        note += (f"; {runner.recipe}'s step is {1 - runner.step_ms / chosen.step_ms:.0%} shorter, but its "
+                 f"one-time cost outweighs what it saves over the job")
     return note
 
 
@@ -122,7 +128,7 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
     if chosen:
         v.update(speedup=chosen.speedup, step_ms=chosen.step_ms, median_ms=chosen.timing["median_ms"],
                  iqr_ms=chosen.timing["iqr_ms"], gpu_busy=chosen.gpu_busy, host_bound=host_bound_note(chosen),
-                 unstable=unstable_note(chosen, results),
+                 unstable=unstable_note(chosen, stream or results, by_job=bool(stream)),
                  accuracy=accuracy_cost(chosen), gave_up=faster_but_failing(results, chosen))
     elif pick:
         v["accuracy"] = accuracy_cost(pick)
