@@ -15,8 +15,9 @@ costs what it costs on a new machine. All are prepared at once, then their first
 compiles are CPU work; the GPU they share runs their steps); each recipe is timed as soon as its own pass ends, and
 a recipe still warming up is stopped once its warm-up so far plus the job at its speed of light costs more than the
 best job timed (Race; STREAM_CAP_S stops any first pass). Then the stopped workers are gone and the survivors are
-timed alone, the others idle, in ROUNDS interleaved rounds of one pass each, and the job's pick is profiled. On a CPU nothing is timed: the eager and padded recipes run for their
-accuracy (padding a model whose outputs change at the real positions is rejected there too).
+timed alone, the others idle, in ROUNDS interleaved rounds of one pass each, and the job's pick is profiled. On a
+CPU nothing is timed: the eager and padded recipes run for their accuracy (padding a model whose outputs change at
+the real positions is rejected there too).
 
     found = run(bench, pick, steps=10_000, log=print)    # [RecipeResult] with .stream: first pass, steady, one-time
 """
@@ -216,8 +217,8 @@ class Race:
             least = (now - t0) + self.job_floor_s()
             if least > self.best:
                 self.why[name] = (f"after {now - t0:.0f} s of warm-up its job of {self.steps:,} steps would take at "
-                                  f"least {least:.0f} s even at the speed of light; {self.best_name}'s takes {self.best:.0f} s "
-                                  f"(timed beside the others' compiles)")
+                                  f"least {least:.0f} s even at the speed of light; {self.best_name}'s takes "
+                                  f"{self.best:.0f} s (timed beside the others' compiles)")
                 self.log(f"{name}: {self.why[name]}")
                 opened[name][0].kill()
 
