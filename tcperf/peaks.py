@@ -3,6 +3,7 @@
 
     datasheet("NVIDIA H200")            # {'fp16': 989.0, ..., 'bandwidth_gbs': 4800.0, 'gpu': 'H200'}
     measured(args.db, device)           # {'bf16': 744.0, 'bandwidth': 4210.0}: what `tcperf ceilings` stored
+    measure_now(device, "bf16")         # the same from one GEMM and one copy timed now, where nothing is stored
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from importlib import resources
 import torch
 
 PRECISION_COLUMNS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+QUICK_GEMM = 8192         # measure_now's GEMM: 8192^3, where every precision's Tensor Core kernels reach their best
+QUICK_COPY = 2**28        # measure_now's copy: fp32 elements, 1 GiB, far beyond L2
 
 
 @lru_cache(maxsize=1)
@@ -45,3 +48,21 @@ def measured(db, device: torch.device) -> dict:
 
 def percent_of(value: float | None, peak: float | None) -> float | None:
     return 100.0 * value / peak if value and peak else None
+
+
+def measure_now(device: torch.device, precision: str | None = None) -> dict:
+    """This GPU's copy bandwidth, and the Tensor Core ceiling at `precision` if given, timed now in this process
+    (a few hundred ms; tcperf.worker.measure_case checks each result before it times it): {precision: TFLOPS,
+    "bandwidth": GB/s, "from": ...}, a value None where its case failed. For the advisor's speed of light and
+    generate's byte limit where `tcperf ceilings` has not run."""
+    from .worker import measure_case     # here: the worker imports this module
+    job = {"pad": False}
+    copy = measure_case({"op": "copy", "precision": "fp32", "suite": "quick", "shape": {"n": QUICK_COPY}}, device, job)
+    out = {"bandwidth": copy.get("gbps") if copy["status"] == "ok" else None,
+           "from": "measured now (one copy" + (", one GEMM)" if precision else ")")}
+    if precision:
+        gemm = measure_case({"op": "gemm", "precision": precision, "suite": "quick",
+                             "shape": {"m": QUICK_GEMM, "n": QUICK_GEMM, "k": QUICK_GEMM, "a_t": "N",
+                                       "b_t": "T" if precision == "int8" else "N"}}, device, job)
+        out[precision] = gemm.get("tflops") if gemm["status"] == "ok" else None
+    return out

@@ -151,13 +151,13 @@ ALL = ("case", "prec", "status", "ms", "rate", "peak", "ceiling", "fp32", "tc", 
 COMPACT = ("case", "prec", "ms_or_status", "rate", "ceiling", "fp32", "tc_lines", "notes")
 
 
-def footnotes(results: list[dict]) -> tuple[list[str], list[str]]:
-    """(each row's footnote numbers, '1,3', and the notes in order, each once)."""
+def footnotes(results: list[dict], parts=lambda r: [r.get("message") or "", *(r.get("warnings") or [])]
+              ) -> tuple[list[str], list[str]]:
+    """(each row's footnote numbers, '1,3', and the notes in order, each once); parts(row): a row's notes."""
     texts: dict[str, int] = {}
     numbers = []
     for r in results:
-        parts = [p for p in (r.get("message") or "", *(r.get("warnings") or [])) if p]
-        numbers.append(",".join(str(texts.setdefault(p, len(texts) + 1)) for p in parts))
+        numbers.append(",".join(str(texts.setdefault(p, len(texts) + 1)) for p in parts(r) if p))
     return numbers, list(texts)
 
 

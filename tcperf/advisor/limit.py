@@ -9,7 +9,7 @@
 The larger of the two, not their sum: a step that overlaps its loads with its math (every GEMM does) can reach
 the larger, so the sum would let a step beat its own limit. Ceilings come from the store (`tcperf ceilings`) where
 this GPU was measured, else a quick measurement here: one 8192^3 GEMM at the precision, one 1 GiB copy
-(tcperf.worker.measure_case, checked against float64 before it is timed).
+(tcperf.peaks.measure_now).
 
 Where the step goes, from the pick's profile: GEMM/convolution/attention kernels (and the share of the ceiling
 their FLOPs reach), other kernels (memory-bound: normalisation, elementwise, copies), and the host's gaps between
@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import torch
 
+from .. import peaks
 from ..recipes import get as get_recipe
 
 BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
-QUICK_GEMM = 8192
-QUICK_COPY = 2**28        # fp32 elements: 1 GiB, far beyond L2
 
 
 def weights_bytes(params: int, name: str, mode: str) -> float:
@@ -76,16 +75,8 @@ def parts(pick, flops: float, tflops: float) -> dict | None:
 
 
 def quick_ceilings(precision: str, device: torch.device) -> dict:
-    """This GPU's ceiling at `precision` and its copy bandwidth, measured now (a few hundred ms)."""
-    from ..worker import measure_case
-    gemm = {"op": "gemm", "precision": precision, "suite": "advise",
-            "shape": {"m": QUICK_GEMM, "n": QUICK_GEMM, "k": QUICK_GEMM, "a_t": "N",
-                      "b_t": "T" if precision == "int8" else "N"}}
-    copy = {"op": "copy", "precision": "fp32", "suite": "advise", "shape": {"n": QUICK_COPY}}
-    job = {"pad": False}
-    g, c = measure_case(gemm, device, job), measure_case(copy, device, job)
-    return {precision: g.get("tflops") if g["status"] == "ok" else None,
-            "bandwidth": c.get("gbps") if c["status"] == "ok" else None, "from": "measured now (one GEMM, one copy)"}
+    """This GPU's ceiling at `precision` and its copy bandwidth, measured now (tcperf.peaks.measure_now)."""
+    return peaks.measure_now(device, precision)
 
 
 def sentence(found: dict | None) -> str | None:

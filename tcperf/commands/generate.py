@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 
 import torch
+from rich import box
 from rich.table import Table
 
 from .. import env as envmod
@@ -33,7 +34,7 @@ from ..errors import UserError
 from ..generate import accounting, hf, measure, quant, trained
 from ..generate import model as plain
 from ..store import Store
-from ..table import status_cell
+from ..table import footnotes, status_cell
 from .common import (add_measuring, beside_store, console, err_console, measure_into_store, positive_ints,
                      print_json)
 
@@ -246,26 +247,30 @@ def accuracy_cell(m: dict) -> str:
 
 
 def generate_table(rows: list[dict], title: str) -> Table:
-    t = Table(title=title)
-    for col in ("precision", "batch", "status", "TTFT ms ± IQR", "ITL ms p50 / p90 / p99", "tok/s user",
-                "tok/s total", "decode GB/s", "% copy BW", "prefill TFLOPS", "MFU", "compile s", "accuracy", "note"):
-        t.add_column(col, justify="left" if col in ("precision", "status", "accuracy", "note") else "right",
-                     overflow="fold")
-    for r in rows:
+    """A row a precision and batch; each note numbered once below the table (they repeat down a sweep)."""
+    numbers, notes = footnotes(rows, lambda r: [r.get("message") or "", *(r.get("warnings") or []),
+                                                *((r.get("metrics") or {}).get("notes") or [])])
+    t = Table(title=title, caption="\n".join(f"{i}. {text}" for i, text in enumerate(notes, 1)) or None,
+              caption_justify="left", box=box.SIMPLE, pad_edge=False)     # 120 columns (tokens/s in total: --json)
+    for col in ("precision", "batch", "TTFT ms", "ITL ms p50/p99", "tok/s", "GB/s", "% BW", "prefill TF", "MFU",
+                "compile", "accuracy", "note"):
+        t.add_column(col, justify="left" if col in ("precision", "accuracy", "note") else "right",
+                     overflow="fold", no_wrap=col not in ("accuracy", "note"),
+                     min_width=12 if col == "accuracy" else None)
+    for r, number in zip(rows, numbers):
         m = r.get("metrics") or {}
         itl, dec, pre = m.get("itl_ms"), m.get("decode") or {}, m.get("prefill") or {}
-        t.add_row(r["precision"], str(r["shape"]["batch"]), status_cell(r["status"]),
-                  f"{_ms(m.get('ttft_ms'))} ± {_ms(m.get('ttft_ms'), 'iqr')}" if m.get("ttft_ms") else "",
-                  f"{_ms(itl)} / {_ms(itl, 'p90')} / {_ms(itl, 'p99')}" if itl else "",
+        status = "" if r["status"] == "ok" else f" {status_cell(r['status'])}"
+        t.add_row(r["precision"] + status, str(r["shape"]["batch"]),
+                  _ms(m.get("ttft_ms")) if m.get("ttft_ms") else "",
+                  f"{_ms(itl)}/{_ms(itl, 'p99')}" if itl else "",
                   f"{m['tokens_s_user']:,.0f}" if m.get("tokens_s_user") else "",
-                  f"{m['tokens_s_total']:,.0f}" if m.get("tokens_s_total") else "",
                   f"{dec['gbps']:,.0f}" if dec.get("gbps") else "",
                   f"{dec['bw_share']:.0%}" if dec.get("bw_share") else "",
                   f"{pre['tflops']:.3g}" if pre.get("tflops") else "",
                   f"{pre['mfu']:.0%}" if pre.get("mfu") else "",
                   f"{m['compile_s']:.1f}" if m.get("compile_s") is not None else "",
-                  accuracy_cell(m),
-                  r.get("message") or "; ".join([*(r.get("warnings") or []), *(m.get("notes") or [])]))
+                  accuracy_cell(m), number.replace(",", " "))
     return t
 
 

@@ -33,6 +33,7 @@ NOT_JUDGED = "model accuracy: not judged on random weights"
 MIN_REPEATS, MAX_REPEATS = 3, 50               # timed generations a batch
 MEMORY_SHARE = 0.85                            # of the free memory the KV cache and activations may take
 _SESSIONS: dict[tuple, "Session"] = {}
+_COPY: dict = {}                               # the copy bandwidth this worker measured (_ceilings)
 
 
 def case(src: dict, loop_name: str, recipe: str, batch: int, prompt: int, output: int, *, max_batch: int,
@@ -49,6 +50,7 @@ def task(case: dict, device, job: dict) -> dict:
     why = quant.unsupported(r, device) or loop_reason(case, r)
     if why:
         return {**row, "status": "skipped", "message": why}
+    ceilings = _ceilings(job.get("ceilings") or {}, device)      # before the session takes the GPU's memory
     session = _session(case, r, device)
     batch = case["shape"]["batch"]
     if session.stopped:
@@ -66,7 +68,18 @@ def task(case: dict, device, job: dict) -> dict:
     except torch.OutOfMemoryError:
         session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
         raise                                   # tcperf.worker records it as "oom"
-    return figures(row, session, batch, timed, job.get("ceilings") or {}, device)
+    return figures(row, session, batch, timed, ceilings, device)
+
+
+def _ceilings(stored: dict, device) -> dict:
+    """The ceilings `tcperf ceilings` stored; without a copy bandwidth among them, on a GPU, one copy timed now, once
+    a worker (tcperf.peaks.measure_now), so that every row's byte limit is this GPU's and not its datasheet's."""
+    if stored.get("bandwidth") or device.type != "cuda":
+        return stored
+    if "bandwidth" not in _COPY:
+        _COPY.update(peaks.measure_now(device))
+        torch.cuda.empty_cache()            # its 2 GiB back, before the KV cache is sized from the free memory
+    return {**stored, **_COPY} if _COPY.get("bandwidth") else stored
 
 
 def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
@@ -320,7 +333,7 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
         kernel=s.kernel, accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s",
         throughput=batch * 1e3 / itl.mean_ms)
     if not ceilings.get("bandwidth"):
-        m["notes"].append("no copy bandwidth stored for this device (run `tcperf ceilings`): no bandwidth share")
+        m["notes"].append("no copy bandwidth (none stored, none measured here): no bandwidth share")
     row.update(status="ok", samples=itl.samples_ms[:4000], **itl.summary(), flops=step["flops"], bytes=step["bytes"],
                tflops=m["decode"]["tflops"], gbps=gbps, error=s.kernel["rel_error"])
     for name, meas in (("inter-token latency", itl), ("time to first token", ttft)):
@@ -335,7 +348,8 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
 
 def _bandwidth(ceilings: dict, device) -> tuple[float | None, str | None]:
     if ceilings.get("bandwidth"):
-        return float(ceilings["bandwidth"]), "measured copy bandwidth"
+        return float(ceilings["bandwidth"]), ("copy bandwidth " + ceilings["from"] if ceilings.get("from") else
+                                              "measured copy bandwidth")
     if device.type != "cuda":
         return None, None
     value = peaks.datasheet(torch.cuda.get_device_name(device)).get("bandwidth_gbs")
