@@ -479,3 +479,20 @@ def test_an_unstable_pick_beside_a_faster_step_that_lost_on_its_warm_up_says_so(
     note = verdict.unstable_note(eager, [eager, graphs], by_job=True)
     assert "-9" not in note and "85% shorter" in note and "one-time cost" in note
     assert "over the stream's passes" in note and "runoff" not in note
+
+
+def test_a_recipe_whose_warm_up_has_ended_is_not_stopped_while_its_bound_is_timed():
+    """Stopping weighs the warm-up so far: once a recipe's first pass has ended, the seconds of its bound's timing
+    are steps of its job, not warm-up, and it is left to finish."""
+    from tcperf.advisor import streams
+
+    class SlowTimer(_Racer):
+        def call(self, what, timeout, **args):
+            if what == "time":
+                time.sleep(1.2)
+            return super().call(what, timeout, **args)
+    eager, late = _Racer("bf16", 0.0, 1.0), SlowTimer("bf16+cuda_graphs@marked", 0.0, 0.5)
+    opened = {r.name: (r, {"status": "ok"}) for r in (eager, late)}
+    race = streams.Race(10_000, 1.0, tell=lambda name: None, log=lambda text: None)
+    rows = race.run(opened, timeout=60)
+    assert rows[late.name]["status"] == "ok" and not late.killed.is_set()

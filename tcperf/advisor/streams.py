@@ -162,7 +162,8 @@ class Race:
     def __init__(self, steps: int | None, sol_ms: float | None, tell, log):
         self.steps, self.sol_ms, self.tell, self.log = steps, sol_ms or 0.0, tell, log
         self.best, self.best_name = math.inf, ""
-        self.started: dict[str, float] = {}
+        self.started: dict[str, float] = {}     # recipes still warming up: when their first pass began
+        self.warm: set[str] = set()               # first pass over (a thread adds it): its job is known soon
         self.why: dict[str, str] = {}
         self.done: queue.Queue = queue.Queue()
 
@@ -191,6 +192,7 @@ class Race:
 
     def _first(self, name: str, session, timeout: float) -> None:
         row = session.call("first", timeout)
+        self.warm.add(name)
         if row.get("status") == "ok" and self.steps is not None:
             row = session.call("time", timeout, passes=BOUND_PASSES)
         self.done.put((name, row))
@@ -212,7 +214,7 @@ class Race:
             return
         now = time.perf_counter()
         for name, t0 in list(self.started.items()):
-            if name in rows or name in self.why:
+            if name in rows or name in self.why or name in self.warm:
                 continue
             least = (now - t0) + self.job_floor_s()
             if least > self.best:
