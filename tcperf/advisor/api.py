@@ -26,7 +26,7 @@ import time
 
 import torch
 
-from .. import accuracy, engine
+from .. import accuracy, engine, peaks
 from .. import env as envmod
 from .. import precision as precmod
 from ..errors import UserError, finite_positive, one_line
@@ -177,11 +177,11 @@ def _workload_stage(bench, facts, results, search, steps, notes, log, progress, 
 
 def _ceilings_for(name: str, device, ceilings: dict | None) -> dict:
     """This GPU's Tensor Core ceiling at the recipe's precision and its copy bandwidth: those given (the store's),
-    else measured now (tcperf.advisor.limit.quick_ceilings)."""
+    else measured now (tcperf.peaks.measure_now)."""
     prec = measure.kernel_precision(name.split("@")[0])
     found = dict(ceilings or {})
     if not (found.get(prec) and found.get("bandwidth")):
-        found = {**limit.quick_ceilings(prec, device), **{k: v for k, v in found.items() if v}}
+        found = {**peaks.measure_now(device, prec), **{k: v for k, v in found.items() if v}}
     return found
 
 

@@ -20,9 +20,6 @@ kernels (step - kernel time).
 """
 from __future__ import annotations
 
-import torch
-
-from .. import peaks
 from ..recipes import get as get_recipe
 
 BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -72,11 +69,6 @@ def parts(pick, flops: float, tflops: float) -> dict | None:
     reach = flops / (matmul * 1e9) / tflops if matmul > 0 else None
     return {"matmul_ms": matmul, "matmul_ceiling_share": reach, "other_kernels_ms": kernels - matmul,
             "host_gaps_ms": step - kernels}
-
-
-def quick_ceilings(precision: str, device: torch.device) -> dict:
-    """This GPU's ceiling at `precision` and its copy bandwidth, measured now (tcperf.peaks.measure_now)."""
-    return peaks.measure_now(device, precision)
 
 
 def sentence(found: dict | None) -> str | None:
