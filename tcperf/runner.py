@@ -134,7 +134,7 @@ def _worker_env() -> dict:
     """The parent's environment, with this tcperf importable even when it runs from a source tree."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TCPERF_PARENT": str(os.getpid())}
 
 
 class _Worker:

@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -158,7 +159,26 @@ def _guarded(case: dict, device, call) -> dict:
             torch.cuda.empty_cache()
 
 
+PARENT_POLL_S = 1.0
+
+
+def _end_with_parent() -> None:
+    """A thread that ends this worker (and so its compile workers) once the process that started it has gone: a
+    parent killed by a time limit leaves no orphan compiling or holding the GPU for the next command. Polled, not
+    PR_SET_PDEATHSIG, which fires when the parent's *thread* that started us ends (the advisor opens workers from
+    short-lived threads). The runner names its pid in TCPERF_PARENT: a parent gone before this line ran is
+    noticed too."""
+    parent = int(os.environ.get("TCPERF_PARENT") or os.getppid())
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="tcperf-parent-watch").start()
+
+
 def main() -> None:
+    _end_with_parent()
     channel = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol keeps the real stdout ...
     os.dup2(2, 1)                                       # ... and anything else printed goes to stderr
     job = json.loads(sys.stdin.readline())

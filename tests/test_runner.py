@@ -176,3 +176,43 @@ def test_idle_spares_stop_and_go_on_and_one_taken_while_stopped_runs():
         session.close()
     finally:
         spares.close()
+
+
+PARENT = """
+import os, subprocess, sys, time
+w = subprocess.Popen([sys.executable, "-m", "tcperf.worker"], stdin=int(sys.argv[1]), stdout=subprocess.DEVNULL,
+                     env={**os.environ, "TCPERF_PARENT": str(os.getpid())})
+print(w.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_worker_ends_when_the_process_that_started_it_is_killed():
+    """A command killed by a time limit leaves no worker behind (its stdin held open elsewhere, as a busy worker
+    would not read it): the worker notices its parent is gone and ends."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tcperf.runner import _worker_env
+    read, write = os.pipe()
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(read)], pass_fds=(read,), stdout=subprocess.PIPE,
+                              text=True, env=_worker_env())
+    os.close(read)
+    child = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline and _alive(child):
+        time.sleep(0.2)
+    os.close(write)
+    assert not _alive(child), "the worker outlived the process that started it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -163,12 +163,13 @@ def _workload_stage(bench, facts, results, search, steps, notes, log, progress, 
         return []
     t0 = time.perf_counter()
     sol = None
-    if bench.device.type == "cuda":
+    if bench.device.type == "cuda":     # a few hundred ms where the store has none (tcperf.peaks.measure_now)
         ceilings.update(_stage("the ceilings", notes, log, lambda: _ceilings_for(pick.runs, bench.device, ceilings),
                                {}))
         sol = limit.floor(pick.runs, facts.workload.get("flops_per_step"), facts.params, bench.mode, ceilings)
     found = _stage("the workload", notes, log,
-                   lambda: streams.run(bench, pick, steps, log, progress, sol_ms=sol and sol["sol_ms"]), [])
+                   lambda: streams.run(bench, pick, steps, log, progress, sol_ms=sol and sol["sol_ms"],
+                                               phases=phases), [])
     for r in found:
         bench.report(r)          # stored, and logged, as the search's recipes are
     phases["workload_s"] = time.perf_counter() - t0

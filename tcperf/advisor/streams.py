@@ -38,7 +38,8 @@ from .pool import Pool, Timeline
 STREAM_CAP_S = 90.0
 STOP_EVERY_S = 0.5        # how often the first passes still warming up are weighed against the best job so far
 BOUND_PASSES = 3          # a recipe's timing beside the others' compiles (its median: slowed, so above its job)
-ROUNDS = 7                # interleaved rounds of the final timing, a pass of each survivor a round
+ROUNDS = 4                # interleaved rounds of the final timing, a pass of each survivor a round (7 on BERT's
+                          # stream took ~17 s of the stage's 83; killed workers are reaped before them now)
 STEADY_GUESS_S = 3.0      # a recipe's steady passes and profile, for the time left
 FAMILY = (("", "static"), ("compile", "static"), ("compile", "dynamic"), ("compile", "marked"),
           ("cuda_graphs", "dynamic"), ("cuda_graphs", "marked"), ("cuda_graphs", "pad64"), ("cuda_graphs", "pad128"))
@@ -106,27 +107,44 @@ class _Item:
 
 
 def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=None,
-        sol_ms: float | None = None) -> list[RecipeResult]:
+        sol_ms: float | None = None, phases: dict | None = None) -> list[RecipeResult]:
     """The pick's precision's FAMILY on the stream: RecipeResults whose .stream holds the first pass and the steady
     state (its one-time cost in one_time_s). sol_ms: the least a step can take (its speed of light), which stops a
-    warm-up whose job of `steps` could not win even there."""
+    warm-up whose job of `steps` could not win even there. phases: where the stage's seconds went, added to it
+    (workload_open_s, workload_race_s, workload_rounds_s, workload_profile_s)."""
     log = log or (lambda text: None)
+    clock = _Clock(phases if phases is not None else {})
     timed = bench.device.type == "cuda"
     names = family(root_of(pick.runs), bench.device.type)
     sb = StreamBench(bench, tuple(pick.keep_fp32))
     pool = Pool(sb, Timeline(time.perf_counter()))
     log(f"the workload: {', '.join(names)} on the stream")
     tell = _teller(progress, len(names), sb)
-    opened = _open_all(pool, names)
+    opened = clock.lap("workload_open_s", _open_all(pool, names))
     race = Race(steps if timed else None, sol_ms, tell, log)
     rows = race.run(opened, bench.timeout, side_by_side=bench.source is not None)
     for name in race.why:            # stopped: their workers gone (a dying CUDA context slows the GPU and host)
         opened[name][0].close()
+    clock.lap("workload_race_s")
     if timed:
         rows.update(_rounds({n: opened[n][0] for n, row in rows.items() if row.get("status") == "ok"},
                             bench.timeout))
+    clock.lap("workload_rounds_s")
     measured = [(RecipeResult.from_row(rows[name]), opened[name][0]) for name in names]
-    return _profiled(measured, steps, bench.timeout if timed else None)
+    return clock.lap("workload_profile_s", _profiled(measured, steps, bench.timeout if timed else None))
+
+
+class _Clock:
+    """Seconds since the last lap, into phases[name]."""
+
+    def __init__(self, phases: dict):
+        self.phases, self.t0 = phases, time.perf_counter()
+
+    def lap(self, name: str, value=None):
+        now = time.perf_counter()
+        self.phases[name] = now - self.t0
+        self.t0 = now
+        return value
 
 
 def _rounds(sessions: dict, timeout: float, rounds: int = ROUNDS) -> dict[str, dict]:
