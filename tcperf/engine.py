@@ -20,7 +20,6 @@ computed once, in the first worker that needs it, and handed to the others throu
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import gc
@@ -590,10 +589,9 @@ class StreamSession:
         if self.step is None or self.first_seen is not None:
             return self.row()
         row, rec = self._row, self.rec
-        with self._room():
-            self.first_seen = stream.first_pass(self.step.call, self.stream, self.device,
-                                                cap_s=cap_s if cap_s is not None else self.case.get("cap_s"),
-                                                key=self._key, per_shape=rec.compile and not rec.pad_to)
+        self.first_seen = stream.first_pass(self.step.call, self.stream, self.device,
+                                            cap_s=cap_s if cap_s is not None else self.case.get("cap_s"),
+                                            key=self._key, per_shape=rec.compile)
         row["metrics"]["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
                                     "distinct": workload.distinct_shapes(self.stream)}
         acc = stream_accuracy(self.first_seen.outputs, self.ref["stream"])
@@ -615,15 +613,6 @@ class StreamSession:
         padded, _ = workload.pad(tensors, self.varying, self.rec.pad_to, [""] * len(tensors))
         return workload.shape_key(padded)
 
-    def _room(self):
-        """A padded recipe compiles once a bucket: Dynamo's recompile limit raised to the buckets it meets, as the
-        pasted snippet does; other recipes meet the limit as users do."""
-        if not (self.rec.pad_to and self.rec.compile):
-            return contextlib.nullcontext()
-        buckets = workload.distinct_buckets(self.stream, self.varying, self.rec.pad_to)
-        limit = max(torch._dynamo.config.recompile_limit, buckets + 1)
-        return torch._dynamo.config.patch(recompile_limit=limit)
-
     def row(self) -> dict:
         c = self.case
         return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
@@ -637,10 +626,9 @@ class StreamSession:
             self.first()
         if self.step is None or self._row["status"] != "ok":
             return self.row()
-        with self._room():
-            if self.second_s is None:
-                self.second_s = stream.wall_pass(self.step.call, self.stream, self.device)
-            steady = stream.steady_passes(self.step.call, self.stream, self.device, passes)
+        if self.second_s is None:
+            self.second_s = stream.wall_pass(self.step.call, self.stream, self.device)
+        steady = stream.steady_passes(self.step.call, self.stream, self.device, passes)
         if not fresh:
             steady = stream.summary(self.pass_ms + steady["pass_ms"], len(self.stream))
         self.pass_ms = steady["pass_ms"]
@@ -666,8 +654,7 @@ class StreamSession:
                 self.step.call(x)
         n = len(self.stream)
         try:
-            with self._room():
-                found = profile(one_pass, self.device, calls=1)
+            found = profile(one_pass, self.device, calls=1)
             self._row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"],
                                         kernel_ms=found["kernel_ms"] / n, matmul_ms=found["matmul_ms"] / n,
                                         gpu_busy=gpu_busy(found["kernel_ms"], self._row["median_ms"] * n))

@@ -56,8 +56,13 @@ SHAPES = {   # how a recipe meets inputs whose shapes vary (tcperf.workload): to
     "static": "torch.compile(dynamic=False): each new shape compiles again, up to Dynamo's recompile limit",
     "dynamic": "torch.compile's automatic dynamic shapes (its default): static first, symbolic after a change",
     "marked": "symbolic from the start: torch._dynamo.maybe_mark_dynamic on the dimensions that vary",
-    "pad64": "the dimensions that vary padded to multiples of 64 (0; labels -100), compiled static per bucket",
-    "pad128": "the dimensions that vary padded to multiples of 128, compiled static per bucket",
+    # padded and marked, as servers bucket batches (vLLM compiles once, symbolic, and captures a CUDA graph a batch
+    # bucket): compiled static per bucket instead, BERT's stream on an H100 took 49-52 s and Llama's prefill 100 s
+    # to warm up (2026-11-25), where the marked recipes took 22-31 s, and none of them was ever the fastest job
+    "pad64": "the dimensions that vary padded to multiples of 64 (0; labels -100) and marked dynamic: one compile, "
+             "a CUDA graph a bucket",
+    "pad128": "the dimensions that vary padded to multiples of 128 and marked dynamic: one compile, a CUDA graph a "
+              "bucket",
 }
 
 
@@ -366,7 +371,7 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     prec = precision.get(recipe.precision)
     if recipe.compile:      # compiled at the first call, under precision.apply (which keeps AOT's cache off)
         runner = torch.compile(m, mode=recipe.compile_mode,
-                               dynamic=None if recipe.shapes in ("dynamic", "marked") else False)
+                               dynamic=None if recipe.shapes != "static" else False)
     guard, why = _cpu_rnn_guard(m, prec, device)
     notes += [why] if why else []
     opt = scaler = None
@@ -414,23 +419,29 @@ def _adapter(recipe: Recipe, device: torch.device):
 
 
 def _shape_call(core, recipe: Recipe, varying: dict, tensor_names: list[str]):
-    """core(tensors) meeting varying shapes as the recipe says: padded to buckets (outputs cut back to the real
-    positions), or the varying dimensions marked dynamic for torch.compile; else core itself."""
-    if recipe.pad_to and varying:
+    """core(tensors) meeting varying shapes as the recipe says: the varying dimensions marked dynamic for
+    torch.compile ("marked"), padded to buckets first (outputs cut back to the real positions; marked too where
+    compiled); else core itself."""
+    if not varying:
+        return core
+    marked = _marked(core, varying) if recipe.compile and (recipe.shapes == "marked" or recipe.pad_to) else core
+    if recipe.pad_to:
         def padded(tensors):
             tensors, sizes = workload.pad(tensors, varying, recipe.pad_to, tensor_names)
-            return workload.unpad(core(tensors), sizes)
+            return workload.unpad(marked(tensors), sizes)
         return padded
-    if recipe.shapes == "marked" and varying:
-        mark = getattr(torch._dynamo, "maybe_mark_dynamic", torch._dynamo.mark_dynamic)
+    return marked
 
-        def marked(tensors):
-            for i, dims in varying.items():
-                for d in dims:
-                    mark(tensors[i], d)
-            return core(tensors)
-        return marked
-    return core
+
+def _marked(core, varying: dict):
+    mark = getattr(torch._dynamo, "maybe_mark_dynamic", torch._dynamo.mark_dynamic)
+
+    def marked(tensors):
+        for i, dims in varying.items():
+            for d in dims:
+                mark(tensors[i], d)
+        return core(tensors)
+    return marked
 
 
 def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:

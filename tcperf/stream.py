@@ -100,8 +100,8 @@ class FirstPass:
 def first_pass(call, stream: list[tuple], device, *, cap_s: float | None = None, key=shape_key,
                per_shape: bool = True) -> FirstPass:
     """Every step of the stream once, from cold. key(tensors): what makes a new shape for the compiled code (a
-    padded recipe's bucket); per_shape: stop a recipe that compiles at every new shape (not for a padded recipe,
-    whose buckets each compile once by design, nor for an eager one)."""
+    padded recipe's bucket); per_shape: stop a recipe that compiles at every new shape (or bucket: a padded
+    recipe marks its padded dimensions dynamic, one compile for all; not for an eager recipe)."""
     device = torch.device(device)
     outputs, seen, in_a_row, stopped = [], set(), 0, ""
     with Compiles() as watch:

@@ -140,11 +140,6 @@ def bucket(size: int, multiple: int, longest: int | None = None) -> int:
     return min(full, max(longest, size)) if longest else full
 
 
-def distinct_buckets(stream: list[tuple], varying: dict, multiple: int) -> int:
-    return len({tuple((i, d, bucket(x[i].shape[d], multiple, n)) for i, dims in varying.items()
-                      for d, n in dims.items()) for x in stream})
-
-
 def pad(tensors: tuple, varying: dict, multiple: int, tensor_names: list[str]) -> tuple[tuple, dict]:
     """Each varying dimension padded at its end up to a multiple of `multiple` (at most its longest: varying_dims);
     (padded tensors, {(dimension, padded size): real size}) for unpad."""

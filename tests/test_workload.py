@@ -113,7 +113,7 @@ def test_padding_fills_the_varying_dimensions_and_unpad_cuts_only_them():
 def test_varying_dims_and_buckets_of_a_stream():
     stream = [(torch.zeros(2, n), torch.zeros(3)) for n in (5, 9, 70, 5)]
     assert workload.varying_dims(stream) == {0: {1: 70}}
-    assert workload.distinct_shapes(stream) == 3 and workload.distinct_buckets(stream, {0: {1: 70}}, 64) == 2
+    assert workload.distinct_shapes(stream) == 3
 
 
 def test_recipe_names_with_shapes():
@@ -330,9 +330,10 @@ def test_the_padded_snippet_runs_and_matches_the_model_at_the_real_positions(fil
     from tcperf.advisor.snippets import plain
     spec = source.load_spec(f"{files}:factory")
     model, batch = spec.model, spec.workload[0][1]
-    code = plain(setup_of("fp32+compile@pad64", varying={"input_ids": {"1": 39}, "attention_mask": {"1": 39}},
-                          buckets=1), "infer", "cpu")
-    assert "def prepare_batch(batch, multiple=64)" in code and "dynamic=False" in code
+    code = plain(setup_of("fp32+compile@pad64", varying={"input_ids": {"1": 39}, "attention_mask": {"1": 39}}),
+                 "infer", "cpu")
+    assert "def prepare_batch(batch, multiple=64)" in code and "dynamic=False" not in code
+    assert "maybe_mark_dynamic(t, d)" in code
     ns = {"model": model, "x": dict(batch)}
     with torch.no_grad():
         expected = model(**batch)

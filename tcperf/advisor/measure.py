@@ -101,10 +101,9 @@ def model_kind(model: torch.nn.Module) -> str:
     return "cnn" if engine.has_conv2d(model) else "transformer"
 
 
-def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: dict | None = None,
-             buckets: int | None = None) -> Setup:
+def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: dict | None = None) -> Setup:
     """A recipe -> the Setup its code snippets are written from (what was measured, flag for flag). varying: a
-    workload's varying dimensions by input name; buckets: how many padded shapes its stream met."""
+    workload's varying dimensions by input name."""
     from .. import precision
     r = recipes_module().get(name)
     p = precision.get(r.precision)
@@ -113,8 +112,7 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: di
                  channels_last=r.channels_last and kind == "cnn", compile=r.compile_mode, fp8=r.fp8, int8=r.int8,
                  keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
                  fused=r.fused, shapes=r.shapes if varying else "static", pad_to=r.pad_to if varying else None,
-                 varying=tuple((k, tuple((int(d), n) for d, n in dims.items())) for k, dims in (varying or {}).items()),
-                 buckets=buckets)
+                 varying=tuple((k, tuple((int(d), n) for d, n in dims.items())) for k, dims in (varying or {}).items()))
 
 
 def lowp_of(name: str) -> tuple[str, bool] | None:

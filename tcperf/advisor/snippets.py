@@ -41,7 +41,6 @@ class Setup:
     shapes: str = "static"              # a workload's varying shapes met as tcperf.recipes.SHAPES says
     pad_to: int | None = None           # ... padded to multiples of this
     varying: tuple = ()                 # ((input name, ((dim, longest), ...)), ...): 'arg0' for positional inputs
-    buckets: int | None = None          # padded shapes the workload met (Dynamo's recompile limit must hold them)
 
     @property
     def scaler(self) -> bool:
@@ -80,14 +79,12 @@ def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = Tru
                   "quantize_(model, Int8DynamicActivationInt8WeightConfig())  # Linear layers in int8"]
     if s.compile and with_compile:
         arg = "" if s.compile == "default" else f', mode="{s.compile}"'
-        if s.varying and s.shapes != "dynamic" and s.shapes != "marked":
+        if s.varying and s.shapes == "static":
             arg += ", dynamic=False"
         note = {"dynamic": "  # automatic dynamic shapes (the default): symbolic after the first change",
                 "marked": "  # symbolic in the dimensions marked below"}.get(s.shapes, "") if s.varying else ""
+        note = "  # symbolic in the padded dimensions marked below" if s.varying and s.pad_to else note
         lines.append(f"model = torch.compile(model{arg}){note}")
-        if s.pad_to and s.buckets and s.buckets >= 8:
-            lines.append(f"torch._dynamo.config.recompile_limit = {s.buckets + 1}  # one compile a bucket: "
-                         f"{s.buckets} buckets")
     return lines
 
 
@@ -110,14 +107,16 @@ def _shape_lines(s: Setup) -> list[str]:
                         "            torch._dynamo.maybe_mark_dynamic(t, d)  # symbolic from the first compile",
                         "    return batch", "", ""]
     return lines + [f"def prepare_batch(batch, multiple={s.pad_to}):  # dict of the step's inputs",
-                    '    """The varying dimensions padded at their end to a multiple: one compiled graph (and CUDA '
-                    'graph) a bucket. Read the outputs at the real positions only (e.g. out[:, :length])."""',
+                    '    """The varying dimensions padded at their end to a multiple: a CUDA graph a bucket, one compile '
+                    'for all. Read the outputs at the real positions only (e.g. out[:, :length])."""',
                     "    out = {}",
                     "    for name, t in batch.items():",
                     "        for d, longest in VARYING.get(name, {}).items():",
                     "            extra = min(-t.shape[d] % multiple, longest - t.shape[d])  # never past the longest",
                     "            widths = [0, 0] * (t.dim() - 1 - d) + [0, max(extra, 0)]",
                     '            t = torch.nn.functional.pad(t, widths, value=-100 if name == "labels" else 0)',
+                    *(["            torch._dynamo.maybe_mark_dynamic(t, d)  # one compile for every bucket"]
+                      if s.compile else []),
                     "        out[name] = t",
                     "    return out", "", ""]
 

@@ -137,8 +137,7 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
     elif not chosen:
         v["note"] = "no recipe passed the tolerance and ran: see the failures"
     if pick:
-        setup = setup_of(pick.base or pick.recipe, kind, tuple(pick.keep_fp32), varying or {},
-                         (pick.stream or {}).get("keys"))
+        setup = setup_of(pick.base or pick.recipe, kind, tuple(pick.keep_fp32), varying or {})
         v["snippets"] = all_snippets(setup, mode, "cuda" if device_type == "cuda" else device_type)
     return v
 
