@@ -153,6 +153,8 @@ def _prompts(rows: int, length: int, vocab: int, device, seed: int) -> torch.Ten
 class Session:
     """What every batch of a sweep shares: the model (quantized), its accuracy, its byte accounting."""
     stopped: str | None = None
+    own_weights = False                         # build() read the folder's weights (not random ones)
+    cache_status = "off"                        # the compile cache: hit, miss, off (tcperf.compile_cache)
 
     def __init__(self, case: dict, r: quant.GenRecipe, device):
         s = case["shape"]
@@ -170,9 +172,6 @@ class Session:
                                         # KV cache is sized from the free memory
         self.dims = accounting.model_dims(self.model, self.args, torch.empty((), dtype=self.r.kv_dtype).element_size())
         self.max_batch = self.fitting_batch(case["max_batch"])
-
-    own_weights = False                         # build() read the folder's weights (not random ones)
-    cache_status = "off"                        # the compile cache: hit, miss, off (tcperf.compile_cache)
 
     @property
     def judged(self) -> bool:
