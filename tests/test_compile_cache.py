@@ -67,3 +67,21 @@ def test_the_compile_column_says_hit_or_miss():
     assert compile_cell({"compile_s": 95.24, "compile_cache": "miss"}) == "95.2 miss"
     assert compile_cell({"compile_s": 3.1, "compile_cache": "hit"}) == "3.1 hit"
     assert compile_cell({"compile_s": 0.04, "compile_cache": "off"}) == "0.0" and compile_cell({}) == ""
+
+
+def test_the_command_gives_the_workers_the_stores_folder(tmp_path, monkeypatch):
+    """The cache's files go beside the store `--db` names (tcperf.commands.common.beside_store)."""
+    from tcperf import cli
+    from tcperf.commands import generate as command
+    seen = {}
+
+    class Stop(BaseException):          # past the command's own handlers: nothing is measured
+        pass
+
+    def stop(kind, cases, args, **kw):
+        seen.update(kw["extra"])
+        raise Stop
+    monkeypatch.setattr(command, "measure_into_store", stop)
+    with pytest.raises(Stop):
+        cli.main(["generate", "tiny", "--device", "cpu", "--db", str(tmp_path / "r.db")])
+    assert seen["compile_cache"] == str(tmp_path)

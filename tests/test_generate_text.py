@@ -94,6 +94,7 @@ def test_cli_judges_a_folder_on_the_users_text_in_both_loops(tmp_path, text):
         a = r["metrics"]["accuracy"]
         assert a["judged"] and a["perplexity"] < 1e4 and 0 <= a["top1_agree"] <= 1, (name, loop_name, a)
         assert "8 window(s) of 256 tokens" in a["text"] and a["limit"] == (0 if name == "bf16" else 0.01)
+        assert r["metrics"]["compile_cache"] in ("hit", "miss", "off")
     # one model, two decoders: tcperf's with the folder's weights gives transformers' perplexity
     plain_ppl = rows[("bf16", "plain")]["metrics"]["accuracy"]["perplexity"]
     assert plain_ppl == pytest.approx(rows[("bf16", "hf")]["metrics"]["accuracy"]["perplexity"], rel=1e-2)

@@ -272,7 +272,7 @@ def accuracy_cell(m: dict) -> str:
 
 def compile_cell(m: dict) -> str:
     """The warm-up's seconds (torch.compile's time), and whether the compile cache served it (tcperf.compile_cache):
-    "3.1 hit", "95 miss"; nothing after the seconds when nothing was compiled."""
+    "3.1 hit", "95.2 miss"; nothing after the seconds when nothing was compiled."""
     if m.get("compile_s") is None:
         return ""
     status = m.get("compile_cache") or "off"
