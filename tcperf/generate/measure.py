@@ -160,6 +160,7 @@ class Session:
         s = case["shape"]
         self.r, self.device, self.seed, self.compile = r, torch.device(device), case.get("seed", 0), case.get("compile")
         self.prompt, self.output, self.src, self.loop_name = s["prompt"], s["output"], case["source"], s["loop"]
+        self.shape = s                          # the first case's: every batch of the session shares the rest
         self.notes: list[str] = []
         self.build()                            # self.model (bf16 or the recipe's activation dtype), self.args
         ref = self.reference() if self.judged else None     # bf16's logits, before the model is quantized
@@ -248,9 +249,9 @@ class Session:
     def cache_key(self, batch: int) -> dict:
         """What picks the compile cache's file (Inductor's own keys then decide whether each entry fits: a wrong
         pick costs a compile, never a wrong kernel)."""
-        return compile_cache.key_of(device=self.device, model=self.src["name"], shape=repr(self.args),
-                                    precision=self.r.name, batch=batch, max_batch=self.max_batch, loop=self.loop_name,
-                                    positions=self.prompt + self.output, compile=self.compile)
+        case = {k: v for k, v in self.shape.items() if k != "batch"}    # model, lengths, loop (and any kernel)
+        return compile_cache.key_of(device=self.device, case=case, dims=repr(self.args), precision=self.r.name,
+                                    batch=batch, max_batch=self.max_batch, compile=self.compile)
 
 
 class PlainSession(Session):
