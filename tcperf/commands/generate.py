@@ -16,8 +16,12 @@ the crossing of each sweep) and a plot per model is written: tokens/s per user a
     tcperf generate llama-1b --precision bf16,int8wo,int4wo-128 --kv bf16 --batch 1,16,64 --loop plain
     tcperf generate meta-llama/Llama-3.2-3B --loop hf     # a transformers config (random weights)
     tcperf generate my_lm.py:factory --loop hf --device cpu --batch 1,2 --prompt 16 --output 8
+    tcperf generate ./my-llama --text notes.txt --loop plain,hf   # a save_pretrained folder's own weights, each
+                                                          # precision's perplexity on your text against bf16's
 
 The hand loop is tcperf.generate.loop (gpt-fast's way); the hf loop is transformers' generate with a static cache.
+What torch.compile compiled is kept beside the store (tcperf.compile_cache): the compile column says "hit" when a
+second run found it there, "miss" when it compiled from scratch.
 """
 from __future__ import annotations
 
@@ -75,6 +79,11 @@ def add_parser(sub) -> None:
     p.add_argument("--plot-dir", default=None,
                    help="where the plot per model is written (default: the results store's folder)")
     p.add_argument("--seed", type=int, default=0, help="the random weights' and prompts' seed")
+    p.add_argument("--text", default=None, metavar="FILE",
+                   help=f"a UTF-8 text file: with MODEL a local transformers folder holding weights and a tokenizer "
+                        f"(save_pretrained's), each precision's perplexity on it and top-1 agreement with bf16, "
+                        f"judged against the limits the trained model gets (at most {hf.TEXT_ROWS} windows of "
+                        f"{hf.TEXT_TOKENS} tokens)")
     add_measuring(p)
     p.set_defaults(func=main, rep_ms=1000.0, timeout=900.0)
 
@@ -102,6 +111,8 @@ def plan(args, device) -> tuple[dict, list[dict]]:
     loop_names = loops(args.loop or ("plain,hf" if args.sweep else "plain"))
     if src["kind"] == "trained":
         src["size"] = trained.size_of(device)
+    if args.text is not None:
+        src["text"] = judged_text(src, args.text)
     check_fits(src, batches[0], max(prompts), max(outputs), device)
     cases, reasons = [], []
     for r in recipes:
@@ -114,6 +125,19 @@ def plan(args, device) -> tuple[dict, list[dict]]:
     if len(reasons) == len(recipes) * len(loop_names):
         raise UserError(f"nothing to measure for {src['name']}: {'; '.join(dict.fromkeys(reasons))}")
     return src, cases
+
+
+def judged_text(src: dict, path: str) -> str:
+    """--text's file, checked before anything runs (UserError: exit 2, one line): it needs a folder with weights
+    and a tokenizer, and a text the tokenizer reads."""
+    if not src.get("saved_weights"):
+        raise UserError(f"--text needs MODEL to be a local transformers folder with weights (*.safetensors or "
+                        f"pytorch_model*.bin); {src['name']} has none: random weights are not judged")
+    if not src.get("tokenizer"):
+        raise UserError(f"--text needs a tokenizer in {src['name']} (tokenizer.json, tokenizer.model or vocab.json, "
+                        f"as the tokenizer's save_pretrained writes them)")
+    hf.text_tokens(src["name"], path)
+    return os.path.abspath(path)
 
 
 def train_once(src: dict, db: str | None, device) -> None:
@@ -162,8 +186,8 @@ def main(args) -> int:
     if device.type == "cpu" and args.model is None:
         err_console.print("No CUDA GPU: the tiny configuration on the CPU (name a model to override).")
     ceilings = peaks.measured(args.db, device)      # copy bandwidth, TFLOPS; without them the rows say so
-    run_id, results, store = measure_into_store("generate", cases, args, label="generate",
-                                                extra={"ceilings": ceilings} if ceilings else None)
+    extra = {"ceilings": ceilings, "compile_cache": str(beside_store(Store.open(args.db), ""))}
+    run_id, results, store = measure_into_store("generate", cases, args, label="generate", extra=extra)
     for row in crossings(results):
         store.add_result(run_id, row)
     rows = store.results(run_id)
@@ -246,6 +270,15 @@ def accuracy_cell(m: dict) -> str:
             f"top1 {a['top1_agree']:.0%}").lstrip(" ·")
 
 
+def compile_cell(m: dict) -> str:
+    """The warm-up's seconds (torch.compile's time), and whether the compile cache served it (tcperf.compile_cache):
+    "3.1 hit", "95.2 miss"; nothing after the seconds when nothing was compiled."""
+    if m.get("compile_s") is None:
+        return ""
+    status = m.get("compile_cache") or "off"
+    return f"{m['compile_s']:.1f}" + ("" if status == "off" else f" {status}")
+
+
 def generate_table(rows: list[dict], title: str) -> Table:
     """A row a precision and batch; each note numbered once below the table (they repeat down a sweep)."""
     numbers, notes = footnotes(rows, lambda r: [r.get("message") or "", *(r.get("warnings") or []),
@@ -255,8 +288,8 @@ def generate_table(rows: list[dict], title: str) -> Table:
     for col in ("precision", "batch", "TTFT ms", "ITL ms p50/p99", "tok/s", "GB/s", "% BW", "prefill TF", "MFU",
                 "compile", "accuracy", "note"):
         t.add_column(col, justify="left" if col in ("precision", "accuracy", "note") else "right",
-                     overflow="fold", no_wrap=col not in ("accuracy", "note"),
-                     min_width=12 if col == "accuracy" else None)
+                     overflow="fold", no_wrap=col not in ("accuracy", "note", "compile"),   # "95.2 miss" may wrap
+                     min_width={"accuracy": 12, "compile": 7}.get(col))
     for r, number in zip(rows, numbers):
         m = r.get("metrics") or {}
         itl, dec, pre = m.get("itl_ms"), m.get("decode") or {}, m.get("prefill") or {}
@@ -269,7 +302,7 @@ def generate_table(rows: list[dict], title: str) -> Table:
                   f"{dec['bw_share']:.0%}" if dec.get("bw_share") else "",
                   f"{pre['tflops']:.3g}" if pre.get("tflops") else "",
                   f"{pre['mfu']:.0%}" if pre.get("mfu") else "",
-                  f"{m['compile_s']:.1f}" if m.get("compile_s") is not None else "",
+                  compile_cell(m),
                   accuracy_cell(m), number.replace(",", " "))
     return t
 
@@ -333,9 +366,21 @@ def print_accuracy(rows: list[dict], src: dict, out) -> None:
     """What the accuracy column means, once under the tables."""
     out.print(f"Kernel check: each quantized layer against its own dequantised weights, on every run "
               f"(tolerance {core_quant.KERNEL_TOLERANCE:g}; a failure is a bug).", highlight=False)
+    if src.get("text"):
+        a = next((r["metrics"]["accuracy"] for r in rows if (r.get("metrics") or {}).get("accuracy", {}).get("judged")),
+                 None)
+        about = a["text"] if a else f"{src['text']} (not judged in any row: see the notes)"
+        out.print(f"Model accuracy: perplexity on {about} against bf16's, {quant.PERPLEXITY_BASIS}. Weights and "
+                  f"tokenizer: {src['name']}.", highlight=False)
+        return
+    if src.get("saved_weights"):
+        out.print(f"Model accuracy: not judged; `--text FILE` judges {src['name']}'s own weights on your text.",
+                  highlight=False)
+        return
     if src["kind"] != "trained":
         out.print(f"{measure.NOT_JUDGED}: `tcperf generate {trained.NAME}` judges each precision's perplexity on "
-                  f"a model tcperf trains once a machine.", highlight=False)
+                  f"a model tcperf trains once a machine; `tcperf generate FOLDER --text FILE` judges a local "
+                  f"transformers folder's own weights on your text.", highlight=False)
         return
     t = src.get("trained") or {}
     out.print(f"Model accuracy: perplexity on held-out standard-library bytes against bf16's, {quant.PERPLEXITY_BASIS}."

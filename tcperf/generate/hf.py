@@ -1,11 +1,14 @@
 """The models `tcperf generate` takes besides its built-ins, and transformers' own generation loop.
 
-MODEL is a built-in name (tcperf.generate.model.CONFIGS; `stdlib`, the model tcperf trains, tcperf.generate.trained), a transformers config name or folder (its config is
-read, the weights are random: nothing else is downloaded) or `file.py:factory` returning a causal LM: a transformers
-model (its `generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). The plain loop runs
-any Llama-shaped model (a built-in, a Llama config); the hf loop any transformers causal LM (a built-in becomes a
-LlamaForCausalLM of the same shape). source() checks that the model is causal (check_causal; a config on a
-one-layer model of it, check_config) before anything runs.
+MODEL is a built-in name (tcperf.generate.model.CONFIGS; `stdlib`, the model tcperf trains, tcperf.generate.trained),
+a transformers config name or folder, or `file.py:factory` returning a causal LM: a transformers model (its
+`generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). Nothing is downloaded but a
+config: a hub name or a config-only folder runs random weights; a local folder holding weights (save_pretrained's
+*.safetensors or pytorch_model*.bin) runs its own, read from disk, and with a tokenizer there `--text FILE` judges
+them on the user's text (text_tokens). The plain loop runs any Llama-shaped model (a built-in, a Llama config; a
+Llama folder's weights mapped into tcperf's decoder by load_plain, where plain_mismatch finds nothing it lacks); the
+hf loop any transformers causal LM (a built-in becomes a LlamaForCausalLM of the same shape). source() checks that
+the model is causal (check_causal; a config on a one-layer model of it, check_config) before anything runs.
 
 The hf loop is what a user of transformers writes: generate(..., cache_implementation="static"), which on a GPU
 compiles the decode forward with mode="reduce-overhead" by itself. Its steps are timed from the streamer's put()
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import time
+from pathlib import Path
 
 import torch
 
@@ -38,9 +42,20 @@ def source(name: str) -> dict:
         check_causal(lm, name)
         return {"kind": "factory", "name": name, "transformer": isinstance(lm, plain.Transformer)}
     config = load_config(name, known=(*plain.CONFIGS, trained.NAME, "file.py:factory"))
-    src = {"kind": "config", "name": name}
+    src = {"kind": "config", "name": name, **folder_files(name)}
     check_config(src, config)
     return src
+
+
+def folder_files(name: str) -> dict:
+    """What a local transformers folder holds besides its config: weights (*.safetensors, pytorch_model*.bin, as
+    save_pretrained writes them) and a tokenizer. A config-only folder (or a hub name) has neither: random weights."""
+    folder = Path(name)
+    if not folder.is_dir():
+        return {}
+    weights = [*folder.glob("*.safetensors"), *folder.glob("pytorch_model*.bin")]
+    tokenizer = any((folder / f).exists() for f in ("tokenizer.json", "tokenizer.model", "vocab.json"))
+    return {"saved_weights": bool(weights), "tokenizer": tokenizer}
 
 
 def load_factory(target: str, seed: int = 0) -> torch.nn.Module:
@@ -137,8 +152,76 @@ def args_of(src: dict) -> plain.ModelArgs | None:
         return None
     return plain.ModelArgs(src["name"], c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
                            c.num_key_value_heads or c.num_attention_heads, c.intermediate_size, c.vocab_size,
-                           tied=bool(c.tie_word_embeddings), rope_base=float(getattr(c, "rope_theta", 1e4) or 1e4),
-                           norm_eps=c.rms_norm_eps)
+                           tied=bool(c.tie_word_embeddings), rope_base=_rope(c)[0], norm_eps=c.rms_norm_eps)
+
+
+def _rope(c) -> tuple[float, str]:
+    """(RoPE's base, its type) of a Llama config: transformers 5 keeps them in rope_parameters (rope_theta is None
+    there), transformers 4 in rope_theta and rope_scaling."""
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
+    theta = getattr(c, "rope_theta", None) or params.get("rope_theta") or 1e4
+    return float(theta), params.get("rope_type") or params.get("type") or "default"
+
+
+# --- a folder's weights in tcperf's decoder (the plain loop) ----------------------------------------------------
+def plain_mismatch(src: dict) -> str | None:
+    """Why tcperf's decoder would not compute what transformers' LlamaForCausalLM computes with this folder's
+    weights (its RoPE scaling, biases, activation), else None."""
+    c = load_config(src["name"])
+    rope = _rope(c)[1]
+    why = [f"RoPE scaling {rope!r}" if rope != "default" else "",
+           "attention biases" if getattr(c, "attention_bias", False) else "",
+           "MLP biases" if getattr(c, "mlp_bias", False) else "",
+           f"activation {c.hidden_act}" if c.hidden_act != "silu" else "",
+           "a head size other than hidden / heads" if (getattr(c, "head_dim", None) or 0) not in
+           (0, c.hidden_size // c.num_attention_heads) else ""]
+    why = [w for w in why if w]
+    return f"tcperf's decoder has no {', '.join(why)}" if why else None
+
+
+def load_plain(src: dict, device, dtype: torch.dtype) -> plain.Transformer:
+    """The folder's Llama weights in tcperf's decoder: q, k, v fused into wqkv and gate, up into w13; q and k rows
+    permuted from transformers' RoPE layout (a head's first half rotated with its second) to the decoder's
+    (neighbouring pairs), as gpt-fast's convert_hf_checkpoint does."""
+    a = args_of(src)
+    hf_state = _read_weights(Path(src["name"]))
+    with torch.device("meta"):
+        model = plain.Transformer(a)
+    model.load_state_dict(plain_state(hf_state, a), assign=True, strict=True)
+    if a.tied:
+        model.output.weight = model.tok_embeddings.weight
+    return model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+
+
+def plain_state(hf: dict, a: plain.ModelArgs) -> dict:
+    """transformers' LlamaForCausalLM state dict -> tcperf.generate.model.Transformer's."""
+    hf = {k.removeprefix("model."): v for k, v in hf.items()}
+
+    def rope_rows(w, heads):               # (heads * head_dim, dim): halves -> interleaved pairs
+        return w.view(heads, 2, a.head_dim // 2, -1).transpose(1, 2).reshape(heads * a.head_dim, -1)
+    out = {"tok_embeddings.weight": hf["embed_tokens.weight"], "norm.weight": hf["norm.weight"],
+           "output.weight": hf.get("lm_head.weight", hf["embed_tokens.weight"])}
+    for i in range(a.n_layer):
+        p, q = f"layers.{i}.", f"layers.{i}.self_attn."
+        out[p + "attention.wqkv.weight"] = torch.cat([rope_rows(hf[q + "q_proj.weight"], a.n_head),
+                                                      rope_rows(hf[q + "k_proj.weight"], a.n_kv_head),
+                                                      hf[q + "v_proj.weight"]])
+        out[p + "attention.wo.weight"] = hf[q + "o_proj.weight"]
+        out[p + "feed_forward.w13.weight"] = torch.cat([hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]])
+        out[p + "feed_forward.w2.weight"] = hf[p + "mlp.down_proj.weight"]
+        out[p + "attention_norm.weight"] = hf[p + "input_layernorm.weight"]
+        out[p + "ffn_norm.weight"] = hf[p + "post_attention_layernorm.weight"]
+    return out
+
+
+def _read_weights(folder: Path) -> dict:
+    """Every tensor of the folder's *.safetensors (else pytorch_model*.bin) files, on the CPU."""
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        from safetensors.torch import load_file
+        return {k: v for f in files for k, v in load_file(str(f)).items()}
+    return {k: v for f in sorted(folder.glob("pytorch_model*.bin"))
+            for k, v in torch.load(f, map_location="cpu", weights_only=True).items()}
 
 
 def llama_config(a: plain.ModelArgs):
@@ -150,7 +233,8 @@ def llama_config(a: plain.ModelArgs):
 
 
 def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0, small: bool = False):
-    """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed`;
+    """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed` (a
+    folder's own weights where it has them);
     small: a config's model cut to one layer and a small vocabulary (small_config, for check_config)."""
     torch.manual_seed(seed)
     if src["kind"] == "factory":
@@ -159,7 +243,10 @@ def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0, small: bool =
         from transformers import AutoModelForCausalLM
         config = llama_config(plain.get(src["name"])) if src["kind"] == "builtin" else load_config(src["name"])
         with torch.device(device), _quiet_transformers():
-            lm = AutoModelForCausalLM.from_config(small_config(config) if small else config)
+            if src.get("saved_weights") and not small:    # the folder's own weights: never a download
+                lm = AutoModelForCausalLM.from_pretrained(src["name"], local_files_only=True, dtype=dtype)
+            else:
+                lm = AutoModelForCausalLM.from_config(small_config(config) if small else config)
     return lm.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
@@ -168,12 +255,15 @@ def _quiet_transformers():
     """transformers' warnings while a model is built (BertLMHeadModel's "add is_decoder=True") kept from stderr,
     where a refusal is one line; its verbosity restored on exit."""
     from transformers.utils import logging as tf_logging
-    level = tf_logging.get_verbosity()
+    level, bar = tf_logging.get_verbosity(), tf_logging.is_progress_bar_enabled()
     tf_logging.set_verbosity_error()
+    tf_logging.disable_progress_bar()       # from_pretrained's "Loading weights" bar
     try:
         yield
     finally:
         tf_logging.set_verbosity(level)
+        if bar:
+            tf_logging.enable_progress_bar()
 
 
 def dims_args(lm) -> plain.ModelArgs:
@@ -220,3 +310,31 @@ def timed_generate(lm, prompt: torch.Tensor, new_tokens: int, compile: bool | No
     hf_generate(lm, prompt, new_tokens, compile, streamer=stamps)
     times = stamps.times[1:]                      # [0] is the prompt, put before the prefill
     return (times[0] - t0) * 1e3, [(b - a) * 1e3 for a, b in zip(times, times[1:])]
+
+
+# --- the user's text, tokenised with the folder's tokenizer (--text) ------------------------------------------------
+TEXT_ROWS, TEXT_TOKENS = 8, 512      # the cap on the tokens judged: 8 windows of 512 (4,096 tokens), seconds on a GPU
+MIN_TEXT_TOKENS = 16
+
+
+def text_tokens(folder: str, path: str) -> torch.Tensor:
+    """The text at `path` tokenised by the folder's tokenizer, cut into at most TEXT_ROWS consecutive windows of
+    TEXT_TOKENS (fewer and shorter for a short text, within the model's positions): (rows, T) int64. UserError when
+    the file cannot be read, the tokenizer cannot be loaded, or the text is shorter than MIN_TEXT_TOKENS tokens."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read --text {path}: {one_line(e)}") from None
+    from transformers import AutoTokenizer
+    try:
+        with _quiet_transformers():
+            tok = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except Exception as e:                 # noqa: BLE001 - the folder's files
+        raise UserError(f"--text: the tokenizer in {folder} does not load: {one_line(e)}") from None
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if len(ids) < MIN_TEXT_TOKENS:
+        raise UserError(f"--text {path} is {len(ids)} tokens long; at least {MIN_TEXT_TOKENS} are needed")
+    limit = getattr(load_config(folder), "max_position_embeddings", None) or TEXT_TOKENS
+    seq = min(TEXT_TOKENS, limit, len(ids))
+    rows = min(TEXT_ROWS, len(ids) // seq)
+    return torch.tensor(ids[:rows * seq], dtype=torch.long).view(rows, seq)

@@ -1,19 +1,22 @@
 """One `tcperf generate` row: a model at a precision, decoded by one loop at one batch size, timed and accounted.
 
 The worker task (tcperf.worker calls task(case, device, job)): the first case of a (model, precision, loop) in a
-worker builds the model at random weights, checks its accuracy against bf16 and allocates the static KV cache for
-the largest batch of the sweep; every case then times whole generations at its batch: the prefill (time to first
-token) and each decode step (inter-token latency) with CUDA events around the loop's calls (perf_counter on a CPU),
-a warm-up generation first (it holds torch.compile's time, reported as compile_s). A batch that runs out of memory
-is recorded as "oom" and ends the sweep: the batches after it are not tried.
+worker builds the model (random weights, trained ones, or a folder's own), checks its accuracy against bf16 and
+allocates the static KV cache for the largest batch of the sweep; every case then times whole generations at its
+batch: the prefill (time to first token) and each decode step (inter-token latency) with CUDA events around the
+loop's calls (perf_counter on a CPU), a warm-up generation first (it holds torch.compile's time, reported as
+compile_s, and whether the compile cache beside the store served it, compile_cache: tcperf.compile_cache). A batch
+that runs out of memory is recorded as "oom" and ends the sweep: the batches after it are not tried.
 
 Two accuracy checks, each meaning one thing. The kernel check (tcperf.quant.check_layers) runs every quantized
 layer on random inputs against its own dequantised weights, on every run before anything is timed: a failure is a
 bug, the case is not timed, it is stored as "wrong" with "kernel bug" and the command exits 1. The model check runs
-only on trained weights (`stdlib`, tcperf.generate.trained): perplexity on held-out text against bf16's, within the
-recipe's perplexity_limit (published practice, quant.PERPLEXITY_BASIS), and the share of positions whose top-1
-token agrees with bf16's; a recipe outside its limit is timed all the same and stored as "wrong". On random weights
-only the kernel check runs: the rows say "model accuracy: not judged on random weights".
+only on weights that mean something, with text to judge them on: `stdlib` (tcperf.generate.trained) on its
+held-out bytes, or a local transformers folder's own weights on the user's --text (at most hf.TEXT_ROWS windows of
+hf.TEXT_TOKENS tokens): perplexity against bf16's, within the recipe's perplexity_limit (published practice,
+quant.PERPLEXITY_BASIS), and the share of positions whose top-1 token agrees with bf16's; a recipe outside its limit
+is timed all the same and stored as "wrong". On random weights only the kernel check runs: the rows say "model
+accuracy: not judged on random weights".
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import time
 
 import torch
 
-from .. import accuracy, engine, peaks
+from .. import accuracy, compile_cache, engine, peaks
 from .. import quant as core_quant
 from ..timing import Measurement
 from . import accounting, hf, loop, quant, trained
@@ -64,7 +67,7 @@ def task(case: dict, device, job: dict) -> dict:
     try:
         if case.get("oom_above") is not None and batch > case["oom_above"]:
             raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {case['oom_above']}")
-        timed = session.time(batch, job.get("timing") or {})
+        timed = session.time(batch, job.get("timing") or {}, job.get("compile_cache"))
     except torch.OutOfMemoryError:
         session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
         raise                                   # tcperf.worker records it as "oom"
@@ -127,15 +130,17 @@ def kernel_bug(k: dict) -> str:
             f"{k['tolerance']:g}): not timed")
 
 
-def model_accuracy(logits: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor, limit: float) -> dict:
+def model_accuracy(logits: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor, limit: float,
+                   about: str | None = None) -> dict:
     """A recipe's logits on held-out tokens (rows, T) against bf16's: both perplexities, the rise, top-1 agreement
-    (tcperf.accuracy's), and the verdict against the recipe's perplexity limit."""
+    (tcperf.accuracy's), and the verdict against the recipe's perplexity limit. about: what the tokens are."""
     ppl, ppl_bf16 = trained.perplexity(logits, tokens), trained.perplexity(ref, tokens)
     acc = accuracy.compare_outputs([logits], [ref])
     rise = ppl / ppl_bf16 - 1
     return {"judged": True, "perplexity": ppl, "perplexity_bf16": ppl_bf16, "rise": rise, "limit": limit,
             "passed": rise <= limit, "top1_agree": acc.get("top1_agree"), "rel_error": acc["rel_error"],
-            "text": f"{tokens.shape[0]} held-out windows of {tokens.shape[1]} bytes", "basis": quant.PERPLEXITY_BASIS}
+            "text": about or f"{tokens.shape[0]} held-out windows of {tokens.shape[1]} bytes",
+            "basis": quant.PERPLEXITY_BASIS}
 
 
 def _prompts(rows: int, length: int, vocab: int, device, seed: int) -> torch.Tensor:
@@ -148,24 +153,57 @@ def _prompts(rows: int, length: int, vocab: int, device, seed: int) -> torch.Ten
 class Session:
     """What every batch of a sweep shares: the model (quantized), its accuracy, its byte accounting."""
     stopped: str | None = None
+    own_weights = False                         # build() read the folder's weights (not random ones)
+    cache_status = "off"                        # the compile cache: hit, miss, off (tcperf.compile_cache)
 
     def __init__(self, case: dict, r: quant.GenRecipe, device):
         s = case["shape"]
         self.r, self.device, self.seed, self.compile = r, torch.device(device), case.get("seed", 0), case.get("compile")
-        self.prompt, self.output, self.src = s["prompt"], s["output"], case["source"]
+        self.prompt, self.output, self.src, self.loop_name = s["prompt"], s["output"], case["source"], s["loop"]
+        self.shape = s                          # the first case's: every batch of the session shares the rest
         self.notes: list[str] = []
         self.build()                            # self.model (bf16 or the recipe's activation dtype), self.args
         ref = self.reference() if self.judged else None     # bf16's logits, before the model is quantized
         self.notes += quant.quantize(self.model, self.r)
         self.kernel = core_quant.check_layers(self.model)
-        self.accuracy = self.check(ref) if self.judged else {"judged": False, "note": NOT_JUDGED}
+        self.accuracy = self.check(ref) if self.judged else {"judged": False, "note": self.not_judged()}
+        del ref
+        if self.judged and self.device.type == "cuda":
+            torch.cuda.empty_cache()    # the logits' GiBs (rows x T x vocab, in float64 to compare) back before the
+                                        # KV cache is sized from the free memory
         self.dims = accounting.model_dims(self.model, self.args, torch.empty((), dtype=self.r.kv_dtype).element_size())
         self.max_batch = self.fitting_batch(case["max_batch"])
 
     @property
     def judged(self) -> bool:
-        """Whether the weights are trained (model accuracy means something on them)."""
-        return self.src["kind"] == "trained"
+        """Whether the weights are trained (model accuracy means something on them) and there is text to judge
+        them on: tcperf's trained model and its held-out bytes, or a folder's own weights and --text."""
+        return self.src["kind"] == "trained" or bool(self.own_weights and self.src.get("text"))
+
+    def not_judged(self) -> str:
+        if self.own_weights:
+            return "model accuracy: not judged (give --text FILE to judge this folder's weights on your text)"
+        return NOT_JUDGED
+
+    def eval_tokens(self) -> tuple[torch.Tensor, str]:
+        """The tokens accuracy is judged on (rows, T), and what they are."""
+        if self.src["kind"] == "trained":
+            return trained.held_out(self.src["size"]), ""
+        tokens = hf.text_tokens(self.src["name"], self.src["text"])
+        return tokens, (f"{tokens.shape[0]} window(s) of {tokens.shape[1]} tokens of {self.src['text']} (at most "
+                        f"{hf.TEXT_ROWS} x {hf.TEXT_TOKENS})")
+
+    def reference(self) -> tuple[torch.Tensor, torch.Tensor, str]:
+        """The text (rows, T), bf16's logits on it, and what the text is; before the model is quantized."""
+        tokens, about = self.eval_tokens()
+        tokens = tokens.to(self.device)
+        bf16 = self.model if self.r.act == torch.bfloat16 else self.load(torch.bfloat16)
+        return tokens, self.logits(bf16, tokens, torch.bfloat16), about
+
+    def check(self, ref) -> dict:
+        tokens, ref_logits, about = ref
+        return model_accuracy(self.logits(self.model, tokens, self.r.kv_dtype), ref_logits, tokens,
+                              self.r.perplexity_limit, about or None)
 
     def row_bytes(self) -> float:
         return accounting.row_memory(self.args, self.prompt, self.output, self.dims["kv_element_bytes"])
@@ -183,12 +221,19 @@ class Session:
                 f"activations, {getattr(self, 'free_bytes', 0) / 2**30:.1f} GiB free after the weights: the sweep "
                 "ends there")
 
-    def time(self, batch: int, timing: dict) -> dict:
-        """A warm-up generation (compiles, captures), then whole generations until the time budget is spent."""
+    def time(self, batch: int, timing: dict, cache_folder: str | None = None) -> dict:
+        """A warm-up generation (compiles, captures; torch.compile's products loaded from and saved to a file in
+        cache_folder, tcperf.compile_cache), then whole generations until the time budget is spent."""
         prompt = _prompts(batch, self.prompt, self.args.vocab, self.device, self.seed + 7)
+        cache = compile_cache.CompileCache(cache_folder, self.cache_key(batch),
+                                           f"generate-{self.r.name}-{self.loop_name}-b{batch}")
+        cache.load()
         t0 = time.perf_counter()
         self.generation(prompt)
         compile_s = time.perf_counter() - t0
+        status = cache.save()
+        # a batch whose warm-up compiled nothing reuses the session's compiled step: the status of that compile
+        self.cache_status = status if status != "off" else self.cache_status
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         ttfts, gaps, start = [], [], time.perf_counter()
@@ -199,35 +244,39 @@ class Session:
             gaps += itl
         peak = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
         return {"ttft": Measurement(ttfts), "itl": Measurement(gaps), "compile_s": compile_s, "peak_mem_gib": peak,
-                "generations": len(ttfts)}
+                "generations": len(ttfts), "compile_cache": self.cache_status}
+
+    def cache_key(self, batch: int) -> dict:
+        """What picks the compile cache's file (Inductor's own keys then decide whether each entry fits: a wrong
+        pick costs a compile, never a wrong kernel)."""
+        case = {k: v for k, v in self.shape.items() if k != "batch"}    # model, lengths, loop (and any kernel)
+        return compile_cache.key_of(device=self.device, case=case, dims=repr(self.args), precision=self.r.name,
+                                    batch=batch, max_batch=self.max_batch, compile=self.compile)
 
 
 class PlainSession(Session):
     """tcperf's Llama decoder (tcperf.generate.model) and the hand loop (tcperf.generate.loop)."""
 
     def build(self) -> None:
+        if self.src["kind"] == "config" and self.src.get("saved_weights"):
+            mismatch = hf.plain_mismatch(self.src)
+            self.own_weights = mismatch is None
+            if mismatch:
+                self.notes.append(f"the plain loop runs random weights of this shape ({mismatch}): the folder's "
+                                  f"weights, and their accuracy, are in the hf loop (--loop hf)")
+        self.model = self.load(self.r.act)
+        self.args = self.model.args
+
+    def load(self, dtype: torch.dtype) -> plain.Transformer:
+        """The model in `dtype`: trained weights, a folder's own, a factory's, or random ones at the seed."""
         if self.src["kind"] == "trained":
-            self.model = trained.load(self.src["weights"], self.device, self.r.act)
-            self.args = self.model.args
-            return
-        self.args = hf.args_of(self.src) if self.src["kind"] != "factory" else None
-        if self.args is not None:
-            self.model = plain.build(self.args, self.device, self.r.act, self.seed)
-        else:
-            self.model = _factory_transformer(self.src, self.device, self.r.act)
-            self.args = self.model.args
-
-    def reference(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The held-out text (rows, T) and bf16's logits on it."""
-        tokens = trained.held_out(self.src["size"]).to(self.device)
-        bf16 = self.model if self.r.act == torch.bfloat16 else \
-            trained.load(self.src["weights"], self.device, torch.bfloat16)
-        return tokens, self.logits(bf16, tokens, torch.bfloat16)
-
-    def check(self, ref) -> dict:
-        tokens, ref_logits = ref
-        return model_accuracy(self.logits(self.model, tokens, self.r.kv_dtype), ref_logits, tokens,
-                              self.r.perplexity_limit)
+            return trained.load(self.src["weights"], self.device, dtype)
+        if self.own_weights:
+            return hf.load_plain(self.src, self.device, dtype)
+        args = hf.args_of(self.src) if self.src["kind"] != "factory" else None
+        if args is not None:
+            return plain.build(args, self.device, dtype, self.seed)
+        return _factory_transformer(self.src, self.device, dtype)
 
     @staticmethod
     def logits(model, tokens: torch.Tensor, kv_dtype) -> torch.Tensor:
@@ -259,8 +308,18 @@ class HfSession(Session):
     """A transformers causal LM (or a factory's) and transformers' generate with a static cache."""
 
     def build(self) -> None:
-        self.model = hf.build_hf(self.src, self.device, self.r.act, self.seed)
+        self.own_weights = bool(self.src.get("saved_weights"))
+        self.model = self.load(self.r.act)
         self.args = hf.dims_args(self.model)
+
+    def load(self, dtype: torch.dtype):
+        return hf.build_hf(self.src, self.device, dtype, self.seed)
+
+    @staticmethod
+    @torch.no_grad()
+    def logits(model, tokens: torch.Tensor, kv_dtype=None) -> torch.Tensor:
+        """Logits at every position of tokens (B, T) in one forward (the hf loop's KV cache is the model's dtype)."""
+        return hf.logits_of(model, tokens).float()
 
     def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
         with torch.no_grad():
@@ -329,7 +388,8 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
         peak={"precision": s.r.peak, "tflops": peak, "source": peak_source, "bandwidth_gbs": bandwidth,
               "bandwidth_source": bw_source},
         roofline_batch=accounting.roofline_batch(s.dims, context, peak, bandwidth) if peak and bandwidth else None,
-        dims=s.dims, compile_s=t["compile_s"], peak_mem_gib=t["peak_mem_gib"], generations=t["generations"],
+        dims=s.dims, compile_s=t["compile_s"], compile_cache=t["compile_cache"], peak_mem_gib=t["peak_mem_gib"],
+        generations=t["generations"],
         kernel=s.kernel, accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s",
         throughput=batch * 1e3 / itl.mean_ms)
     if not ceilings.get("bandwidth"):
