@@ -6,6 +6,8 @@
 #                                            smoke (two advise runs through the CLI) generate
 #                                            workload (its GPU tests, the speed of light, advise on a BERT stream)
 #                                            wlbench (benchmarks/workload_gpu.py: hand loops and advise, WL_ARGS)
+#                                            wladvise (`time tcperf advise` on each of WL_TARGETS at --steps WL_STEPS,
+#                                            a fresh store each: the workload stage's time, issue 32)
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
 # $OUT/session.tar.gz at the end (the device tool brings back few files).
 set -u
@@ -62,6 +64,11 @@ for s in "$@"; do
         workload) stage workload-tests ${WL_TESTS_LIMIT:-240} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 200 --tb=short tests/test_workload.py
                   stage sol ${SOL_LIMIT:-180} python3 benchmarks/speed_of_light.py --out "$OUT/files" --db "$TCPERF_DB"
                   stage workload-advise ${WL_ADVISE_LIMIT:-420} bash -c "time COLUMNS=160 python3 -m tcperf advise ${WL_TARGET:-examples/bert_stream.py:factory} ${WL_ADVISE_ARGS:---steps 10000}" ;;
+        wladvise) for t in ${WL_TARGETS:-examples/bert_stream.py:factory examples/llama_prefill.py:factory}; do
+                      name=$(basename "${t%%.py*}")
+                      stage "wladvise-$name" ${WL_ADVISE_LIMIT:-240} bash -c "time COLUMNS=160 python3 -m tcperf advise $t \
+                          --steps ${WL_STEPS:-10000} --db \"$OUT/files/wl-$name.db\""
+                  done ;;
         wlbench)  stage wlbench ${WLBENCH_LIMIT:-560} python3 benchmarks/workload_gpu.py --out "$OUT/files/wlbench" ${WL_ARGS:-} ;;
         ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
