@@ -13,10 +13,10 @@ of the weight tile, widened (int8) or unpacked (two nibbles a byte, kept as the 
 step so no interleaving is needed) and scaled, multiplied by the x rows, summed in fp32. At M = 1 the product is a
 multiply and a row sum on the CUDA cores (a GEMV); above, a Tensor Core tl.dot with W as the left operand (W x^T:
 the weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16). No split-K: the
-configurations include BLOCK_N = 16 and 32, which give 4096 columns 128 to 256 programs, enough for 132 SMs.
+configurations include BLOCK_N = 8 and 16, which give 4096 columns 512 and 256 programs, enough for 132 SMs.
 
 BLOCK_M comes from M (1, 16, 32, 64: the "M bucket") and, with N and K, keys triton.autotune over a few
-configurations (GEMV_CONFIGS at M = 1, MM_CONFIGS above), each timed briefly (AUTOTUNE_MS) so that a benchmark
+configurations (GEMV_CONFIGS at M = 1, MM_CONFIGS above: 4 each, ~1 s of compiling each), each timed briefly (AUTOTUNE_MS) so that a benchmark
 tuning 40 shapes stays within seconds. In the Triton interpreter (TRITON_INTERPRET=1 before this module is
 imported, CPU tensors) one small configuration runs untuned, in fp32 (the interpreter multiplies bf16 as raw
 bits).
@@ -41,10 +41,12 @@ def _configs(blocks: tuple, warps: int, stages: int) -> list[triton.Config]:
     return [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages) for n, k in blocks]
 
 
-# (BLOCK_N, BLOCK_K): 8 to 32 KiB of int8 weight a step. GEMV: small column blocks, long K steps; MM: the
-# Tensor Core path, whose tl.dot wants BLOCK_N >= 16 and whose accumulator grows with BLOCK_M.
-GEMV_CONFIGS = _configs(((16, 512), (32, 256), (32, 512), (64, 256), (64, 128)), warps=4, stages=3)
-MM_CONFIGS = _configs(((16, 256), (32, 256), (64, 128), (64, 256), (128, 128)), warps=4, stages=3)
+# (BLOCK_N, BLOCK_K): 4 to 16 KiB of int8 weight a step (half that of int4). GEMV: small column blocks (N = 4096
+# in 8 columns is 512 programs for 132 SMs: no split-K needed), long K steps; MM: the Tensor Core path, whose tl.dot
+# wants BLOCK_N >= 16 and whose accumulator grows with BLOCK_M. BLOCK_K = 128 keeps an int4 step of groups of 128
+# inside one group (a scale and a zero a row, not a weight).
+GEMV_CONFIGS = _configs(((8, 512), (16, 512), (32, 256), (64, 128)), warps=4, stages=3)
+MM_CONFIGS = _configs(((16, 256), (32, 128), (64, 128), (128, 128)), warps=4, stages=3)
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 32}
 
 
@@ -92,12 +94,18 @@ def int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, strid
 
 
 @triton.jit
-def _dequantised(q, s_ptr, z_ptr, offs_n, k, N, stride_sn, GROUP: tl.constexpr):
-    """q (BLOCK_N, H) in [0, 15] at columns k -> (q - 8) * scale + zero in fp32, the scale of k's group."""
-    mask = offs_n[:, None] < N
-    g = offs_n[:, None] * stride_sn + k[None, :] // GROUP
-    s = tl.load(s_ptr + g, mask=mask, other=0).to(tl.float32)
-    z = tl.load(z_ptr + g, mask=mask, other=0).to(tl.float32)
+def _dequantised(q, s_ptr, z_ptr, offs_n, k0, k, N, stride_sn, GROUP: tl.constexpr, BLOCK_K: tl.constexpr):
+    """q (BLOCK_N, H) in [0, 15] at columns k of the step from k0 -> (q - 8) * scale + zero in fp32. A step inside
+    one group loads a scale and a zero a row; a step over several groups, one a weight (gathered, from cache)."""
+    mask = offs_n < N
+    if GROUP % BLOCK_K == 0:
+        g = offs_n * stride_sn + k0 // GROUP
+        s = tl.load(s_ptr + g, mask=mask, other=0).to(tl.float32)[:, None]
+        z = tl.load(z_ptr + g, mask=mask, other=0).to(tl.float32)[:, None]
+    else:
+        g = offs_n[:, None] * stride_sn + k[None, :] // GROUP
+        s = tl.load(s_ptr + g, mask=mask[:, None], other=0).to(tl.float32)
+        z = tl.load(z_ptr + g, mask=mask[:, None], other=0).to(tl.float32)
     return (q.to(tl.float32) - 8.0) * s + z
 
 
@@ -119,10 +127,10 @@ def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn
         x_mask = (offs_m[:, None] < M) & (b[None, :] < K // 2)
         x_even = tl.load(x_rows + even[None, :], mask=x_mask, other=0)                    # (BLOCK_M, HALF)
         x_odd = tl.load(x_rows + odd[None, :], mask=x_mask, other=0)
-        acc = _product(_dequantised(p >> 4, s_ptr, z_ptr, offs_n, even, N, stride_sn, GROUP), x_even, acc,
-                       BLOCK_M, UPCAST)
-        acc = _product(_dequantised(p & 15, s_ptr, z_ptr, offs_n, odd, N, stride_sn, GROUP), x_odd, acc,
-                       BLOCK_M, UPCAST)
+        acc = _product(_dequantised(p >> 4, s_ptr, z_ptr, offs_n, 2 * b0, even, N, stride_sn, GROUP, BLOCK_K),
+                       x_even, acc, BLOCK_M, UPCAST)
+        acc = _product(_dequantised(p & 15, s_ptr, z_ptr, offs_n, 2 * b0, odd, N, stride_sn, GROUP, BLOCK_K),
+                       x_odd, acc, BLOCK_M, UPCAST)
     _store(y_ptr, acc, offs_m, offs_n, M, N, stride_ym)
 
 

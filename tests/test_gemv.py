@@ -20,7 +20,7 @@ from tcperf.cli import main
 from tcperf.generate import quant
 
 # (M, N, K) and the int4 group: blocks in the interpreter are 16 columns and 32 of K; M = 1 is the GEMV path, 3 and
-# 17 the tl.dot path (16 and 32 rows a program)
+# 17 the tl.dot path (16 and 32 rows a program); group 32 is a step inside one group, 16 a step over two
 SHAPES = [(1, 40, 96, 32), (3, 40, 96, 32), (1, 33, 80, 16), (3, 33, 80, 16), (17, 24, 64, 32)]
 CHILD = r"""
 import json, sys, torch
@@ -142,6 +142,23 @@ def test_fake_tensors_give_the_output_shape():
                                             torch.empty(48, 2, dtype=torch.bfloat16),
                                             torch.empty(48, 2, dtype=torch.bfloat16), 32)
     assert y.shape == (5, 48) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("cc", [90, 80])
+def test_kernels_compile_for_hopper_and_ampere(cc):
+    """Each path's first configuration compiles to PTX without a GPU; the batched path is a Tensor Core MMA."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from tcperf import gemv
+    if gemv.INTERPRETING:
+        pytest.skip("TRITON_INTERPRET is set in this process")
+    pointers = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16", "y_ptr": "*bf16"}
+    for block_m, config in ((1, gemv.GEMV_CONFIGS[0]), (16, gemv.MM_CONFIGS[-1])):
+        constexprs = {**config.kwargs, "BLOCK_M": block_m, "UPCAST": False, "GROUP": 128}
+        signature = {a: "constexpr" if a in constexprs else pointers.get(a, "i32") for a in gemv.int4_kernel.arg_names}
+        src = triton.compiler.ASTSource(fn=gemv.int4_kernel, signature=signature, constexprs=constexprs)
+        ptx = triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": 4}).asm["ptx"]
+        assert ("mma" in ptx) == (block_m > 1), (block_m, config)
 
 
 def test_m_buckets():
