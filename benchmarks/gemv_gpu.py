@@ -1,5 +1,6 @@
 """Issue 33's kernels side by side: one decode-shaped Linear at batch 1..64, bf16 cuBLAS against every weight-only
-int8 and int4 kernel tcperf can run, and the batch from which each stops beating bf16.
+int8 and int4 kernel tcperf can run, and the batch from which each stops beating bf16 (over a decode step's linear
+layers: each block's four, the output layer once).
 
 Kernels (KERNELS): bf16 `F.linear` (cuBLAS); int8 Inductor (Int8WeightOnlyLinear's forward under torch.compile
 with coordinate-descent tuning, as `tcperf generate` compiles it); int8 triton and int4 triton (tcperf.gemv); int4
@@ -41,6 +42,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tcperf import peaks
+from tcperf.errors import one_line
 from tcperf.quant import KERNEL_TOLERANCE, Int4WeightOnlyLinear, Int8WeightOnlyLinear, QuantLinear
 
 console = Console(width=160)
@@ -51,6 +53,7 @@ MODELS = {  # model -> its decode layers: (name, K, N)
     "Llama-3.2-1B": (("qkv", 2048, 3072), ("o", 2048, 2048), ("gate+up", 2048, 16384), ("down", 8192, 2048),
                      ("output", 2048, 128256)),
 }
+BLOCKS = {"Llama-3.1-8B": 32, "Llama-3.2-1B": 16}    # transformer blocks: qkv, o, gate+up and down run once each
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 QUICK = ("Llama-3.2-1B", (1, 4, 16))
 INDUCTOR = {"coordinate_descent_tuning": True}       # tcperf.generate.loop's options, less the CUDA graphs
@@ -185,8 +188,7 @@ def shape_rows(model: str, name: str, k: int, n: int, batches, bandwidth: float 
             try:
                 r = row(kernel, lin, batch, copies, gen)
             except Exception as e:        # noqa: BLE001 - one kernel's failure is a row, not the end of the sweep
-                r = {"status": "error", "message": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160]}"
-                     if str(e).strip() else type(e).__name__}
+                r = {"status": "error", "message": one_line(e)}
             if r.get("us"):
                 r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
                 r["bw_share"] = r["gbps"] / bandwidth if bandwidth else None
@@ -204,9 +206,16 @@ def add_ratios(rows: list[dict]) -> None:
         r["vs_bf16"] = r["us"] / ref if r.get("us") and ref else None
 
 
+def step_us(rows: list[dict], blocks: int) -> float | None:
+    """The linear layers' time in one decode step: each block's four layers, then the output layer once."""
+    if not rows or not all(r.get("us") for r in rows):
+        return None
+    return sum(r["us"] * (1 if r["layer"] == "output" else blocks) for r in rows)
+
+
 def crossings(rows: list[dict]) -> list[dict]:
-    """Per model and quantized kernel: the time summed over the model's layer shapes at each batch against bf16's,
-    and the smallest batch from which it no longer beats bf16 (None: faster at every batch measured)."""
+    """Per model and quantized kernel: the linear layers' time in a decode step (step_us) at each batch against
+    bf16's, and the smallest batch from which it no longer beats bf16 (None: faster at every batch measured)."""
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         mine = [r for r in rows if r["model"] == model]
@@ -214,10 +223,11 @@ def crossings(rows: list[dict]) -> list[dict]:
         for kernel in [k.name for k in KERNELS if k.bits < 16]:
             ratios = {}
             for batch in sorted({r["batch"] for r in mine}):
-                times = [r.get("us") for r in mine if r["kernel"] == kernel and r["batch"] == batch]
-                ref = [r.get("us") for r in mine if r["bits"] == 16 and r["batch"] == batch]
-                if len(times) == len(ref) == layers and all(times) and all(ref):
-                    ratios[batch] = sum(times) / sum(ref)
+                times = [r for r in mine if r["kernel"] == kernel and r["batch"] == batch]
+                ref = [r for r in mine if r["bits"] == 16 and r["batch"] == batch]
+                t, t_ref = step_us(times, BLOCKS.get(model, 1)), step_us(ref, BLOCKS.get(model, 1))
+                if len(times) == len(ref) == layers and t and t_ref:
+                    ratios[batch] = t / t_ref
             if not ratios:
                 continue
             slower = [b for b, x in sorted(ratios.items()) if x >= 1]
@@ -251,7 +261,7 @@ def crossing_line(c: dict) -> str:
     at = c["stops_beating_bf16_at"]
     verdict = f"stops beating bf16 at batch {at}" if at else "beats bf16 at every batch measured"
     more = " (some shapes failed or were not timed: batches missing)" if c["incomplete"] else ""
-    return f"  {c['model']} · {c['kernel']}: {verdict}{more}; time over bf16's, summed over the layers: {ratios}"
+    return f"  {c['model']} · {c['kernel']}: {verdict}{more}; a decode step's linear layers against bf16's: {ratios}"
 
 
 def environment(device) -> dict:

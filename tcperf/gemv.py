@@ -16,8 +16,8 @@ the weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded
 configurations include BLOCK_N = 8 and 16, which give 4096 columns 512 and 256 programs, enough for 132 SMs.
 
 BLOCK_M comes from M (1, 16, 32, 64: the "M bucket") and, with N and K, keys triton.autotune over a few
-configurations (GEMV_CONFIGS at M = 1, MM_CONFIGS above: 4 each, ~1 s of compiling each), each timed briefly (AUTOTUNE_MS) so that a benchmark
-tuning 40 shapes stays within seconds. In the Triton interpreter (TRITON_INTERPRET=1 before this module is
+configurations (GEMV_CONFIGS at M = 1, MM_CONFIGS above: 4 each, ~1 s of compiling each), each timed briefly
+(AUTOTUNE_MS) so that a benchmark tuning 40 shapes stays within seconds. In the Triton interpreter (TRITON_INTERPRET=1 before this module is
 imported, CPU tensors) one small configuration runs untuned, in fp32 (the interpreter multiplies bf16 as raw
 bits).
 
@@ -25,6 +25,7 @@ Speeds on an H100 against cuBLAS bf16, tinygemm and Inductor's fused GEMV: bench
 """
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -55,7 +56,9 @@ def _bench(fn, quantiles=None):
 
 
 def _tuned(kernel, configs):
-    return triton.autotune(configs, key=["BLOCK_M", "N", "K"], do_bench=_bench)(kernel)
+    """Autotuned on (M bucket, N, K), each configuration timed for AUTOTUNE_MS where this triton takes do_bench."""
+    brief = {"do_bench": _bench} if "do_bench" in inspect.signature(triton.autotune).parameters else {}
+    return triton.autotune(configs, key=["BLOCK_M", "N", "K"], **brief)(kernel)
 
 
 @triton.jit

@@ -44,8 +44,10 @@ def kernels(m, n, k, group):
 def model():
     torch.manual_seed(0)
     lins = [torch.nn.Linear(k, n, bias=False).bfloat16() for k, n in ((96, 40), (64, 33))]
-    return torch.nn.ModuleList([quant.Int8WeightOnlyLinear(lins[0], "triton"), quant.Int4WeightOnlyLinear(lins[0], 32, "triton"),
-                                quant.Int8WeightOnlyLinear(lins[1], "triton"), quant.Int4WeightOnlyLinear(lins[1], 16, "triton")])
+    return torch.nn.ModuleList([quant.Int8WeightOnlyLinear(lins[0], "triton"),
+                                quant.Int4WeightOnlyLinear(lins[0], 32, "triton"),
+                                quant.Int8WeightOnlyLinear(lins[1], "triton"),
+                                quant.Int4WeightOnlyLinear(lins[1], 16, "triton")])
 
 def wrong_scales():
     # the kernels handed what a buggy kernel would read: the int8 scales reversed, the int4 group doubled (each
@@ -197,8 +199,10 @@ def test_benchmark_finds_where_a_kernel_stops_beating_bf16():
     import gemv_gpu
     us = {("bf16 cuBLAS", 1): 10, ("bf16 cuBLAS", 4): 10, ("bf16 cuBLAS", 16): 10,
           ("int4 triton", 1): 4, ("int4 triton", 4): 9, ("int4 triton", 16): 12}
+    gemv_gpu.BLOCKS["m"] = 2                 # a step: 2 x qkv + 1 x output (3 x qkv's time): 5 x qkv's
     rows = [{"model": "m", "layer": layer, "batch": b, "kernel": kern, "bits": 16 if kern.startswith("bf16") else 4,
-             "us": t, "status": "ok"} for (kern, b), t in us.items() for layer in ("qkv", "o")]
+             "us": t * (3 if layer == "output" else 1), "status": "ok"} for (kern, b), t in us.items()
+            for layer in ("qkv", "output")]
     gemv_gpu.add_ratios(rows)
     found = {c["kernel"]: c for c in gemv_gpu.crossings(rows)}
     assert found["int4 triton"]["stops_beating_bf16_at"] == 16
