@@ -143,9 +143,12 @@ KERNELS = {  # name -> (the kernel, tuned at M = 1, tuned above)
 }
 
 
-def block_m(m: int) -> int:
-    """The M bucket: 1 (the GEMV), else the power of two >= m from 16 (tl.dot's least) to MAX_BLOCK_M."""
-    return 1 if m == 1 else min(MAX_BLOCK_M, max(16, triton.next_power_of_2(m)))
+def block_m(m) -> int:
+    """The M bucket: 1 (the GEMV), else the power of two >= m from 16 (tl.dot's least) to MAX_BLOCK_M. Comparisons
+    only: under a dynamic batch m is symbolic, and each comparison becomes a guard (a graph a bucket)."""
+    if m == 1:
+        return 1
+    return next(b for b in (16, 32, MAX_BLOCK_M) if m <= b or b == MAX_BLOCK_M)
 
 
 def _launch(name: str, args: tuple, m: int, n: int, **constexprs) -> None:

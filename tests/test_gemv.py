@@ -113,9 +113,12 @@ def test_unknown_layer_kernel_is_refused():
         core_quant.Int4WeightOnlyLinear(_lin(), 32, kernel="inductor")
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
 @pytest.mark.parametrize("bits", [8, 4])
-def test_triton_layers_trace_into_one_graph(bits):
-    """torch.compile(fullgraph=True) sees the op (its fake implementation gives the output's shape), no break."""
+def test_triton_layers_trace_into_one_graph(bits, dynamic):
+    """torch.compile(fullgraph=True) traces through the op into the Triton launch (what Inductor compiles), also
+    with a symbolic batch (generate's plain loop compiles a dynamic-batch step from its second batch size)."""
+    from torch._dynamo.backends.common import aot_autograd
     from tcperf import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
@@ -123,14 +126,16 @@ def test_triton_layers_trace_into_one_graph(bits):
              else core_quant.Int4WeightOnlyLinear(_lin(), 32, kernel="triton"))
     graphs = []
 
-    def backend(gm, inputs):
+    def capture(gm, inputs):
         graphs.append(gm)
         raise RuntimeError("traced, not run")      # the kernel cannot run on a CPU
 
+    torch._dynamo.reset()
     with pytest.raises(Exception, match="traced, not run"):
-        torch.compile(layer, fullgraph=True, backend=backend)(torch.randn(2, 3, 64).bfloat16())
-    ops = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert f"tcperf.int{bits}_weight_mm" in " ".join(ops), ops
+        torch.compile(layer, fullgraph=True, dynamic=dynamic, backend=aot_autograd(fw_compiler=capture))(
+            torch.randn(3, 64).bfloat16())
+    launches = [n for n in graphs[0].graph.nodes if "triton_kernel_wrapper" in str(n.target)]
+    assert len(launches) == 1 and launches[0].kwargs["kwargs"]["BLOCK_M"] == 16, graphs[0].graph
 
 
 def test_fake_tensors_give_the_output_shape():
@@ -247,7 +252,7 @@ def test_compiled_decode_on_the_triton_kernels(cuda):
     from tcperf.generate import measure
     from tcperf.worker import run_case
     src = {"kind": "builtin", "name": "tiny"}
-    rows = [run_case(measure.case(src, "plain", name, 1, 16, 8, max_batch=1, kernel="triton"), cuda,
-                     {"timing": {"rep_ms": 20}}) for name in ("int8wo", "int4wo-32")]
-    assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("message") for r in rows]
+    rows = [run_case(measure.case(src, "plain", name, b, 16, 8, max_batch=4, kernel="triton"), cuda,
+                     {"timing": {"rep_ms": 20}}) for name in ("int8wo", "int4wo-32") for b in (1, 2, 4)]
+    assert [r["status"] for r in rows] == ["ok"] * 6, [r.get("message") for r in rows]     # 2, 4: a dynamic batch
     assert all(r["metrics"]["kernel"]["passed"] for r in rows)
