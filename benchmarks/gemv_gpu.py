@@ -104,12 +104,20 @@ def weight_bytes(bits: int, n: int, k: int) -> int:
 
 
 # --- one kernel at one shape and batch --------------------------------------------------------------------------
+def _shell(layer: nn.Module) -> nn.Module:
+    """The layer's code without its memory (a copy on the meta device) for functional_call to fill."""
+    try:
+        return copy.deepcopy(layer).to("meta")
+    except Exception:         # noqa: BLE001 - a tensor subclass that will not go to meta: a real copy
+        return copy.deepcopy(layer)
+
+
 def calls(kernel: Kernel, layers: list[nn.Module], x: torch.Tensor) -> list[Callable]:
     """One call per copy of the layer; compiled ones share one graph (functional_call: the buffers are inputs)."""
     if not kernel.compiled:
         return [lambda layer=layer: layer(x) for layer in layers]
     torch._dynamo.reset()                  # a new graph a shape and batch: Dynamo's recompile limit stays far
-    base = layers[0]
+    base = _shell(layers[0])               # none of the states: a state that is base's own would be a second graph
     fn = torch.compile(lambda state, x: torch.func.functional_call(base, state, (x,)), fullgraph=True, dynamic=False,
                        options=INDUCTOR)
     states = [{**dict(layer.named_parameters()), **dict(layer.named_buffers())} for layer in layers]
