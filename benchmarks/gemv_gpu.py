@@ -3,7 +3,8 @@ int8 and int4 kernel tcperf can run, and the batch from which each stops beating
 layers: each block's four, the output layer once).
 
 Kernels (KERNELS): bf16 `F.linear` (cuBLAS); int8 Inductor (Int8WeightOnlyLinear's forward under torch.compile
-with coordinate-descent tuning, as `tcperf generate` compiles it); int8 triton and int4 triton (tcperf.gemv); int4
+with coordinate-descent tuning, as `tcperf generate` compiles it: batch 1 a static graph, the larger batches one
+graph with a dynamic batch); int8 triton and int4 triton (tcperf.gemv); int4
 tinygemm (torch._weight_int4pack_mm); torchao's int8 and int4 weight-only where torchao imports (one line says so
 otherwise). Shapes (MODELS, K x N): Llama-3.1-8B's and Llama-3.2-1B's decode layers (qkv, o, gate+up fused, down,
 the vocabulary head). int4 in groups of 128 (GROUP).
@@ -18,8 +19,8 @@ is that against the copy bandwidth timed in the same process (tcperf.peaks.measu
     python benchmarks/gemv_gpu.py --out out/gemv            # both models, batch 1..64
     python benchmarks/gemv_gpu.py --quick --out out/gemv    # Llama-3.2-1B's shapes at batch 1, 4, 16
 
-Expected time on one H100 (an estimate from the work done, not yet timed): --quick ~30 s, the full sweep ~90 s;
-most of it is compiling (Inductor: one graph a shape and batch; Triton: 5 configurations a kernel and M bucket).
+Expected time on one H100 (an estimate from the work done, not yet timed): --quick ~40 s, the full sweep ~90 s;
+most of it is compiling (Inductor: two graphs a shape; Triton: 4 configurations a kernel and M bucket, 32 in all).
 Writes OUT/gemv_gpu.json: every row, the crossing batches, the copy bandwidth, the environment.
 """
 from __future__ import annotations
@@ -112,16 +113,18 @@ def _shell(layer: nn.Module) -> nn.Module:
         return copy.deepcopy(layer)
 
 
-def calls(kernel: Kernel, layers: list[nn.Module], x: torch.Tensor) -> list[Callable]:
-    """One call per copy of the layer; compiled ones share one graph (functional_call: the buffers are inputs)."""
+def runner(kernel: Kernel, layers: list[nn.Module]) -> Callable:
+    """run(i, x): copy i of the layer on x. Compiled kernels share one compiled function across copies
+    (functional_call: the buffers are inputs) and batches: batch 1 a static graph, the others one graph with a
+    dynamic batch, as tcperf.generate.loop's compiled step is from its second batch size."""
     if not kernel.compiled:
-        return [lambda layer=layer: layer(x) for layer in layers]
-    torch._dynamo.reset()                  # a new graph a shape and batch: Dynamo's recompile limit stays far
+        return lambda i, x: layers[i](x)
+    torch._dynamo.reset()                  # a new function a shape: Dynamo's recompile limit stays far
     base = _shell(layers[0])               # none of the states: a state that is base's own would be a second graph
-    fn = torch.compile(lambda state, x: torch.func.functional_call(base, state, (x,)), fullgraph=True, dynamic=False,
+    fn = torch.compile(lambda state, x: torch.func.functional_call(base, state, (x,)), fullgraph=True,
                        options=INDUCTOR)
     states = [{**dict(layer.named_parameters()), **dict(layer.named_buffers())} for layer in layers]
-    return [lambda state=state: fn(state, x) for state in states]
+    return lambda i, x: fn(states[i], x)
 
 
 def error(kernel: Kernel, layer: nn.Module, lin: nn.Linear, out: torch.Tensor, x: torch.Tensor) -> float:
@@ -165,12 +168,13 @@ def quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
 
 
-def row(kernel: Kernel, lin: nn.Linear, batch: int, copies: int, gen: torch.Generator) -> dict:
-    """Checked, then timed: {status, error, tolerance, us, p10, p90, samples}; the copies are freed after."""
+def measured(kernel: Kernel, lin: nn.Linear, layers: list[nn.Module], run: Callable, batch: int,
+             gen: torch.Generator) -> dict:
+    """One batch, checked, then timed: {status, error, tolerance, us, p10, p90, samples}."""
     x = torch.randn(batch, lin.in_features, generator=gen).to(lin.weight.device, torch.bfloat16)     # (M, K)
-    layers = [kernel.make(lin)]
-    layers += [copy.deepcopy(layers[0]) for _ in range(copies - 1)]
-    fns = calls(kernel, layers, x)
+    if kernel.compiled and batch > 1:
+        torch._dynamo.mark_dynamic(x, 0)
+    fns = [lambda i=i: run(i, x) for i in range(len(layers))]
     tolerance = KERNEL_TOLERANCE if kernel.own_reference else TOLERANCE_BF16[kernel.bits]
     with torch.no_grad():
         err = error(kernel, layers[0], lin, fns[0](), x)        # compiles and autotunes, outside the graph
@@ -179,6 +183,23 @@ def row(kernel: Kernel, lin: nn.Linear, batch: int, copies: int, gen: torch.Gene
         samples = timed(fns)
     return {"status": "ok", "error": err, "tolerance": tolerance, "us": quantile(samples, 0.5),
             "p10": quantile(samples, 0.1), "p90": quantile(samples, 0.9), "samples": samples}
+
+
+def kernel_rows(kernel: Kernel, lin: nn.Linear, batches, copies: int, gen: torch.Generator) -> list[dict]:
+    """Every batch on one kernel: the layer made once, copied, run; a failure is that batch's row."""
+    try:
+        layers = [kernel.make(lin)]
+        layers += [copy.deepcopy(layers[0]) for _ in range(copies - 1)]
+        run = runner(kernel, layers)
+    except Exception as e:        # noqa: BLE001 - one kernel's failure is rows, not the end of the sweep
+        return [{"status": "error", "message": one_line(e)} for _ in batches]
+    out = []
+    for batch in batches:
+        try:
+            out.append(measured(kernel, lin, layers, run, batch, gen))
+        except Exception as e:    # noqa: BLE001
+            out.append({"status": "error", "message": one_line(e)})
+    return out
 
 
 def shape_rows(model: str, name: str, k: int, n: int, batches, bandwidth: float | None, l2: int) -> list[dict]:
@@ -190,17 +211,12 @@ def shape_rows(model: str, name: str, k: int, n: int, batches, bandwidth: float 
     for kernel in KERNELS:
         nbytes = weight_bytes(kernel.bits, n, k)
         copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_L2 * l2 / nbytes)))
-        for batch in batches:
-            base = {"model": model, "layer": name, "k": k, "n": n, "batch": batch, "kernel": kernel.name,
-                    "bits": kernel.bits, "bytes": nbytes, "copies": copies}
-            try:
-                r = row(kernel, lin, batch, copies, gen)
-            except Exception as e:        # noqa: BLE001 - one kernel's failure is a row, not the end of the sweep
-                r = {"status": "error", "message": one_line(e)}
+        for batch, r in zip(batches, kernel_rows(kernel, lin, batches, copies, gen)):
             if r.get("us"):
                 r["gbps"] = nbytes / (r["us"] * 1e-6) / 1e9
                 r["bw_share"] = r["gbps"] / bandwidth if bandwidth else None
-            out.append({**base, **r})
+            out.append({"model": model, "layer": name, "k": k, "n": n, "batch": batch, "kernel": kernel.name,
+                        "bits": kernel.bits, "bytes": nbytes, "copies": copies, **r})
         torch.cuda.empty_cache()
     return out
 

@@ -215,6 +215,21 @@ def test_benchmark_finds_where_a_kernel_stops_beating_bf16():
     assert gemv_gpu.weight_bytes(4, 4096, 4096) == 4096 * 4096 // 2 + 4 * 4096 * 32
 
 
+def test_benchmark_checks_each_batch_before_timing_it(monkeypatch):
+    """The benchmark's path on a CPU, the GPU timer stubbed: a good kernel is timed, a wrong one reported."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gemv_gpu
+    monkeypatch.setattr(gemv_gpu, "timed", lambda fns: [f() is not None and float(len(fns)) for f in fns][:1] * 9)
+    lin, gen = _lin(256, 96), torch.Generator().manual_seed(0)
+    kernels = {k.name: k for k in gemv_gpu.KERNELS}
+    rows = gemv_gpu.kernel_rows(kernels["int4 tinygemm"], lin, (1, 3), 2, gen)
+    assert [(r["status"], r["us"]) for r in rows] == [("ok", 2.0), ("ok", 2.0)] and rows[0]["error"] < 0.01
+    broken = gemv_gpu.Kernel("int4 wrong group", 4, lambda lin: core_quant.Int4WeightOnlyLinear(lin, 32))
+    monkeypatch.setattr(core_quant, "pack_scales_and_zeros",
+                        lambda s, z: torch.stack([s.roll(1, 1), z], dim=-1).transpose(0, 1).contiguous())
+    assert [r["status"] for r in gemv_gpu.kernel_rows(broken, lin, (1,), 2, gen)] == ["wrong"]
+
+
 # --- on a GPU ---------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("m", [1, 3, 16, 64])
