@@ -1,6 +1,7 @@
 """The quantized Linear layers, one family for the model ladder (tcperf.recipes) and `tcperf generate`, on PyTorch's
 own kernels: Fp8Linear (torch._scaled_mm), Int8Linear (torch._int_mm), Int8WeightOnlyLinear and Int4WeightOnlyLinear
-(gpt-fast's), and swap_linears, the one loop that puts them in place of nn.Linear layers:
+(gpt-fast's; with kernel="triton" they run tcperf.gemv's Triton kernels instead), and swap_linears, the one loop
+that puts them in place of nn.Linear layers:
 
     swapped, kept = swap_linears(model, Int8Linear, lambda lin: lin.in_features % 8 == 0, refuse=MyError)
     check_layers(model)        # {"passed": True, "rel_error": 0.0021, "layer": "layers.3.w2", ...}
@@ -144,19 +145,37 @@ class Int8Linear(QuantLinear):
 
 
 # --- weight-only ------------------------------------------------------------------------------------------------
-class Int8WeightOnlyLinear(QuantLinear):
-    """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2; the widening to bf16 and the scale are
-    fused into the matmul by torch.compile (eager widens the whole weight first: compile it). The int8 values are
-    `w8`; `weight` is QuantLinear's stand-in."""
+INT8_KERNELS = ("inductor", "triton")     # Int8WeightOnlyLinear's kernel= choices, the default first
+INT4_KERNELS = ("tinygemm", "triton")     # Int4WeightOnlyLinear's
 
-    def __init__(self, linear: nn.Linear):
+
+def _kernel(kernel: str, choices: tuple) -> str:
+    """A layer's kernel= checked; "triton" imports tcperf.gemv, which registers torch.ops.tcperf.*."""
+    if kernel not in choices:
+        raise ValueError(f"unknown kernel {kernel!r}; choose from: {', '.join(choices)}")
+    if kernel == "triton":
+        from . import gemv  # noqa: F401  (here: the Triton kernels load only for the layers that run them)
+    return kernel
+
+
+class Int8WeightOnlyLinear(QuantLinear):
+    """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2. kernel="inductor": the widening to bf16
+    and the scale are fused into the matmul by torch.compile (eager widens the whole weight first: compile it);
+    kernel="triton": tcperf.gemv's int8 kernel, the same in eager and compiled. The int8 values are `w8`; `weight`
+    is QuantLinear's stand-in."""
+
+    def __init__(self, linear: nn.Linear, kernel: str = "inductor"):
         super().__init__(linear)
+        self.kernel = _kernel(kernel, INT8_KERNELS)
         q, scales = int8_quantize(linear.weight.detach())
         self.register_buffer("w8", q)
         self.register_buffer("scales", scales.to(torch.bfloat16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.w8.to(x.dtype)) * self.scales
+        if self.kernel == "inductor":
+            return F.linear(x, self.w8.to(x.dtype)) * self.scales
+        y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales)     # (M, N)
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def dequantized(self) -> torch.Tensor:
         return self.w8.float() * self.scales.float()[:, None]
@@ -209,29 +228,48 @@ def int4_pack(q: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class Int4WeightOnlyLinear(QuantLinear):
-    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group (`packed`). The
-    values, scales and zeros are also kept plainly in host memory (`plain`, half a byte a weight, no buffer: a
-    decode step never reads them), so that dequantized() does not go through tinygemm's layout it checks."""
+    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group.
 
-    def __init__(self, linear: nn.Linear, group: int):
+    kernel="tinygemm": torch._weight_int4pack_mm on tinygemm's layout (`packed`, `scales_and_zeros`); the values,
+    scales and zeros are also kept plainly in host memory (`plain`, no buffer: a decode step never reads them), so
+    that dequantized() does not go through the layout it checks. kernel="triton": tcperf.gemv's int4 kernel reads
+    the plain layout itself, so it is the device's only copy (buffers `q4`, `scales`, `zeros`) and `plain` names
+    those buffers: dequantized() unpacks them in torch, apart from the kernel's own unpacking it checks."""
+
+    def __init__(self, linear: nn.Linear, group: int, kernel: str = "tinygemm"):
         super().__init__(linear)
+        self.kernel = _kernel(kernel, INT4_KERNELS)
         w = linear.weight.detach()
         q, scales, zeros = int4_quantize(w, group)
         self.group = group
-        self.plain = (nibbles(q).cpu(), scales.cpu(), zeros.cpu())
+        if kernel == "triton":
+            self.register_buffer("q4", nibbles(q))                  # (N, K/2) uint8, even k in the high nibble
+            self.register_buffer("scales", scales)                  # (N, K/g) bf16
+            self.register_buffer("zeros", zeros)                    # (N, K/g) bf16
+            return
+        self.host_plain = (nibbles(q).cpu(), scales.cpu(), zeros.cpu())
         self.register_buffer("packed", int4_pack(q.to(w.device), w.device))
         self.register_buffer("scales_and_zeros", pack_scales_and_zeros(scales, zeros).to(w.device))
 
+    @property
+    def plain(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(nibbles uint8 (N, K/2), scales, zeros (N, K/g) bf16): the device buffers (triton) or the host copy."""
+        return (self.q4, self.scales, self.zeros) if self.kernel == "triton" else self.host_plain
+
     def dequantized(self) -> torch.Tensor:
-        q, scales, zeros = (t.to(self.packed.device) for t in self.plain)
+        device = next(self.buffers()).device
+        q, scales, zeros = (t.to(device) for t in self.plain)
         return int4_dequantize(unnibble(q), scales, zeros, self.group)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # (M, K), contiguous: the kernels read A densely, and transformers' lm_head gets the last position's slice
         # hidden[:, -1:] (B, 1, K), whose rows stand T * K apart (the CPU kernel refused it at batch > 1)
         x2 = x.reshape(-1, x.shape[-1]).to(torch.bfloat16).contiguous()
-        mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
-        y = mm(x2, self.packed, self.group, self.scales_and_zeros)
+        if self.kernel == "triton":
+            y = torch.ops.tcperf.int4_weight_mm(x2, self.q4, self.scales, self.zeros, self.group)
+        else:
+            mm = torch._weight_int4pack_mm if x.is_cuda else torch._weight_int4pack_mm_for_cpu
+            y = mm(x2, self.packed, self.group, self.scales_and_zeros)
         return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
 
 

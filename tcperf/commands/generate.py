@@ -18,6 +18,7 @@ the crossing of each sweep) and a plot per model is written: tokens/s per user a
     tcperf generate my_lm.py:factory --loop hf --device cpu --batch 1,2 --prompt 16 --output 8
     tcperf generate ./my-llama --text notes.txt --loop plain,hf   # a save_pretrained folder's own weights, each
                                                           # precision's perplexity on your text against bf16's
+    tcperf generate --precision int8wo,int4wo-128 --kernel triton   # tcperf.gemv's Triton kernels instead
 
 The hand loop is tcperf.generate.loop (gpt-fast's way); the hf loop is transformers' generate with a static cache.
 What torch.compile compiled is kept beside the store (tcperf.compile_cache): the compile column says "hit" when a
@@ -74,6 +75,9 @@ def add_parser(sub) -> None:
     p.add_argument("--output", default=None, help="tokens generated, a comma list (default 128; 16 on a CPU)")
     p.add_argument("--loop", default=None, help="plain (tcperf's hand loop), hf (transformers' generate); default "
                                                 "plain, --sweep: plain,hf")
+    p.add_argument("--kernel", default="default",
+                   help="the weight-only layers' kernel: default (Inductor's fused GEMV for int8wo, tinygemm for "
+                        "int4wo) or triton (tcperf.gemv's)")
     p.add_argument("--no-compile", action="store_true",
                    help="no torch.compile: the plain loop captures its eager step in a CUDA graph by hand")
     p.add_argument("--plot-dir", default=None,
@@ -109,6 +113,7 @@ def plan(args, device) -> tuple[dict, list[dict]]:
     batches = ints(args.batch or (sweep if args.sweep else headline), "batch")
     prompts, outputs = ints(args.prompt or prompts, "prompt"), ints(args.output or outputs, "output")
     loop_names = loops(args.loop or ("plain,hf" if args.sweep else "plain"))
+    kernel = quant.kernel_choice(args.kernel)
     if src["kind"] == "trained":
         src["size"] = trained.size_of(device)
     if args.text is not None:
@@ -117,10 +122,11 @@ def plan(args, device) -> tuple[dict, list[dict]]:
     cases, reasons = [], []
     for r in recipes:
         for loop_name in loop_names:
-            skip = _skipped(src, r, loop_name, device)     # one row says so, not one a batch
+            on = quant.kernel_for(r, kernel)
+            skip = _skipped(src, r, loop_name, device) or quant.kernel_reason(on, device)   # one row, not one a batch
             reasons += [skip] if skip else []
             cases += [measure.case(src, loop_name, r.name, b, p, n, max_batch=batches[-1], seed=args.seed,
-                                   compile=False if args.no_compile else None)
+                                   compile=False if args.no_compile else None, kernel=on)
                       for p in prompts for n in outputs for b in (batches[:1] if skip else batches)]
     if len(reasons) == len(recipes) * len(loop_names):
         raise UserError(f"nothing to measure for {src['name']}: {'; '.join(dict.fromkeys(reasons))}")
@@ -294,7 +300,7 @@ def generate_table(rows: list[dict], title: str) -> Table:
         m = r.get("metrics") or {}
         itl, dec, pre = m.get("itl_ms"), m.get("decode") or {}, m.get("prefill") or {}
         status = "" if r["status"] == "ok" else f" {status_cell(r['status'])}"
-        t.add_row(r["precision"] + status, str(r["shape"]["batch"]),
+        t.add_row(precision_label(r) + status, str(r["shape"]["batch"]),
                   _ms(m.get("ttft_ms")) if m.get("ttft_ms") else "",
                   f"{_ms(itl)}/{_ms(itl, 'p99')}" if itl else "",
                   f"{m['tokens_s_user']:,.0f}" if m.get("tokens_s_user") else "",
@@ -305,6 +311,12 @@ def generate_table(rows: list[dict], title: str) -> Table:
                   compile_cell(m),
                   accuracy_cell(m), number.replace(",", " "))
     return t
+
+
+def precision_label(r: dict) -> str:
+    """The precision, and the kernel where it is not the default: 'int8wo · triton'."""
+    kernel = r["shape"].get("kernel")
+    return f"{r['precision']} · {kernel}" if kernel else r["precision"]
 
 
 def crossing_line(r: dict) -> str:
@@ -341,7 +353,7 @@ def headline_line(r: dict, bf16: dict | None) -> str:
     m = r["metrics"]
     tps, dec, peak = m["tokens_s_user"], m["decode"], m.get("peak") or {}
     ratio = f" ({tps / bf16['metrics']['tokens_s_user']:.2f}x bf16)" if bf16 and bf16 is not r else ""
-    text = f"  {r['precision']}: {tps:,.0f} tokens/s{ratio}"
+    text = f"  {precision_label(r)}: {tps:,.0f} tokens/s{ratio}"
     if peak.get("bandwidth_gbs"):
         limit = peak["bandwidth_gbs"] * 1e9 / dec["bytes"]
         text += (f"; the bytes allow {limit:,.0f} ({dec['bytes'] / 1e9:.3g} GB a step at {peak['bandwidth_gbs']:,.0f} "

@@ -40,17 +40,20 @@ _COPY: dict = {}                               # the copy bandwidth this worker 
 
 
 def case(src: dict, loop_name: str, recipe: str, batch: int, prompt: int, output: int, *, max_batch: int,
-         compile: bool | None = None, seed: int = 0, oom_above: int | None = None) -> dict:
-    """A runner case: one row. oom_above simulates running out of memory above that batch (CPU tests)."""
+         compile: bool | None = None, seed: int = 0, oom_above: int | None = None, kernel: str = "default") -> dict:
+    """A runner case: one row. oom_above simulates running out of memory above that batch (CPU tests). A kernel
+    other than the default (quant.KERNELS) is part of the shape: rows on different kernels are different rows."""
+    shape = {"model": src["name"], "batch": batch, "prompt": prompt, "output": output, "loop": loop_name}
     return {"op": "generate", "suite": "generate", "task": TASK, "precision": recipe,
-            "shape": {"model": src["name"], "batch": batch, "prompt": prompt, "output": output, "loop": loop_name},
+            "shape": shape if kernel == "default" else {**shape, "kernel": kernel},
             "source": src, "max_batch": max_batch, "compile": compile, "seed": seed, "oom_above": oom_above}
 
 
 def task(case: dict, device, job: dict) -> dict:
     r = quant.get(case["precision"])
     row = _base(case, r)
-    why = quant.unsupported(r, device) or loop_reason(case, r)
+    why = quant.unsupported(r, device) or loop_reason(case, r) or quant.kernel_reason(case["shape"].get("kernel"),
+                                                                                     device)
     if why:
         return {**row, "status": "skipped", "message": why}
     ceilings = _ceilings(job.get("ceilings") or {}, device)      # before the session takes the GPU's memory
@@ -114,7 +117,7 @@ def _base(case: dict, r: quant.GenRecipe) -> dict:
 
 def _session(case: dict, r: quant.GenRecipe, device) -> "Session":
     s = case["shape"]
-    key = (s["model"], r.name, s["loop"], s["prompt"], s["output"], case["max_batch"])
+    key = (s["model"], r.name, s["loop"], s["prompt"], s["output"], case["max_batch"], s.get("kernel"))
     if key not in _SESSIONS:
         _SESSIONS.clear()                       # one model in memory at a time
         if device.type == "cuda":
@@ -164,7 +167,7 @@ class Session:
         self.notes: list[str] = []
         self.build()                            # self.model (bf16 or the recipe's activation dtype), self.args
         ref = self.reference() if self.judged else None     # bf16's logits, before the model is quantized
-        self.notes += quant.quantize(self.model, self.r)
+        self.notes += quant.quantize(self.model, self.r, s.get("kernel"))
         self.kernel = core_quant.check_layers(self.model)
         self.accuracy = self.check(ref) if self.judged else {"judged": False, "note": self.not_judged()}
         del ref

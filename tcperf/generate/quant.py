@@ -11,10 +11,13 @@ run them on PyTorch's own kernels (torchao's, where it is installed and asked fo
                         as gpt-fast does; on a CPU the _for_cpu twins of both
     ao-int8wo, ao-int4wo-128, ao-fp8-row   the same through torchao.quantization.quantize_ (optional)
 
-Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype.
+Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype. The weight-only recipes
+run on another kernel with kernel="triton" (KERNELS): tcperf.gemv's Triton kernels in place of Inductor's fused
+GEMV (int8wo) and tinygemm (int4wo); the other recipes have one kernel each and ignore it.
 
     recipe = get("int4wo-128+kvfp8")
-    notes = quantize(model, recipe)         # swaps the eligible nn.Linear layers in place
+    notes = quantize(model, recipe)                     # swaps the eligible nn.Linear layers in place
+    notes = quantize(model, recipe, kernel="triton")    # the same layers on tcperf.gemv's kernels
 """
 from __future__ import annotations
 
@@ -79,6 +82,10 @@ RECIPES: dict[str, GenRecipe] = {r.name: r for r in (
 HEADLINE = ("bf16", "int8wo", "int4wo-128")     # `tcperf generate` with no arguments
 SWEEP = ("bf16", "fp16", "fp8-row", "fp8-tensor", "int8wo", "int4wo-32", "int4wo-128")     # and --sweep
 KV_LIMIT = 0.01                       # added to a recipe's perplexity limit when its KV cache is fp8
+KERNELS = {  # --kernel -> the weight-only layers' kernel= by weight format (tcperf.quant); None: the layer's default
+    "default": {"int8": None, "int4": None},
+    "triton": {"int8": "triton", "int4": "triton"},
+}
 
 
 def get(name: str) -> GenRecipe:
@@ -104,6 +111,30 @@ def parse_list(precisions: str, kv: str) -> list[GenRecipe]:
     if not names:
         raise UserError("no precision given; choose from: " + ", ".join(RECIPES))
     return [get(n + (KV_FP8 if k == "fp8" and not n.endswith(KV_FP8) else "")) for k in kvs for n in names]
+
+
+def kernel_choice(name: str | None) -> str:
+    """--kernel's value checked: 'default' for None; UserError naming the valid choices."""
+    name = name or "default"
+    if name not in KERNELS:
+        raise UserError(f"unknown --kernel {name!r}; choose from: {', '.join(KERNELS)}")
+    return name
+
+
+def kernel_for(r: GenRecipe, kernel: str | None) -> str:
+    """The kernel the recipe's layers run on: `kernel` where the recipe has layers it applies to (int8wo, int4wo,
+    not torchao's), else "default" (bf16 in a --kernel triton run is plain bf16)."""
+    kernel = kernel_choice(kernel)
+    return kernel if not r.torchao and KERNELS[kernel].get(r.weights) else "default"
+
+
+def kernel_reason(kernel: str | None, device: torch.device) -> str | None:
+    """None when `kernel` runs on `device`, else why not (one line): the Triton kernels need a GPU or the Triton
+    interpreter (TRITON_INTERPRET=1)."""
+    from ..lab import interpreting
+    if kernel_choice(kernel) == "triton" and device.type != "cuda" and not interpreting():
+        return "--kernel triton needs a CUDA GPU (or TRITON_INTERPRET=1, the Triton interpreter, on a CPU)"
+    return None
 
 
 def unsupported(r: GenRecipe, device: torch.device) -> str | None:
@@ -133,23 +164,25 @@ def _torchao():
 
 
 # --- swapping ---------------------------------------------------------------------------------------------------
-def _maker(r: GenRecipe):
+def _maker(r: GenRecipe, kernel: str):
+    chosen = KERNELS[kernel].get(r.weights)
     if r.weights == "int8":
-        return Int8WeightOnlyLinear, lambda lin: True
+        return (lambda lin: Int8WeightOnlyLinear(lin, **({"kernel": chosen} if chosen else {})), lambda lin: True)
     if r.weights == "int4":
-        return (lambda lin: Int4WeightOnlyLinear(lin, r.group),
+        return (lambda lin: Int4WeightOnlyLinear(lin, r.group, **({"kernel": chosen} if chosen else {})),
                 lambda lin: lin.in_features % r.group == 0 and lin.in_features % 32 == 0 and lin.out_features % 8 == 0)
     return (lambda lin: Fp8Linear(lin, r.rowwise),
             lambda lin: lin.in_features % 16 == 0 and lin.out_features % 16 == 0)
 
 
-def quantize(model: nn.Module, r: GenRecipe) -> list[str]:
-    """Convert `model` (already in r.act) to the recipe in place; returns notes (layers kept in 16 bits)."""
+def quantize(model: nn.Module, r: GenRecipe, kernel: str | None = None) -> list[str]:
+    """Convert `model` (already in r.act) to the recipe in place, the weight-only layers on `kernel` (a KERNELS
+    name; None: "default"); returns notes (layers kept in 16 bits)."""
     if r.weights in ("bf16", "fp16"):
         return []
     if r.torchao:
         return _quantize_torchao(model, r)
-    make, fits = _maker(r)
+    make, fits = _maker(r, kernel_for(r, kernel))
     takes = lambda lin: lin.bias is None and fits(lin)        # a biased layer stays: weight-only ones have none
     _, kept = swap_linears(model, make, takes,
                            lambda kept: UserError(f"{r.name}: no Linear layer of this model has a shape it takes"))
