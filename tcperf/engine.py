@@ -591,7 +591,7 @@ class StreamSession:
         row, rec = self._row, self.rec
         self.first_seen = stream.first_pass(self.step.call, self.stream, self.device,
                                             cap_s=cap_s if cap_s is not None else self.case.get("cap_s"),
-                                            key=self._key, per_shape=rec.compile)
+                                            key=self._key, per_shape=_recompile_stop(rec))
         row["metrics"]["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
                                     "distinct": workload.distinct_shapes(self.stream)}
         acc = stream_accuracy(self.first_seen.outputs, self.ref["stream"])
@@ -662,6 +662,13 @@ class StreamSession:
             self._row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160],
                                                 "time_us": 0.0, "tensor_core": False}]
         return self.row()
+
+
+def _recompile_stop(rec) -> int:
+    """After how many new shapes in a row that each compiled a recipe's first pass is stopped (tcperf.stream)."""
+    if not rec.compile:
+        return 0
+    return 1 if rec.shapes == "static" else stream.RECOMPILE_STOP
 
 
 def stream_accuracy(outputs: list, refs: list) -> dict:

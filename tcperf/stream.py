@@ -27,8 +27,9 @@ import torch
 from . import accuracy
 from .workload import CHECK_STEPS, shape_key
 
-RECOMPILE_STOP = 2        # a static compile recompiles at each new shape; automatic dynamic compiles again at the
-                          # first new shape only, marked and padded ones never: two tell them apart
+RECOMPILE_STOP = 2        # automatic dynamic compiles again at the first new shape only, marked and padded ones
+                          # never: two in a row tell a recompile per shape from them (a static compile, known to
+                          # recompile per shape, is stopped at its first: tcperf.engine)
 PASSES = 5             # a host-bound eager step's passes spread widely (BERT-base on an H100: 5.9-7.4 ms a batch)
 
 
@@ -98,10 +99,12 @@ class FirstPass:
 
 
 def first_pass(call, stream: list[tuple], device, *, cap_s: float | None = None, key=shape_key,
-               per_shape: bool = True) -> FirstPass:
+               per_shape: int = RECOMPILE_STOP) -> FirstPass:
     """Every step of the stream once, from cold. key(tensors): what makes a new shape for the compiled code (a
-    padded recipe's bucket); per_shape: stop a recipe that compiles at every new shape (or bucket: a padded
-    recipe marks its padded dimensions dynamic, one compile for all; not for an eager recipe)."""
+    padded recipe's bucket); per_shape: stop a recipe once it has compiled again at this many new shapes in a
+    row (or buckets: a padded recipe marks its padded dimensions dynamic, one compile for all); 1 for a recipe
+    compiled static (dynamic=False cannot make a symbolic graph: its first recompile proves a compile a shape), 0
+    never (an eager recipe)."""
     device = torch.device(device)
     outputs, seen, in_a_row, stopped = [], set(), 0, ""
     with Compiles() as watch:
@@ -124,11 +127,13 @@ def first_pass(call, stream: list[tuple], device, *, cap_s: float | None = None,
                      len(seen), stopped, outputs)
 
 
-def _stop_reason(per_shape: bool, in_a_row: int, elapsed: float, cap_s, done: int, total: int) -> str:
+def _stop_reason(per_shape: int, in_a_row: int, elapsed: float, cap_s, done: int, total: int) -> str:
     if done == total:
         return ""
-    if per_shape and in_a_row >= RECOMPILE_STOP:
-        return f"compiled again at each of the first {in_a_row} new shapes: it recompiles per shape"
+    if per_shape and in_a_row >= per_shape:
+        return ("compiled again at the first new shape, static (dynamic=False): it recompiles per shape"
+                if in_a_row == 1 else f"compiled again at each of the first {in_a_row} new shapes: it recompiles "
+                "per shape")
     if cap_s is not None and elapsed > cap_s:
         return f"still warming up after {elapsed:.0f} s (limit {cap_s:.0f} s), {done} of {total} steps"
     return ""

@@ -148,6 +148,15 @@ def test_recompiles_are_counted_and_a_recompile_per_shape_stops_the_first_pass(d
     assert len(first.outputs) == workload.CHECK_STEPS
 
 
+def test_a_static_compile_is_stopped_at_its_first_recompile():
+    """dynamic=False cannot make a symbolic graph: one recompile at a new shape proves a compile a shape."""
+    torch._dynamo.reset()
+    model = torch.compile(nn.Linear(8, 2), backend="eager", dynamic=False)
+    first = stream.first_pass(lambda x: model(*x), _stream([3, 4, 5, 6]), "cpu", per_shape=1)
+    assert first.compiles == 2 and first.steps == 2
+    assert first.stopped == "compiled again at the first new shape, static (dynamic=False): it recompiles per shape"
+
+
 def test_a_padded_recipe_compiling_once_a_bucket_is_not_stopped_as_recompiling_per_shape():
     """Each new bucket compiles once by design: three in a row is no recompile per shape (an H100 run stopped
     BERT's padded recipes this way before)."""
