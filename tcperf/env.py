@@ -21,6 +21,11 @@ from .errors import UserError
 from .precision import KERNEL_PRECISIONS, PRECISIONS, unsupported_reason
 
 
+def triton_interpreting() -> bool:
+    """True when Triton kernels run in its interpreter (TRITON_INTERPRET=1, CPU tensors) instead of being compiled."""
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
 def parse_device(text: str | None) -> torch.device:
     """'cpu' | 'cuda' | 'cuda:N' (None: the first CUDA GPU, else the CPU); UserError when unusable."""
     if text is None:

@@ -26,14 +26,15 @@ Speeds on an H100 against cuBLAS bf16, tinygemm and Inductor's fused GEMV: bench
 from __future__ import annotations
 
 import inspect
-import os
 
 import torch
 import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-INTERPRETING = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+from .env import triton_interpreting
+
+INTERPRETING = triton_interpreting()    # as Triton read it when it was imported
 AUTOTUNE_MS = (5, 20)                  # warm-up and timing budget per configuration (triton's default: 25, 100)
 MAX_BLOCK_M = 64                       # rows of x a program holds; more rows take more programs along M
 

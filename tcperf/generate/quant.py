@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..env import triton_interpreting
 from ..errors import UserError
 from ..quant import F8, Fp8Linear, Int4WeightOnlyLinear, Int8WeightOnlyLinear, swap_linears
 
@@ -131,8 +132,7 @@ def kernel_for(r: GenRecipe, kernel: str | None) -> str:
 def kernel_reason(kernel: str | None, device: torch.device) -> str | None:
     """None when `kernel` runs on `device`, else why not (one line): the Triton kernels need a GPU or the Triton
     interpreter (TRITON_INTERPRET=1)."""
-    from ..lab import interpreting
-    if kernel_choice(kernel) == "triton" and device.type != "cuda" and not interpreting():
+    if kernel_choice(kernel) == "triton" and device.type != "cuda" and not triton_interpreting():
         return "--kernel triton needs a CUDA GPU (or TRITON_INTERPRET=1, the Triton interpreter, on a CPU)"
     return None
 

@@ -26,9 +26,9 @@ triton is: `@triton.jit` reads the variable as it decorates. So this package imp
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 
+from ..env import triton_interpreting
 from ..errors import choices
 
 
@@ -70,6 +70,4 @@ def load(name: str):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def interpreting() -> bool:
-    """True when kernels run in the Triton interpreter (on CPU tensors) instead of being compiled."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+interpreting = triton_interpreting      # True when kernels run in the Triton interpreter (on CPU tensors)
