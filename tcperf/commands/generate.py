@@ -77,7 +77,8 @@ def add_parser(sub) -> None:
                                                 "plain, --sweep: plain,hf")
     p.add_argument("--kernel", default="default",
                    help="the weight-only layers' kernel: default (Inductor's fused GEMV for int8wo, tinygemm for "
-                        "int4wo) or triton (tcperf.gemv's)")
+                        "int4wo), triton (tcperf.gemv's), or auto (int8wo: Inductor's at batch 1, tcperf.gemv's "
+                        "above, as benchmarks/gemv_gpu.py measured; int4wo: tinygemm)")
     p.add_argument("--no-compile", action="store_true",
                    help="no torch.compile: the plain loop captures its eager step in a CUDA graph by hand")
     p.add_argument("--plot-dir", default=None,

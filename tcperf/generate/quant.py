@@ -13,7 +13,8 @@ run them on PyTorch's own kernels (torchao's, where it is installed and asked fo
 
 Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype. The weight-only recipes
 run on another kernel with kernel="triton" (KERNELS): tcperf.gemv's Triton kernels in place of Inductor's fused
-GEMV (int8wo) and tinygemm (int4wo); the other recipes have one kernel each and ignore it.
+GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on Inductor's at one row, tcperf.gemv's above;
+int4wo on tinygemm); the other recipes have one kernel each and ignore it.
 
     recipe = get("int4wo-128+kvfp8")
     notes = quantize(model, recipe)                     # swaps the eligible nn.Linear layers in place
@@ -86,6 +87,7 @@ KV_LIMIT = 0.01                       # added to a recipe's perplexity limit whe
 KERNELS = {  # --kernel -> the weight-only layers' kernel= by weight format (tcperf.quant); None: the layer's default
     "default": {"int8": None, "int4": None},
     "triton": {"int8": "triton", "int4": "triton"},
+    "auto": {"int8": "auto", "int4": None},   # by batch, from benchmarks/gemv_gpu.py (tcperf.quant.Int8WeightOnlyLinear)
 }
 
 
@@ -132,8 +134,9 @@ def kernel_for(r: GenRecipe, kernel: str | None) -> str:
 def kernel_reason(kernel: str | None, device: torch.device) -> str | None:
     """None when `kernel` runs on `device`, else why not (one line): the Triton kernels need a GPU or the Triton
     interpreter (TRITON_INTERPRET=1)."""
-    if kernel_choice(kernel) == "triton" and device.type != "cuda" and not triton_interpreting():
-        return "--kernel triton needs a CUDA GPU (or TRITON_INTERPRET=1, the Triton interpreter, on a CPU)"
+    kernel = kernel_choice(kernel)
+    if kernel in ("triton", "auto") and device.type != "cuda" and not triton_interpreting():
+        return f"--kernel {kernel} needs a CUDA GPU (or TRITON_INTERPRET=1, the Triton interpreter, on a CPU)"
     return None
 
 
