@@ -1,4 +1,4 @@
-"""torch.compile's products kept in a file beside the results store, so that a second run starts in seconds.
+"""torch.compile's products kept in a file beside the results store, so that a second run compiles less.
 
 torch.compile writes what it compiles (Inductor's FX graph cache, AOTAutograd's cache, Triton's kernels and their
 autotuning) under /tmp/torchinductor_$USER by default. A fresh machine, a new container or a cleaned /tmp compiles
@@ -14,8 +14,10 @@ the store (which the user keeps, unlike /tmp), named by a hash of everything tha
                                  # scratch (the file is written); "off": nothing compiled, or no folder given
 
 Measured on 2 CPU cores (torch 2.13, 2026-11-25), the tiny model's decode step in a fresh Inductor cache folder:
-16 s to compile from scratch, 13.5 s with the file (the CPU's C++ kernels are rebuilt); the GPU's Triton kernels and
-their tuning are in the file, which is where the minutes go.
+16 s to compile from scratch, 13.5 s with the file (the CPU's C++ kernels are rebuilt). On an H100 (torch 2.11,
+2026-11-25), `tcperf generate llama-1b --precision int8wo`, each run with empty Inductor and Triton caches: 70.9 s
+from scratch, 36.4 s with the file (5.2 MB), "hit". Half, not seconds: what the file does not spare (Dynamo's
+tracing, the CUDA graph capture, whatever of the tuning it does not hold) is not yet measured apart.
 """
 from __future__ import annotations
 
