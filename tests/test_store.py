@@ -178,7 +178,11 @@ def test_eight_concurrent_writers_all_succeed(where):
 
 
 MEASURER = textwrap.dedent("""
-    import sys, torch
+    import signal, sys, torch
+    # Ctrl-C as a terminal delivers it, whatever this process inherited: a background job ignores SIGINT, and a
+    # library in the test process may have blocked it (the child inherits both; once, in CI, the run read "done")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     sys.path.insert(0, sys.argv[2])
     from tcperf.store import Store
     from tcperf.runner import TimingConfig, run_cases
