@@ -35,7 +35,7 @@ def _worker(store_folder, inductor_folder) -> dict:
 @pytest.mark.slow
 @pytest.mark.skipif(not compile_cache.available(), reason="torch < 2.7 has no save_cache_artifacts")
 def test_second_run_in_a_clean_inductor_cache_hits_the_file_beside_the_store(tmp_path):
-    """About 30 s on 2 CPU cores: two compiles of the tiny decode step."""
+    """About 45 s on 2 CPU cores (a clean clone, 2026-11-25): two compiles of the tiny decode step."""
     first = _worker(tmp_path, tmp_path / "inductor-1")
     assert first["status"] == "ok" and first["compile_cache"] == "miss", first
     files = list((tmp_path / "compile-cache").glob("generate-bf16-plain-b1-*.bin"))
