@@ -11,23 +11,26 @@ the vocabulary head). int4 in groups of 128 (GROUP).
 
 Each kernel is first checked at the batch it is timed at against the layer's reference() (its own dequantised
 weights in float32, tcperf.quant.KERNEL_TOLERANCE; torchao's and bf16 against the bf16 weights, TOLERANCE_BF16):
-a failing kernel is reported, not timed. Timing: CUDA-graph replays of calls that rotate over copies of the layer
-whose weights add up to ROTATE_L2 times the L2 cache, so every call reads its weights from memory as a decode step
-does; the median over REPLAYS replays, the spread (p10-p90) beside it. GB/s counts weights and scales only; "% BW"
-is that against the copy bandwidth timed in the same process (tcperf.peaks.measure_now).
+a failing kernel is reported, not timed. Timing: tcperf.timing.time_fn(graph=True, flush_l2=False) on one callable
+that calls copies of the layer in turn, whose weights add up to ROTATE_L2 times the L2 cache, so every call reads its
+weights from memory as a decode step does. The callable makes whole rounds over the copies, about GRAPH_MS of calls
+(at most MAX_CALLS; a first time_fn replay of one round sets the count), so one sample is one replay of its CUDA
+graph and a call's time is a sample over the calls in it: the median over REPLAYS replays, the IQR (p25-p75) beside
+it. GB/s counts weights and scales only; "% BW" is that against the copy bandwidth timed in the same process
+(tcperf.peaks.measure_now).
 
     python benchmarks/gemv_gpu.py --out out/gemv            # both models, batch 1..64
     python benchmarks/gemv_gpu.py --quick --out out/gemv    # Llama-3.2-1B's shapes at batch 1, 4, 16
 
-Expected time on one H100 (an estimate from the work done, not yet timed): --quick ~40 s, the full sweep ~90 s;
-most of it is compiling (Inductor: two graphs a shape; Triton: 4 configurations a kernel and M bucket, 32 in all).
+Time on one H100: the full sweep took 115 s on 2026-11-25, before its timing went through time_fn (whose warm-up of
+each measurement adds an estimated ~15 s); --quick ~40 s (an estimate from the work done). Most of it is compiling
+(Inductor: two graphs a shape; Triton: 4 configurations a kernel and M bucket, 32 in all).
 Writes OUT/gemv_gpu.json: every row, the crossing batches, the copy bandwidth, the environment.
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import itertools
 import json
 import math
 import os
@@ -45,6 +48,7 @@ from rich.table import Table
 from tcperf import peaks
 from tcperf.errors import one_line
 from tcperf.quant import KERNEL_TOLERANCE, Int4WeightOnlyLinear, Int8WeightOnlyLinear, QuantLinear
+from tcperf.timing import UNSTABLE_SPREAD, Measurement, time_fn
 
 console = Console(width=160)
 GROUP = 128
@@ -138,39 +142,33 @@ def error(kernel: Kernel, layer: nn.Module, lin: nn.Linear, out: torch.Tensor, x
     return float(torch.linalg.vector_norm(got - want.double()) / torch.linalg.vector_norm(want.double()))
 
 
-def timed(fns: list[Callable]) -> list[float]:
-    """Microseconds a call, one value a replay of a CUDA graph of calls rotating over fns (REPLAYS values)."""
-    rotate = itertools.cycle(fns)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(len(fns)):
-        next(rotate)()
-    end.record()
-    torch.cuda.synchronize()                          # a sync point: the estimate sizes the graph
-    each_ms = max(start.elapsed_time(end) / len(fns), 1e-3)
-    n = max(len(fns), min(MAX_CALLS, int(GRAPH_MS / each_ms)))
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(stream), torch.cuda.graph(graph):
-        for _ in range(n):
-            next(rotate)()
-    samples = []
-    for _ in range(REPLAYS):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / n)
-    return samples
+def rotation(fns: list[Callable], calls: int) -> Callable:
+    """One callable: `calls` calls, copy after copy of the layer (fns), round after round."""
+    def run():
+        for i in range(calls):
+            fns[i % len(fns)]()
+    return run
 
 
-def quantile(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+def graph_calls(fns: list[Callable], device: torch.device) -> int:
+    """Calls a graph holds: whole rounds over fns lasting about GRAPH_MS, at most MAX_CALLS, at least one round;
+    a round's time is one replay of a graph of one round."""
+    once = time_fn(rotation(fns, len(fns)), device, graph=True, flush_l2=False, warmup_ms=0, min_reps=1, max_reps=1)
+    each_ms = max(once.median_ms / len(fns), 1e-3)
+    return max(1, min(MAX_CALLS, int(GRAPH_MS / each_ms)) // len(fns)) * len(fns)
+
+
+def replays(fns: list[Callable], device: torch.device) -> tuple[Measurement, int]:
+    """REPLAYS replays of a CUDA graph of calls rotating over fns, timed by time_fn; and the calls in the graph."""
+    calls = graph_calls(fns, device)
+    m = time_fn(rotation(fns, calls), device, graph=True, flush_l2=False, min_reps=REPLAYS, max_reps=REPLAYS)
+    return m, calls
 
 
 def measured(kernel: Kernel, lin: nn.Linear, layers: list[nn.Module], run: Callable, batch: int,
              gen: torch.Generator) -> dict:
-    """One batch, checked, then timed: {status, error, tolerance, us, p10, p90, samples}."""
+    """One batch, checked, then timed: {status, error, tolerance, us, iqr_us, spread, unstable, replays, calls,
+    samples}; us and iqr_us: a call's microseconds, the median and IQR over the replays (samples: one a replay)."""
     x = torch.randn(batch, lin.in_features, generator=gen).to(lin.weight.device, torch.bfloat16)     # (M, K)
     if kernel.compiled and batch > 1:
         torch._dynamo.mark_dynamic(x, 0)
@@ -180,9 +178,11 @@ def measured(kernel: Kernel, lin: nn.Linear, layers: list[nn.Module], run: Calla
         err = error(kernel, layers[0], lin, fns[0](), x)        # compiles and autotunes, outside the graph
         if not err <= tolerance:
             return {"status": "wrong", "error": err, "tolerance": tolerance}
-        samples = timed(fns)
-    return {"status": "ok", "error": err, "tolerance": tolerance, "us": quantile(samples, 0.5),
-            "p10": quantile(samples, 0.1), "p90": quantile(samples, 0.9), "samples": samples}
+        m, calls = replays(fns, x.device)
+    per_call = 1e3 / calls                                      # a replay's ms -> a call's us
+    return {"status": "ok", "error": err, "tolerance": tolerance, "us": m.median_ms * per_call,
+            "iqr_us": m.iqr_ms * per_call, "spread": m.spread, "unstable": m.unstable, "replays": m.n,
+            "calls": calls, "samples": [ms * per_call for ms in m.samples_ms]}
 
 
 def kernel_rows(kernel: Kernel, lin: nn.Linear, batches, copies: int, gen: torch.Generator) -> list[dict]:
@@ -264,8 +264,8 @@ def crossings(rows: list[dict]) -> list[dict]:
 # --- the report -------------------------------------------------------------------------------------------------
 def table(rows: list[dict], model: str) -> Table:
     t = Table(title=f"{model}: weight-only kernels against bf16 cuBLAS (us a call, median over {REPLAYS} graph "
-                    "replays, p10-p90)")
-    for col in ("layer (K x N)", "batch", "kernel", "us", "p10-p90", "GB/s", "% BW", "vs bf16", "error"):
+                    f"replays, IQR: yellow above {UNSTABLE_SPREAD:.0%} of the median)")
+    for col in ("layer (K x N)", "batch", "kernel", "us", "IQR", "GB/s", "% BW", "vs bf16", "error"):
         t.add_column(col, justify="left" if col in ("layer (K x N)", "kernel") else "right")
     for r in (r for r in rows if r["model"] == model):
         if r["status"] != "ok":
@@ -274,7 +274,7 @@ def table(rows: list[dict], model: str) -> Table:
                       "", "", "", "", note)
             continue
         t.add_row(f"{r['layer']} ({r['k']}x{r['n']})", str(r["batch"]), r["kernel"], f"{r['us']:.1f}",
-                  f"{r['p10']:.1f}-{r['p90']:.1f}", f"{r['gbps']:,.0f}",
+                  f"[yellow]{r['iqr_us']:.2g}[/]" if r["unstable"] else f"{r['iqr_us']:.2g}", f"{r['gbps']:,.0f}",
                   f"{r['bw_share']:.0%}" if r.get("bw_share") else "",
                   f"{r['vs_bf16']:.2f}" if r.get("vs_bf16") else "", f"{r['error']:.1g}")
     return t

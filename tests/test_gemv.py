@@ -235,18 +235,42 @@ def test_benchmark_finds_where_a_kernel_stops_beating_bf16():
 
 
 def test_benchmark_checks_each_batch_before_timing_it(monkeypatch):
-    """The benchmark's path on a CPU, the GPU timer stubbed: a good kernel is timed, a wrong one reported."""
+    """The benchmark's path on a CPU, tcperf.timing.time_fn stubbed (graph replays of 1..9 ms): a good kernel is
+    timed, a call's time being a replay's over the calls in the graph; a wrong one is reported."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gemv_gpu
-    monkeypatch.setattr(gemv_gpu, "timed", lambda fns: [f() is not None and float(len(fns)) for f in fns][:1] * 9)
+    from tcperf.timing import Measurement
+    asked = []
+
+    def time_fn(fn, device, **how):
+        asked.append(how)
+        fn()                                   # the calls the graph would hold, run once
+        return Measurement([float(ms) for ms in range(1, 10)])
+
+    monkeypatch.setattr(gemv_gpu, "time_fn", time_fn)
     lin, gen = _lin(256, 96), torch.Generator().manual_seed(0)
     kernels = {k.name: k for k in gemv_gpu.KERNELS}
     rows = gemv_gpu.kernel_rows(kernels["int4 tinygemm"], lin, (1, 3), 2, gen)
-    assert [(r["status"], r["us"]) for r in rows] == [("ok", 2.0), ("ok", 2.0)] and rows[0]["error"] < 0.01
+    # a round of 2 copies in 5 ms: one round (2 calls) a graph; median 5 ms, IQR 3-7 ms, over 2 calls
+    got = [(r["status"], r["us"], r["iqr_us"], r["calls"], r["replays"]) for r in rows]
+    assert got == [("ok", 2500, 2000, 2, 9)] * 2
+    assert rows[0]["samples"] == [500.0 * i for i in range(1, 10)] and rows[0]["error"] < 0.01
+    assert all(how["graph"] and not how["flush_l2"] for how in asked)
+    assert asked[1]["min_reps"] == asked[1]["max_reps"] == gemv_gpu.REPLAYS
     broken = gemv_gpu.Kernel("int4 wrong group", 4, lambda lin: core_quant.Int4WeightOnlyLinear(lin, 32))
     monkeypatch.setattr(core_quant, "pack_scales_and_zeros",
                         lambda s, z: torch.stack([s.roll(1, 1), z], dim=-1).transpose(0, 1).contiguous())
     assert [r["status"] for r in gemv_gpu.kernel_rows(broken, lin, (1,), 2, gen)] == ["wrong"]
+
+
+@pytest.mark.parametrize("copies, call_ms, calls", [(4, 0.01, 200), (3, 0.01, 198), (64, 0.1, 64), (2, 0.5, 6)])
+def test_benchmark_graph_holds_whole_rounds_of_about_graph_ms(monkeypatch, copies, call_ms, calls):
+    """GRAPH_MS (3 ms) of calls, at most MAX_CALLS (200), in whole rounds over the copies, at least one round."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gemv_gpu
+    from tcperf.timing import Measurement
+    monkeypatch.setattr(gemv_gpu, "time_fn", lambda fn, device, **how: Measurement([copies * call_ms]))
+    assert gemv_gpu.graph_calls([lambda: None] * copies, torch.device("cpu")) == calls
 
 
 # --- on a GPU ---------------------------------------------------------------------------------------------------
