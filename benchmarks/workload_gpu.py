@@ -149,7 +149,11 @@ BF16 = {
 HAND = {**BF16, **{"fp16" + name[4:]: dataclasses.replace(h, dtype="fp16") for name, h in BF16.items()}}
 GRID = [r for r in BF16 if r != "bf16+cuda_graphs@static"]             # --recipes' default
 ALIASES = {f"{p}+{x}": f"{p}+{x}@static" for p in ("bf16", "fp16") for x in ("compile", "cuda_graphs")}  # no @: static
-EAGER = "bf16"
+
+
+def eager_of(recipe: str) -> str:
+    """The eager recipe a pick is weighed against: its own precision, alone ('fp16+cuda_graphs@pad64' -> 'fp16')."""
+    return recipe.split("+")[0].split("@")[0]
 
 
 def canonical(label: str | None) -> str | None:
@@ -447,9 +451,10 @@ def target_lines(case: str, n: int, pick: str | None, rows: dict, cost: dict) ->
     if canonical(pick) not in HAND:
         return [f"FAIL {case} N={n}: no hand loop for {pick}"], False
     pick = canonical(pick)
-    if pick not in rows or EAGER not in rows or not cost[pick].get("job") or not cost[EAGER].get("job"):
-        return [f"?    {case} N={n}: pick {pick} or {EAGER} not timed by hand (run --recipes {pick},{EAGER})"], None
-    job, eager = cost[pick]["job"][n], cost[EAGER]["job"][n]
+    plain = eager_of(pick)
+    if pick not in rows or plain not in rows or not cost[pick].get("job") or not cost[plain].get("job"):
+        return [f"?    {case} N={n}: pick {pick} or {plain} not timed by hand (run --recipes {pick},{plain})"], None
+    job, eager = cost[pick]["job"][n], cost[plain]["job"][n]
     if job is None or eager is None:
         return [f"?    {case} N={n}: a capped recipe has no job cost for N shorter than the stream"], None
     lines, ok = [], []
@@ -459,7 +464,7 @@ def target_lines(case: str, n: int, pick: str | None, rows: dict, cost: dict) ->
         best = best_hand(rows, cost, n)
         best_job = cost[best]["job"][n] if best else None
         checks += [(f"pick <= {BEST_SLACK} x best ({best})", best_job is not None and job <= BEST_SLACK * best_job),
-                   ("pick < eager (or is eager)", pick == EAGER or job < eager)]
+                   ("pick < eager (or is eager)", pick == plain or job < eager)]
     for name, holds in checks:
         verdict = "FAIL" if bound and holds is False else ("?" if bound else ("PASS" if holds else "FAIL"))
         ok.append({"PASS": True, "FAIL": False}.get(verdict))
@@ -480,7 +485,7 @@ def advice_rows(case: str, data: dict, cost: dict, steps: list[int]) -> list[dic
             lines, ok = [f"FAIL {case} N={n}: the advise call failed: {adv['error']}"], False
         job = cost.get(canonical(pick), {}).get("job", {}).get(n) if pick else None
         best_job = cost[best]["job"][n] if best else None
-        eager_job = cost.get(EAGER, {}).get("job", {}).get(n)
+        eager_job = cost.get(eager_of(canonical(pick)) if pick else "", {}).get("job", {}).get(n)
         out.append({"n": n, "pick": pick, "pick_job_s": job, "pick_lower": bool(cost.get(canonical(pick), {}).get("lower")),
                     "best": best, "best_job_s": best_job, "eager_job_s": eager_job,
                     "ratio_best": job / best_job if job and best_job else None,
@@ -516,7 +521,7 @@ def first_cell(row: dict) -> str:
 
 def recipe_cells(recipe: str, row: dict, cost: dict, steps: list[int], stream: int) -> list[str]:
     c = cost.get(recipe, {})
-    eager = cost.get(EAGER, {}).get("job", {})
+    eager = cost.get(eager_of(recipe), {}).get("job", {})
     lt = ">" if c.get("lower") else ""
     jobs = [lt + _f(c.get("job", {}).get(n), "{:.1f}") if c.get("job", {}).get(n) is not None else "" for n in steps]
     vs = [lt + f"{c['job'][n] / eager[n]:.2f}x" if c.get("job", {}).get(n) and eager.get(n) else "" for n in steps]

@@ -138,3 +138,13 @@ def test_models_gpu_states_each_target_for_the_gpu_and_the_gain_over_the_rungs_b
     lines = bench.check_lines(bench.checks(rows, "NVIDIA H100 80GB HBM3"), "NVIDIA H100 80GB HBM3")
     assert any("no throughput target for an NVIDIA H100" in x and "1.174x the best rung up to step_graph" in x
                for x in lines)
+
+
+def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
+    bench = load("workload_gpu")
+    assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"
+    rows = {name: {} for name in ("fp16", "fp16+cuda_graphs@pad64", "bf16")}
+    cost = {"fp16": {"job": {100: 9.3}}, "fp16+cuda_graphs@pad64": {"job": {100: 9.6}},
+            "bf16": {"job": {100: 3.0}}}
+    lines, ok = bench.target_lines("llama", 100, "fp16+cuda_graphs@pad64", rows, cost)
+    assert ok and lines == ["PASS llama N=100: pick <= 1.05 x eager"]          # fp16's eager, not bf16's
