@@ -144,7 +144,7 @@ def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
     bench = load("workload_gpu")
     assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"
     rows = {name: {} for name in ("fp16", "fp16+cuda_graphs@pad64", "bf16")}
-    cost = {"fp16": {"job": {100: 9.3}}, "fp16+cuda_graphs@pad64": {"job": {100: 9.6}},
-            "bf16": {"job": {100: 3.0}}}
+    cost = {"fp16": {"job": {100: 9.3}, "lower": False}, "fp16+cuda_graphs@pad64": {"job": {100: 9.6}, "lower": False},
+            "bf16": {"job": {100: 3.0}, "lower": False}}
     lines, ok = bench.target_lines("llama", 100, "fp16+cuda_graphs@pad64", rows, cost)
     assert ok and lines == ["PASS llama N=100: pick <= 1.05 x eager"]          # fp16's eager, not bf16's
