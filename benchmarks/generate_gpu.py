@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from tcperf.generate import parts
 from tcperf.generate.model import CONFIGS
 from tcperf.store import Store
 
@@ -64,6 +65,10 @@ def generate(db: str, out: str, model: str, *argv: str) -> list[dict]:
                   f"{r['status']:<7} ITL {r.get('median_ms') or 0:.3f} ms  {m.get('tokens_s_user') or 0:,.0f} "
                   f"tok/s  {(m.get('decode') or {}).get('gbps') or 0:,.0f} GB/s  kernel "
                   f"{k.get('rel_error', float('nan')):.2g} {ppl} {r.get('message') or ''}"[:220], flush=True)
+            if "step_ms" in (m.get("parts") or {}):
+                print(f"      {parts.sentence(m['parts'])}; longest: " +
+                      ", ".join(f"{k['part']} {k['us']:.0f} us x{k['launches']:g} {k['name'][:40]}"
+                                for k in m["parts"]["top"][:3]), flush=True)
     return rows
 
 

@@ -250,6 +250,8 @@ def test_compiled_decode_on_cuda(cuda, name):
             for b in (1, 4)]
     assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("message") for r in rows]
     assert rows[0]["metrics"]["decode"]["gbps"] > 0
+    parts = rows[0]["metrics"]["parts"]                 # where the step goes: its kernels seen by the profiler
+    assert parts.get("linear_ms", 0) > 0 and parts["kernel_ms"] <= 1.2 * parts["step_ms"], parts
 
 
 def test_quantized_layers_keep_linears_face():
@@ -262,3 +264,22 @@ def test_quantized_layers_keep_linears_face():
         assert layer.weight.shape == (64, 256) and layer.weight.dtype == torch.bfloat16
         assert (layer.in_features, layer.out_features) == (256, 64)
         assert all(t.numel() > 1 for t in layer.buffers())          # no one-element stand-in among the buffers
+
+
+def test_a_decode_steps_kernels_fall_into_linear_attention_and_the_rest():
+    from tcperf.generate import parts
+    names = {"nvjet_hsh_128x64_64x8_2x1_v_bz_TNT": "linear", "gemv2T_kernel_val<int, int, __nv_bfloat16>": "linear",
+             "triton_red_fused__to_copy_mm_mul_0": "linear", "int8_kernel": "linear",
+             "void at::native::tinygemm_m16n8k16_chunk_kernel<...>": "linear",
+             "flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128>>": "attention",
+             "triton_red_fused__softmax_bmm_3": "attention", "triton_poi_fused_add_mul_rsqrt_2": "other",
+             "triton_per_fused_argmax_4": "other", "void at::native::vectorized_elementwise_kernel<4>": "other"}
+    assert {n: parts.part(n) for n in names} == names
+    found = [{"name": n, "calls": 20, "time_us": 200.0} for n in names]       # 10 kernels x 20 us a step
+    p = parts.parts_of(found, 10, step_ms=0.25, weight_bytes=0.3e9, bandwidth_gbs=3000)
+    assert p["linear_ms"] == pytest.approx(0.1) and p["attention_ms"] == pytest.approx(0.04)
+    assert p["other_ms"] == pytest.approx(0.06) and p["gaps_ms"] == pytest.approx(0.05)
+    assert p["floor_ms"] == pytest.approx(0.1) and p["linear_bw_share"] == pytest.approx(1.0)
+    assert p["top"][0]["launches"] == 2 and len(p["top"]) == parts.TOP
+    line = parts.sentence(p)
+    assert line.startswith("step 0.25 ms = linear 0.1 (the weights at 100% of the copy bandwidth) + attention")

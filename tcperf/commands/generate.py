@@ -36,7 +36,7 @@ from .. import env as envmod
 from .. import peaks
 from .. import quant as core_quant
 from ..errors import UserError
-from ..generate import accounting, hf, measure, quant, trained
+from ..generate import accounting, hf, measure, parts, quant, trained
 from ..generate import model as plain
 from ..store import Store
 from ..table import footnotes, status_cell
@@ -373,6 +373,10 @@ def print_headline(rows: list[dict], out) -> None:
     s = ones[0]["shape"]
     out.print(f"Batch 1, {s['model']}, prompt {s['prompt']}, output {s['output']}:\n" +
               "\n".join(headline_line(r, bf16) for r in ones), highlight=False)
+    steps = [(r, r["metrics"]["parts"]) for r in ones if "step_ms" in (r["metrics"].get("parts") or {})]
+    if steps:
+        out.print("Where the decode step goes (profiled; tcperf.generate.parts):\n" +
+                  "\n".join(f"  {precision_label(r)}: {parts.sentence(p)}" for r, p in steps), highlight=False)
 
 
 def print_accuracy(rows: list[dict], src: dict, out) -> None:

@@ -17,6 +17,10 @@ hf.TEXT_TOKENS tokens): perplexity against bf16's, within the recipe's perplexit
 quant.PERPLEXITY_BASIS), and the share of positions whose top-1 token agrees with bf16's; a recipe outside its limit
 is timed all the same and stored as "wrong". On random weights only the kernel check runs: the rows say "model
 accuracy: not judged on random weights".
+
+On a GPU each plain-loop row also says where its decode step goes (metrics["parts"], tcperf.generate.parts): the
+warm step profiled, its kernels' time in the linear layers, attention and the rest, the gaps between them, beside
+the time the weights alone take at the copy bandwidth.
 """
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ import torch
 
 from .. import accuracy, compile_cache, engine, peaks
 from .. import quant as core_quant
+from ..errors import one_line
 from ..timing import Measurement
-from . import accounting, hf, loop, quant, trained
+from . import accounting, hf, loop, parts, quant, trained
 from . import model as plain
 
 TASK = "generate"
@@ -74,7 +79,10 @@ def task(case: dict, device, job: dict) -> dict:
     except torch.OutOfMemoryError:
         session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
         raise                                   # tcperf.worker records it as "oom"
-    return figures(row, session, batch, timed, ceilings, device)
+    row = figures(row, session, batch, timed, ceilings, device)
+    if device.type == "cuda" and isinstance(session, PlainSession):
+        row["metrics"]["parts"] = session.parts(batch, row["median_ms"], row["metrics"])
+    return row
 
 
 def _ceilings(stored: dict, device) -> dict:
@@ -291,6 +299,16 @@ class PlainSession(Session):
         self.model.setup_caches(max(batch, 1), self.prompt + self.output, self.r.kv_dtype)
         self.step = loop.compiled_step(self.model, self.device, self.compile)
         return batch
+
+    def parts(self, batch: int, step_ms: float, m: dict) -> dict:
+        """Where the warm decode step's time goes (tcperf.generate.parts); a failure is said, not raised."""
+        token = torch.ones(batch, 1, dtype=torch.long, device=self.device)
+        pos = torch.tensor([self.prompt], device=self.device)
+        try:
+            return parts.profile_step(self.step, token, pos, self.device, step_ms, m["decode"]["weight_bytes"],
+                                      m["peak"]["bandwidth_gbs"])
+        except Exception as e:      # noqa: BLE001 - the row is measured; only its profile is missing
+            return {"error": one_line(e)}
 
     def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
         """One prefill and output - 1 decode steps, a mark after each: (TTFT ms, the steps' ms)."""
