@@ -241,12 +241,31 @@ def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> 
         result = _base(model, mode, rec, batch, models.get(model), kw.get("config", "full"))
         result["metrics"]["batch_curve"] = curve
         return {**result, "status": "oom", "message": f"batch {batch} does not fit"}
-    same = {**kw, "reference": kw.get("reference") if found == batch else None}   # fp32 made at the found batch
-    result = measure_cell(model, mode, plain, found, device, **same)
+    found, result = _checked_cell(model, mode, plain, batch, device, curve, kw)
     result["shape"]["batch"] = batch
     result["metrics"].update(batch=found, fastest_batch=found, batch_curve=sorted(curve, key=lambda p: p["batch"]),
                              label=f"{model} {mode} b={batch}->{found} (fastest)")
     return result
+
+
+def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw: dict) -> tuple[int, dict]:
+    """(the batch, its full cell): the fastest batch of the curve whose full cell fits, the next fastest where it
+    does not. The full cell holds more than a probe: fp32's reference at that batch and the check's float64 outputs
+    (GPT-2 at 32 x 1024: 12.3 GiB of float64 logits on an H100 that the probe had run at, 2026-11-26)."""
+    ranked = sorted((p for p in curve if p["status"] == "ok" and p.get("throughput")),
+                    key=lambda p: -p["throughput"])
+    for point in ranked[:-1]:
+        try:
+            return point["batch"], _full_cell(model, mode, rec, point["batch"], batch, device, kw)
+        except torch.OutOfMemoryError:
+            point["note"] = "fastest, but its full cell (fp32's reference, the check) ran out of memory"
+            _release(device)
+    return ranked[-1]["batch"], _full_cell(model, mode, rec, ranked[-1]["batch"], batch, device, kw)
+
+
+def _full_cell(model: str, mode: str, rec, found: int, batch: int, device, kw: dict) -> dict:
+    same = {**kw, "reference": kw.get("reference") if found == batch else None}   # fp32 made at the found batch
+    return measure_cell(model, mode, rec, found, device, **same)
 
 
 def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict) -> dict:

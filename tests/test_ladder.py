@@ -425,6 +425,24 @@ def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch():
     assert m["accuracy"] and r["precision"] == "fp32_batch"          # checked against fp32 at the batch found
 
 
+def test_the_batch_rung_falls_back_a_batch_when_the_full_cell_at_the_fastest_runs_out_of_memory(monkeypatch):
+    """The probes run in bf16 without a check; the full cell adds fp32's reference and float64 outputs (GPT-2 at
+    32 x 1024 on an H100: 12.3 GiB more than the probe needed). The next fastest batch is checked instead."""
+    curve = [{"batch": 2, "status": "ok", "throughput": 10.0}, {"batch": 4, "status": "ok", "throughput": 12.0},
+             {"batch": 8, "status": "oom", "throughput": None}]
+    tried = []
+
+    def cell(model, mode, rec, batch, device, **kw):
+        tried.append((batch, kw["reference"]))
+        if batch == 4:
+            raise torch.OutOfMemoryError("float64 logits")
+        return {"status": "ok", "shape": {"batch": batch}, "metrics": {}}
+    monkeypatch.setattr(ladder, "measure_cell", cell)
+    found, r = ladder._checked_cell("gpt2", "train", None, 2, "cpu", curve, {"reference": "fp32-b2.pt"})
+    assert found == 2 and tried == [(4, None), (2, "fp32-b2.pt")] and r["status"] == "ok"
+    assert "ran out of memory" in curve[1]["note"]
+
+
 def test_a_rung_on_top_of_another_is_compared_with_it_and_says_when_its_compile_pays():
     def row(name, ms, compile_s):
         return {"precision": name, "mean_ms": ms, "shape": {"model": "gpt2", "mode": "train", "batch": 16},
