@@ -158,14 +158,31 @@ def _kernel(kernel: str, choices: tuple) -> str:
     return kernel
 
 
+@torch.library.custom_op("tcperf::unfused", mutates_args=())
+def _unfused(x: torch.Tensor) -> torch.Tensor:
+    """x, copied by an op Inductor cannot see into: the int8 GEMV after it is compiled alone. Fused, Inductor pulls
+    the producer of x (RMSNorm, SiLU(gate) x up) into the GEMV's reduction, where every program recomputes it over
+    all of K. Llama-3.1-8B's int8 weight-only decode at batch 1 on an H100 (2026-11-26, tcperf generate llama-8b
+    --precision int8wo): 180, 220 and 223 tokens/s fused, 237, 248 and 249 with this copy (bf16: 170); its linear
+    kernels read the weights at 48-60% of the copy bandwidth fused, 68-73% apart. A copy of one activation row costs
+    a few microseconds a layer."""
+    return x.clone()
+
+
+@_unfused.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
 class Int8WeightOnlyLinear(QuantLinear):
     """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2. kernel="inductor": the widening to bf16
     and the scale are fused into the matmul by torch.compile (eager widens the whole weight first: compile it);
     kernel="triton": tcperf.gemv's int8 kernel, the same in eager and compiled; kernel="auto": Inductor's at one row
     (a decode step at batch 1), tcperf.gemv's at more (benchmarks/gemv_gpu.py on an H100, 2026-11-25, Llama-3.1-8B's
     decode layers against bf16's time: Inductor's 0.55 at batch 1 and 2.4 from batch 2, in the dynamic-batch graph
-    a sweep compiles; tcperf.gemv's 1.00 at batch 1 and 0.75-0.98 from 2 to 64). The int8 values are `w8`;
-    `weight` is QuantLinear's stand-in."""
+    a sweep compiles; tcperf.gemv's 1.00 at batch 1 and 0.75-0.98 from 2 to 64). Inductor's GEMV takes its input
+    through tcperf::unfused (_unfused), so that it compiles apart from the input's producer. The int8 values are
+    `w8`; `weight` is QuantLinear's stand-in."""
 
     def __init__(self, linear: nn.Linear, kernel: str = "inductor"):
         super().__init__(linear)
@@ -176,7 +193,7 @@ class Int8WeightOnlyLinear(QuantLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "inductor" or (self.kernel == "auto" and x.numel() == x.shape[-1]):
-            return F.linear(x, self.w8.to(x.dtype)) * self.scales
+            return F.linear(torch.ops.tcperf.unfused(x), self.w8.to(x.dtype)) * self.scales
         y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales)     # (M, N)
         return y.reshape(*x.shape[:-1], self.out_features)
 
