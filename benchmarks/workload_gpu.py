@@ -101,6 +101,7 @@ import torch.nn.functional as F
 
 from hand_loops import window  # beside this script: the hand loops' clock
 from tcperf import env as tcenv
+from tcperf.worker import _ready_device  # the session workers' start: context, cuBLAS, the profiler once
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {"bert": "examples/bert_stream.py", "llama": "examples/llama_prefill.py"}
@@ -345,7 +346,7 @@ def run_one(args, row: dict) -> None:
 def child_cmd(case: str, recipe: str, args, result: Path) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--one", recipe, "--case", case, "--size", args.size,
             "--device", args.device, "--stream", str(args.stream), "--passes", str(args.passes),
-            "--cap", str(args.cap), "--result", str(result)]
+            "--cap", str(args.cap), "--result", str(result)] + (["--profiler-first"] if args.profiler_first else [])
 
 
 def fresh_caches(folder: str) -> dict:
@@ -643,6 +644,11 @@ def parse_args(argv=None):
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds after the start: no recipe or advise call starts later (those left are named)")
     ap.add_argument("--out", default="out/workload")
+    ap.add_argument("--profiler-first", action="store_true",
+                    help="each child starts torch.profiler once before anything else, as tcperf's session workers "
+                         "do (tcperf.worker._ready_device): does a profiler started once slow a host-bound step "
+                         "afterwards? (the advice timed eager 1.2-2.3x slower than these loops, 2026-11-26); "
+                         "give it its own --out")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)      # the child: one recipe
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -661,8 +667,10 @@ def parse_args(argv=None):
 def child_main(args) -> int:
     if args.case == "all":
         raise SystemExit("--one needs one --case")
-    row = {"recipe": args.one}
+    row = {"recipe": args.one, "profiler_first": args.profiler_first}
     try:
+        if args.profiler_first and args.device.startswith("cuda"):
+            _ready_device(torch.device(args.device), profile=True)
         run_one(args, row)
     except Exception as e:      # noqa: BLE001 - the row says what failed; the traceback goes to the log
         traceback.print_exc()
