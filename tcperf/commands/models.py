@@ -182,7 +182,7 @@ def print_ladder(results: list[dict], out) -> None:
                 found = "largest batch that fits" if r["shape"].get("batch") == "auto" else "searched batch"
                 out.print(f"  {r['precision']}: {found} {r['metrics'].get('batch')}, fastest per item at "
                           f"batch {r['metrics'].get('fastest_batch')}; {r['metrics'].get('unit', '')} by batch: "
-                          f"{points}")
+                          f"{points}" + "".join(f"; batch {p['batch']}: {p['note']}" for p in curve if p.get("note")))
         if nproc:
             out.print(scaling_lines(rows))
 
