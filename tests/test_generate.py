@@ -298,3 +298,24 @@ def test_the_int8_gemv_takes_its_input_through_the_op_inductor_cannot_fuse_into(
     assert ops.index(torch.ops.tcperf.unfused.default) < next(i for i, o in enumerate(ops) if "mm" in str(o))
     ref = torch.nn.functional.silu(x).mul(x).float() @ layer.dequantized().t()
     assert torch.allclose(layer(torch.nn.functional.silu(x) * x).float(), ref, rtol=0.02, atol=0.02)
+
+
+def test_the_headline_says_where_each_precisions_step_goes_and_leaves_out_a_failed_profile():
+    from rich.console import Console
+    from tcperf.commands.generate import print_headline
+    from tcperf.generate import parts
+
+    def row(precision, ms, profile):
+        return {"op": "generate", "precision": precision, "status": "ok",
+                "shape": {"model": "llama-8b", "batch": 1, "loop": "plain", "prompt": 128, "output": 128},
+                "metrics": {"tokens_s_user": 1e3 / ms, "decode": {"bytes": 7.5e9}, "roofline_batch": None,
+                            "peak": {"bandwidth_gbs": 3000.0, "bandwidth_source": "copy bandwidth measured now"},
+                            "parts": profile}}
+    found = [{"name": "triton_red_fused__to_copy_mm_t_view_8", "calls": 320, "time_us": 34700.0}]
+    good = parts.parts_of(found, 10, step_ms=4.01, weight_bytes=7.5e9, bandwidth_gbs=3000.0)
+    out = Console(record=True, width=200)
+    print_headline([row("bf16", 5.87, {"error": "RuntimeError: CUPTI"}), row("int8wo", 4.01, good)], out)
+    text = out.export_text()
+    assert "int8wo: 249 tokens/s (1.46x bf16)" in text and "Where the decode step goes" in text
+    assert "int8wo: step 4.01 ms = linear 3.47 (the weights at 72% of the copy bandwidth)" in text
+    assert "bf16: step" not in text                      # a profile that failed is not a line
