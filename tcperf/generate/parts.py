@@ -30,12 +30,12 @@ CALLS = 10          # decode steps profiled: a step is ~1-10 ms, so the profile 
 TOP = 5             # the longest kernels kept by name
 PARTS = ("linear", "attention", "other")
 _ATTENTION = re.compile(r"flash|fmha|attention|sdpa|softmax|bmm", re.IGNORECASE)
-_LINEAR = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|tinygemm|int[48]_kernel|addmm|(?<![a-z])mm(?![a-z])",
-                     re.IGNORECASE)
+_LINEAR = re.compile(r"tinygemm|int[48]_kernel|addmm|(?<![a-z])mm(?![a-z])", re.IGNORECASE)  # beside is_matmul's
 
 
 def part(name: str) -> str:
-    """The part a kernel's time counts in: attention first (its kernels are matmuls too), then linear."""
+    """The part a kernel's time counts in: attention first (its kernels are matmuls too), then linear: the
+    libraries' matmuls (tcperf.kernels.is_matmul: cuBLAS, CUTLASS) and the kernels named above."""
     if _ATTENTION.search(name):
         return "attention"
     return "linear" if _LINEAR.search(name) or kernels.is_matmul(name) else "other"
