@@ -24,6 +24,9 @@ and TRITON_CACHE_DIR, so every compile is cold, as on a new machine or container
        TOLERANCE (0.05) the recipe is FAIL (still timed, never "best").
     4. steady: --passes more passes, each one window of the whole stream back to back (hand_loops.window: CUDA
        events around the pass on a GPU, perf_counter on a CPU), on an idle GPU; median and min-max.
+        5. eager recipes (no compile) run in --repeat-eager (3) processes spread over the call, their passes pooled:
+       a host-bound step is the CPU's speed, and on one H100 machine (2026-11-26) BERT's eager moved 5.4-9.5 ms a
+       batch between processes within the hour (the graphed recipes by ~2%); one process was a coin toss.
     ms a batch = median pass / S; one-time cost = the two warm-up passes - 2 x the median pass; job cost at N
     steps = one-time + N x median pass / S seconds. A capped recipe's job cost is at least its warm-up so far
     (for N >= S, as long as the second pass is no faster than a steady one), shown as "> X".
@@ -511,7 +514,10 @@ def steady_cell(row: dict, stream: int) -> str:
     ms = row.get("pass_ms")
     if not ms:
         return ""
-    return f"{statistics.median(ms) / stream:.4g} ({min(ms) / stream:.4g}-{max(ms) / stream:.4g})"
+    cell = f"{statistics.median(ms) / stream:.4g} ({min(ms) / stream:.4g}-{max(ms) / stream:.4g})"
+    if row.get("process_ms"):
+        cell += f"; {len(row['process_ms'])} processes: " + ", ".join(f"{t / stream:.3g}" for t in row["process_ms"])
+    return cell
 
 
 def first_cell(row: dict) -> str:
@@ -641,14 +647,17 @@ def parse_args(argv=None):
     ap.add_argument("--advise-timeout", type=float, default=480.0, help="seconds an advise call may take")
     ap.add_argument("--recipes", default=",".join(GRID), help=f"comma list (or 'none') from: {', '.join(HAND)} "
                     "(default: all but the last)")
+    ap.add_argument("--repeat-eager", type=int, default=3,
+                    help="processes each eager recipe runs in, spread over the call (after the compiled recipes, "
+                         "between the advice calls), their passes pooled: a host-bound step moves between processes")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds after the start: no recipe or advise call starts later (those left are named)")
     ap.add_argument("--out", default="out/workload")
     ap.add_argument("--profiler-first", action="store_true",
                     help="each child starts torch.profiler once before anything else, as tcperf's session workers "
-                         "do (tcperf.worker._ready_device): does a profiler started once slow a host-bound step "
-                         "afterwards? (the advice timed eager 1.2-2.3x slower than these loops, 2026-11-26); "
-                         "give it its own --out")
+                         "do (tcperf.worker._ready_device). Found with it (H100, 2026-11-26): BERT's eager 5.90 and "
+                         "5.92 ms a batch against 5.31 and 5.38 without, 5.32 and 5.41 with TEARDOWN_CUPTI=1 (what "
+                         "tcperf.kernels.detach_after_profiling sets); give it its own --out")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)      # the child: one recipe
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -658,8 +667,8 @@ def parse_args(argv=None):
     unknown = [r for r in args.recipes if r not in HAND]
     if unknown:
         ap.error(f"no hand loop for {', '.join(unknown)}; choose from: {', '.join(HAND)}")
-    if args.stream < CHECK_STEPS or args.passes < 1:
-        ap.error(f"--stream must be >= {CHECK_STEPS} and --passes >= 1")
+    if args.stream < CHECK_STEPS or args.passes < 1 or args.repeat_eager < 1:
+        ap.error(f"--stream must be >= {CHECK_STEPS}, --passes and --repeat-eager >= 1")
     args.deadline_at = time.perf_counter() + args.deadline if args.deadline else None
     return args
 
@@ -688,16 +697,45 @@ def too_late(args, what: str) -> bool:
 
 def run_case(case: str, store: dict, args, path: Path) -> None:
     data = case_data(store, case, args)
-    for recipe in args.recipes:
+    runs: dict[str, list[dict]] = {}
+
+    def measure(recipe: str) -> None:
         if too_late(args, f"{case} {recipe}"):
-            continue
-        print(f"== {case} {recipe}", flush=True)
-        data["rows"][recipe] = run_recipe(case, recipe, args)
+            return
+        print(f"== {case} {recipe}" + (f" (process {len(runs.get(recipe, [])) + 1})" if recipe in runs else ""),
+              flush=True)
+        runs.setdefault(recipe, []).append(run_recipe(case, recipe, args))
+        data["rows"][recipe] = pooled(runs[recipe])
         save(store, summarize(store, args.steps), path)
-    for n in args.steps if args.advise else ():
+
+    for recipe in args.recipes:
+        measure(recipe)
+    host_bound = [r for r in args.recipes if HAND[r].compile is None]
+    for k in range(1, args.repeat_eager):      # spread over the call: after the compiles, after each advice
+        for recipe in host_bound:
+            measure(recipe)
+        if args.advise and k - 1 < len(args.steps):
+            n = args.steps[k - 1]
+            if not too_late(args, f"{case} advise --steps {n}"):
+                data["advice"][str(n)] = run_advise(case, n, args)
+                save(store, summarize(store, args.steps), path)
+    for n in args.steps[max(0, args.repeat_eager - 1):] if args.advise else ():
         if not too_late(args, f"{case} advise --steps {n}"):
             data["advice"][str(n)] = run_advise(case, n, args)
             save(store, summarize(store, args.steps), path)
+
+
+def pooled(rows: list[dict]) -> dict:
+    """One recipe run in several processes as one row: every steady pass pooled (the median over all), the
+    median process's warm-up, each process's median pass kept in "process_ms" (what moves between processes)."""
+    if len(rows) == 1:
+        return rows[0]
+    good = [r for r in rows if r.get("pass_ms") and not r.get("capped") and "error" not in r]
+    if not good:
+        return rows[-1]
+    mid = sorted(good, key=lambda r: r["warm_s"])[len(good) // 2]
+    return {**mid, "pass_ms": [t for r in good for t in r["pass_ms"]],
+            "process_ms": [statistics.median(r["pass_ms"]) for r in good], "processes": len(good)}
 
 
 def main() -> int:

@@ -148,3 +148,18 @@ def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
             "bf16": {"job": {100: 3.0}, "lower": False}}
     lines, ok = bench.target_lines("llama", 100, "fp16+cuda_graphs@pad64", rows, cost)
     assert ok and lines == ["PASS llama N=100: pick <= 1.05 x eager"]          # fp16's eager, not bf16's
+
+
+def test_workload_gpu_pools_an_eager_recipes_processes():
+    bench = load("workload_gpu")
+    rows = [{"recipe": "bf16", "warm_s": 4.0, "pass_ms": [330.0, 340.0]},
+            {"recipe": "bf16", "warm_s": 3.0, "pass_ms": [570.0, 560.0]},
+            {"recipe": "bf16", "warm_s": 5.0, "pass_ms": [350.0, 345.0]},
+            {"recipe": "bf16", "error": "exit 1: killed", "pass_ms": [1.0]}]              # a failed process: left out
+    row = bench.pooled(rows)
+    assert row["warm_s"] == 4.0 and row["processes"] == 3 and sorted(row["pass_ms"]) == [330, 340, 345, 350, 560, 570]
+    assert row["process_ms"] == [335.0, 565.0, 347.5]
+    cost = bench.costs(row, [100], 60)
+    assert cost["ms"] == pytest.approx(347.5 / 60)        # the median of every pass, not one process's
+    assert "3 processes: 5.58, 9.42, 5.79" in bench.steady_cell(row, 60)
+    assert bench.pooled(rows[:1]) is rows[0]
