@@ -308,10 +308,13 @@ class Session:
 
 
 class Spares:
-    """Session workers started ahead of need: each imports torch, makes its CUDA context and starts the profiler at
-    once, loads the model into host memory when told its source (preload), and becomes a Session the moment a case
-    needs one; every spare taken is replaced. On an H200 a worker took 16-19 s from its start to its first command
-    while eight others compiled (the advisor, 2026-11-24): this takes that off the path of every recipe.
+    """Session workers started ahead of need: each imports torch and makes its CUDA context at once, loads the model
+    into host memory when told its source (preload), and becomes a Session the moment a case needs one; every spare
+    taken is replaced. They do not start the profiler ahead (tcperf.worker._ready_device's warm-up): a profile
+    leaves CUPTI attached where torch does not tear it down, and the eager steps these workers time ran 10-20%
+    slower after one (tcperf.kernels.detach_after_profiling); a recipe's own profile comes after its timing. On an
+    H200 a worker took 16-19 s from its start to its first command while eight others compiled (the advisor,
+    2026-11-24): this takes that off the path of every recipe.
 
         spares = Spares(device, 8, env)
         spares.preload(case)                 # the model's source: the spares load it now
@@ -322,7 +325,7 @@ class Spares:
     def __init__(self, device, count: int, env: dict | None = None):
         self.device, self.count, self.env = device, count, env
         self.job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True, "spare": True,
-                    "profile": True, "cases": []}
+                    "cases": []}
         self.template: dict | None = None
         self.lock = threading.Lock()
         self.idle = [self._start() for _ in range(count)]
@@ -365,7 +368,7 @@ class Spares:
             if self.count:
                 self.idle.append(self._start())
         if spare is None:
-            return Session(case, self.device, env=self.env, extra={"profile": True})
+            return Session(case, self.device, env=self.env)
         spare.signal(signal.SIGCONT)            # taken while the spares were stopped: the search decides
         return Session(case, self.device, spare=spare)
 

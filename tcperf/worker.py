@@ -257,6 +257,8 @@ def _ready_device(device, profile: bool):
     torch.cuda.init()
     torch.cuda.current_blas_handle()
     if profile:
+        from .kernels import detach_after_profiling
+        detach_after_profiling()          # else CUPTI stays attached and slows every launch timed in this worker
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
             pass
     return device

@@ -265,7 +265,7 @@ class Bench:
         if self.spares is not None:
             return self.spares.session(case)
         from ..runner import Session
-        return Session(case, self.device, env=self.env, extra={"profile": self.device.type == "cuda"})
+        return Session(case, self.device, env=self.env)
 
     def report(self, r: RecipeResult) -> None:
         if self.on_result:

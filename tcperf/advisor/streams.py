@@ -128,10 +128,11 @@ def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=
     clock.lap("workload_race_s")
     if timed:
         rows.update(_rounds({n: opened[n][0] for n, row in rows.items() if row.get("status") == "ok"},
-                            bench.timeout))
+                            bench.timeout, log))
     clock.lap("workload_rounds_s")
     measured = [(RecipeResult.from_row(rows[name]), opened[name][0]) for name in names]
-    return clock.lap("workload_profile_s", _profiled(measured, steps, bench.timeout if timed else None))
+    return clock.lap("workload_profile_s", _profiled(measured, steps, bench.timeout if timed else None, log,
+                                                     bench.spares))
 
 
 class _Clock:
@@ -147,13 +148,17 @@ class _Clock:
         return value
 
 
-def _rounds(sessions: dict, timeout: float, rounds: int = ROUNDS) -> dict[str, dict]:
+def _rounds(sessions: dict, timeout: float, log=None, rounds: int = ROUNDS) -> dict[str, dict]:
     """The survivors timed in interleaved rounds, one pass each a round, the others idle: whatever disturbs the
-    machine for a while disturbs every recipe alike. {name: its row, every round's pass in its samples}."""
+    machine for a while disturbs every recipe alike. {name: its row, every round's pass in its samples}; each
+    recipe's passes logged (ms a step), so a host-bound recipe's spread can be read beside the others'."""
     rows = {}
     for i in range(rounds):
         for name, session in sessions.items():
             rows[name] = session.call("time", timeout, passes=1, fresh=i == 0)
+    for name, row in rows.items():
+        if log and row.get("samples"):
+            log(f"{name}: {len(row['samples'])} rounds, ms a step: {' '.join(f'{t:.3g}' for t in row['samples'])}")
     return rows
 
 
@@ -223,6 +228,8 @@ class Race:
         r = RecipeResult.from_row(row)
         if self.steps is not None and r.passes and r.step_ms:
             bound = job.job_s(r, self.steps)
+            self.log(f"{name}: warm after {job.one_time_s(r):.1f} s one-time, {r.step_ms:.3g} ms a step beside the "
+                     f"others' compiles")
             if bound < self.best:
                 self.best, self.best_name = bound, name
         return row
@@ -247,20 +254,62 @@ class Race:
         return max(0, self.steps - 2 * workload.STREAM_STEPS) * self.sol_ms / 1e3
 
 
-def _profiled(measured: list[tuple], steps: int | None, timeout: float | None) -> list[RecipeResult]:
-    """The job's pick profiled (where its step goes, for the speed of light), then every worker closed; no
-    profile without a timeout (nothing was timed: a CPU)."""
+def _profiled(measured: list[tuple], steps: int | None, timeout: float | None, log=None,
+              spares=None) -> list[RecipeResult]:
+    """The job's pick profiled (where its step goes, for the speed of light), the host-bound recipes timed again
+    alone (_alone) and, if one of them is the pick then, it profiled; every worker closed at the end. Nothing is
+    profiled without a timeout (nothing was timed: a CPU)."""
     results = [r for r, _ in measured]
-    pick = job.pick(results, steps) if timeout else None
     try:
-        for i, (r, session) in enumerate(measured):
-            if r is pick and session is not None:
-                results[i] = RecipeResult.from_row(session.call("profile", timeout))
+        if timeout:
+            first = job.pick(results, steps)
+            done = set()
+            if first is not None and not host_bound(first.runs):   # its worker closes in _alone
+                done.add(_profile(measured, results, first.recipe, timeout))
+            done |= _alone(measured, results, timeout, log or (lambda text: None), spares)
+            pick = job.pick(results, steps)
+            if pick is not None and pick.recipe not in done:
+                _profile(measured, results, pick.recipe, timeout)
     finally:
         for _, session in measured:
             if session is not None:
                 session.close()
     return results
+
+
+def _profile(measured: list[tuple], results: list[RecipeResult], name: str, timeout: float) -> str:
+    """The recipe `name` profiled in its worker, its result replaced (in place); its name."""
+    for i, (r, session) in enumerate(measured):
+        if r.recipe == name and session is not None:
+            results[i] = RecipeResult.from_row(session.call("profile", timeout))
+    return name
+
+
+def host_bound(name: str) -> bool:
+    """A recipe without torch.compile or CUDA graphs: its step is the host launching kernels one by one."""
+    return not recipes.get(name.split("@")[0]).compile
+
+
+def _alone(measured: list[tuple], results: list[RecipeResult], timeout: float, log, spares=None) -> set[str]:
+    """The host-bound recipes (eager) timed again, ROUNDS passes, once every other worker and idle spare is closed,
+    as a user runs them: their step is the CPU's speed. A hand loop of BERT's eager stream beside seven idle
+    processes holding CUDA contexts read 6.20 ms a batch, alone 5.59 and 5.77 (an H100, 2026-11-26; one process
+    each). The graphed recipes do not move with the host. (The larger gap, 7.0-8.9 ms in the advice against 5.3-5.8
+    by hand, was CUPTI left attached by the workers' profiler: tcperf.kernels.detach_after_profiling.) The names
+    of the recipes whose workers it closed."""
+    if spares is not None:
+        spares.close()
+    closed = set()
+    for r, session in measured:
+        if session is not None and not host_bound(r.runs):
+            session.close()
+            closed.add(r.recipe)
+    for i, (r, session) in enumerate(measured):
+        if session is not None and host_bound(r.runs) and r.passes and r.step_ms:
+            results[i] = RecipeResult.from_row(session.call("time", timeout, passes=ROUNDS, fresh=True))
+            log(f"{r.recipe}: alone, {ROUNDS} passes, ms a step: "
+                f"{' '.join(f'{t:.3g}' for t in (results[i].timing or {}).get('samples') or [])}")
+    return closed
 
 
 def _teller(progress, total: int, sb: StreamBench):
