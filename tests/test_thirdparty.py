@@ -113,6 +113,7 @@ def test_crash_under_autocast_costs_only_its_recipe(tmp_path):
 
 @pytest.mark.slow
 def test_hang_under_autocast_times_out(tmp_path):
-    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, *KILLER_OPTIONS)
+    """--timeout 15, not 30: the hang waits it out (36 s of the suite at 30, 2 cores); fp32 needs a few seconds."""
+    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, "--timeout", "15", *KILLER_OPTIONS[2:])
     assert statuses.get("amp_bf16") == "timeout", statuses
     assert ("fp32", "ok") in stored(db)
