@@ -225,7 +225,10 @@ def _await_case() -> dict | None:
 
 
 def _session(channel, case: dict, device, job: dict) -> None:
-    """Serve one long-lived object (see the module's doc) until stdin closes."""
+    """Serve one long-lived object (see the module's doc) until stdin closes. A session is timed again after it
+    was profiled (the advisor's runoff and rounds), so CUPTI is let go after each profile here."""
+    from .kernels import detach_after_profiling
+    detach_after_profiling()
     _emit(channel, {"event": "up"})
     held = {}
     for line in sys.stdin:
@@ -257,8 +260,6 @@ def _ready_device(device, profile: bool):
     torch.cuda.init()
     torch.cuda.current_blas_handle()
     if profile:
-        from .kernels import detach_after_profiling
-        detach_after_profiling()          # else CUPTI stays attached and slows every launch timed in this worker
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
             pass
     return device

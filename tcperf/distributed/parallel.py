@@ -219,9 +219,6 @@ def profiled_kernels(step, device) -> list[overlap.Kernel]:
     """The kernels (GPU) or operators (CPU) of PROFILED_STEPS steps, after WARM_PROFILED unrecorded ones; every
     rank starts together (a barrier), so none times another's profiler start-up as communication."""
     from torch.profiler import ProfilerActivity, profile, schedule
-
-    from ..kernels import detach_after_profiling
-    detach_after_profiling()
     gpu = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     dist.barrier()
