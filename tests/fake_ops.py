@@ -75,6 +75,9 @@ class Held:
         self.calls += 1
         return {**self.row(), "metrics": {"calls": self.calls}}
 
+    def env(self, variable: str):
+        return {**self.row(), "metrics": {"value": os.environ.get(variable)}}
+
     def nap(self, seconds: float):
         import time
         time.sleep(seconds)

@@ -134,6 +134,19 @@ def test_a_session_killed_from_another_thread_answers_its_call_with_its_death():
         session.close()
 
 
+def test_a_session_worker_has_cupti_let_go_after_each_profile(monkeypatch):
+    """A session is timed again after it is profiled (the advisor): TEARDOWN_CUPTI=1 there, as
+    tcperf.kernels.detach_after_profiling sets it, else CUPTI stays attached and slows every launch."""
+    from tcperf.runner import Session
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    session = Session(held_case(), CPU)
+    try:
+        assert session.call("open", 60)["status"] == "ok"
+        assert session.call("env", 60, variable="TEARDOWN_CUPTI")["metrics"]["value"] == "1"
+    finally:
+        session.close()
+
+
 def test_spares_kept_for_later_are_not_replaced_when_taken():
     from tcperf.runner import Spares
     spares = Spares(CPU, 3)
