@@ -708,21 +708,20 @@ def run_case(case: str, store: dict, args, path: Path) -> None:
         data["rows"][recipe] = pooled(runs[recipe])
         save(store, summarize(store, args.steps), path)
 
-    for recipe in args.recipes:
-        measure(recipe)
-    host_bound = [r for r in args.recipes if HAND[r].compile is None]
-    for k in range(1, args.repeat_eager):      # spread over the call: after the compiles, after each advice
-        for recipe in host_bound:
-            measure(recipe)
-        if args.advise and k - 1 < len(args.steps):
-            n = args.steps[k - 1]
-            if not too_late(args, f"{case} advise --steps {n}"):
-                data["advice"][str(n)] = run_advise(case, n, args)
-                save(store, summarize(store, args.steps), path)
-    for n in args.steps[max(0, args.repeat_eager - 1):] if args.advise else ():
+    def advise(n: int) -> None:
         if not too_late(args, f"{case} advise --steps {n}"):
             data["advice"][str(n)] = run_advise(case, n, args)
             save(store, summarize(store, args.steps), path)
+
+    for recipe in args.recipes:
+        measure(recipe)
+    host_bound = [r for r in args.recipes if HAND[r].compile is None]
+    advice = args.steps if args.advise else []
+    for k in range(max(args.repeat_eager - 1, len(advice))):     # eager again, then an advice, in turn
+        for recipe in host_bound if k < args.repeat_eager - 1 else ():
+            measure(recipe)
+        if k < len(advice):
+            advise(advice[k])
 
 
 def pooled(rows: list[dict]) -> dict:
