@@ -73,13 +73,14 @@ def is_tensor_core(name: str) -> bool:
 
 def detach_after_profiling() -> None:
     """Have Kineto finalize CUPTI when a profile ends (TEARDOWN_CUPTI=1), unless this process already says otherwise
-    (torch's profiler sets 0 where Inductor's global CUDA-graph option is on: CUDA before 12.6 crashed re-attaching
-    CUPTI after a teardown there). Left attached, CUPTI slows every later kernel launch (pytorch/pytorch#144455):
-    BERT-base's eager step on a stream read 5.90 and 5.92 ms a batch after one empty profile, 5.32 and 5.41 with
-    teardown, 5.31 and 5.38 with no profile (an H100, 2026-11-26, alternating processes); the advisor, which
-    profiles in the workers it times, read eager 1.2-1.6x slower than a hand loop and advised compiling where eager
-    was the faster job. Called by the processes that time again after a profile (tcperf.worker's sessions); a
-    teardown a profile costs a re-init at the next (heavy, says Kineto), so not everywhere."""
+    (torch.compile with CUDA graphs, mode="reduce-overhead", sets 0 when it is called: CUDA before 12.6 crashed
+    re-attaching CUPTI after a teardown there). Left attached, CUPTI slows every later kernel launch
+    (pytorch/pytorch#144455): BERT-base's eager step on a stream read 5.90 and 5.92 ms a batch after one empty
+    profile, 5.32 and 5.41 with teardown, 5.31 and 5.38 with no profile (an H100, 2026-11-26, alternating
+    processes); the advisor, which profiles in the workers it times, read eager 1.2-1.6x slower than a hand loop and
+    advised compiling where eager was the faster job. Called by the processes that time again after a profile
+    (tcperf.worker's sessions); a teardown a profile costs a re-init at the next (heavy, says Kineto), so not
+    everywhere."""
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
