@@ -134,18 +134,37 @@ def _stream(lengths):
     return [(torch.randn(n, 8),) for n in lengths]
 
 
-@pytest.mark.parametrize("dynamic, compiles, stopped", [(False, 3, True), (None, 2, False)])
+@pytest.mark.parametrize("dynamic, compiles, stopped", [(False, 4, True), (None, 2, False)])
 def test_recompiles_are_counted_and_a_recompile_per_shape_stops_the_first_pass(dynamic, compiles, stopped):
     """Dynamo's own counters on a tiny model fed six lengths: static compiles at each new shape and is stopped
-    after two in a row (stream.RECOMPILE_STOP); automatic dynamic compiles twice (static, then symbolic) and runs the stream."""
+    after three in a row (stream.RECOMPILE_STOP); automatic dynamic compiles twice (static, then symbolic) and runs the
+    stream."""
     torch._dynamo.reset()
     model = torch.compile(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2)), backend="eager",
                           dynamic=dynamic)
     first = stream.first_pass(lambda x: model(*x), _stream([3, 4, 5, 6, 7, 8]), "cpu")
     assert first.graphs == compiles and first.compiles == compiles
-    assert bool(first.stopped) == stopped and (first.steps == 3 if stopped else first.steps == 6)
+    assert bool(first.stopped) == stopped and (first.steps == 4 if stopped else first.steps == 6)
     assert "recompiles per shape" in first.stopped if stopped else not first.stopped
     assert len(first.outputs) == workload.CHECK_STEPS
+
+
+class _Ranged(nn.Module):
+    """A branch on the length: the symbolic graph guards L < 8 and compiles once more past it (as Inductor's
+    pad_mm guarded a tiny encoder's length on an H100: compiles at L = 9, 5 and 28, then none)."""
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.lin(x) if x.shape[0] < 8 else self.lin(x) * 2
+
+
+def test_automatic_dynamic_compiling_a_third_time_on_a_range_guard_is_not_a_recompile_per_shape():
+    torch._dynamo.reset()
+    model = torch.compile(_Ranged(), backend="eager")
+    first = stream.first_pass(lambda x: model(*x), _stream([3, 4, 9, 10, 11, 12, 5]), "cpu")
+    assert first.graphs == 3 and not first.stopped and first.steps == 7
 
 
 def test_a_static_compile_is_stopped_at_its_first_recompile():
