@@ -24,7 +24,8 @@ it. GB/s counts weights and scales only; "% BW" is that against the copy bandwid
 
 Time on one H100: the full sweep took 115 s on 2026-11-25, before its timing went through time_fn (whose warm-up of
 each measurement adds an estimated ~15 s); --quick ~40 s (an estimate from the work done). Most of it is compiling
-(Inductor: two graphs a shape; Triton: 4 configurations a kernel and M bucket, 32 in all).
+(Inductor: two graphs a shape; Triton: 6 configurations for the int8 GEMV, 4 for the int4 GEMV and for each
+batched path, a shape and M bucket).
 Writes OUT/gemv_gpu.json: every row, the crossing batches, the copy bandwidth, the environment.
 """
 from __future__ import annotations

@@ -170,21 +170,48 @@ def test_fake_tensors_give_the_output_shape():
     assert y.shape == (5, 48) and y.dtype == torch.bfloat16
 
 
-@pytest.mark.parametrize("cc", [90, 80])
-def test_kernels_compile_for_hopper_and_ampere(cc):
-    """Each path's first configuration compiles to PTX without a GPU; the batched path is a Tensor Core MMA."""
+def _ptx(fn, config, cc: int, **constexprs) -> str:
+    """fn compiled to PTX for compute capability cc at one configuration, without a GPU, its integer arguments and
+    pointers specialised as a launch specialises them (multiples of 16, 16-byte aligned)."""
     import triton
     from triton.backends.compiler import GPUTarget
+    pointers = {"x_ptr": "*bf16", "w_ptr": "*i8", "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16",
+                "y_ptr": "*bf16"}
+    constexprs = {k: v for k, v in {**config.kwargs, **constexprs}.items() if k in fn.arg_names}
+    signature = {a: "constexpr" if a in constexprs else pointers.get(a, "i32") for a in fn.arg_names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a not in constexprs}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": config.num_warps}).asm["ptx"]
+
+
+def _loop_bodies(ptx: str) -> list[str]:
+    """The PTX between each label and a later branch back to it: the loops' bodies."""
+    import re
+    bodies = []
+    for branch in re.finditer(r"bra(?:\.uni)?\s+(\$L__\w+);", ptx):
+        start = ptx.find(branch.group(1) + ":")
+        if 0 <= start < branch.start():
+            bodies.append(ptx[start:branch.start()])
+    return bodies
+
+
+@pytest.mark.parametrize("cc", [90, 80])
+def test_kernels_compile_for_hopper_and_ampere(cc):
+    """Every configuration compiles to PTX without a GPU. The GEMVs (one row) read the weights in 16-byte loads
+    (int8) and sum their rows after the loop, not a shuffle tree a step; the batched paths are Tensor Core MMAs."""
     from tcperf import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
-    pointers = {"x_ptr": "*bf16", "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16", "y_ptr": "*bf16"}
-    for block_m, config in ((1, gemv.GEMV_CONFIGS[0]), (16, gemv.MM_CONFIGS[-1])):
-        constexprs = {**config.kwargs, "BLOCK_M": block_m, "UPCAST": False, "GROUP": 128}
-        signature = {a: "constexpr" if a in constexprs else pointers.get(a, "i32") for a in gemv.int4_kernel.arg_names}
-        src = triton.compiler.ASTSource(fn=gemv.int4_kernel, signature=signature, constexprs=constexprs)
-        ptx = triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": 4}).asm["ptx"]
-        assert ("mma" in ptx) == (block_m > 1), (block_m, config)
+    for config in gemv.GEMV_CONFIGS:
+        ptx = _ptx(gemv.int8_gemv_kernel, config, cc)
+        assert "mma" not in ptx and "ld.global.v4" in ptx, config.kwargs
+        assert _loop_bodies(ptx) and not any("shfl" in body for body in _loop_bodies(ptx)), config.kwargs
+    for config in gemv.INT4_GEMV_CONFIGS:
+        ptx = _ptx(gemv.int4_gemv_kernel, config, cc, GROUP=128)
+        assert "mma" not in ptx and not any("shfl" in body for body in _loop_bodies(ptx)), config.kwargs
+    for config in gemv.MM_CONFIGS[-1:]:
+        for kernel in (gemv.int8_kernel, gemv.int4_kernel):
+            assert "mma" in _ptx(kernel, config, cc, BLOCK_M=16, UPCAST=False, GROUP=128), (kernel, config.kwargs)
 
 
 def test_m_buckets():
