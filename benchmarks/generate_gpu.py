@@ -1,12 +1,14 @@
 """`tcperf generate` on a GPU against issue 33's targets, beside a decode loop written by hand in this file.
 
     python benchmarks/generate_gpu.py [--out DIR] [--db PATH] [--models llama-8b,llama-1b] [--quick] [--sweep]
+                                      [--kernel default|triton|auto]
 
 What it runs, each `tcperf` command in its own process (the store is --db, default OUT/generate.db):
   1. `tcperf ceilings --precision bf16` when this GPU has no copy bandwidth stored yet (the figures are shares of it)
   2. for each model (default Llama-3.1-8B's and Llama-3.2-1B's shapes, random weights): bf16, int8wo and int4wo-128
      at batch 1, prompt 128, 128 new tokens (--quick: 32), the plain loop compiled; each passes the kernel check
-     (every quantized layer against its own dequantised weights) before it is timed
+     (every quantized layer against its own dequantised weights) before it is timed; --kernel: the weight-only
+     layers' kernels (`tcperf generate --kernel`: default Inductor's fused GEMV and tinygemm, triton tcperf.gemv's)
   3. `tcperf generate stdlib`: the model tcperf trains (once a machine, beside the store), each precision's
      perplexity on held-out text against bf16's, within the limits from torchao's published table
   4. the hand loop below on each model in bf16 (torch only: a static KV cache, the decode step compiled with
@@ -199,6 +201,7 @@ def main() -> int:
     p.add_argument("--models", default="llama-8b,llama-1b", help="comma list of tcperf's built-in shapes")
     p.add_argument("--quick", action="store_true", help="Llama-3.2-1B only, 32 new tokens (about 2.5 minutes)")
     p.add_argument("--sweep", action="store_true", help="also the bf16 batch sweep and transformers' loop")
+    p.add_argument("--kernel", default="default", help="the weight-only layers' kernels (tcperf generate --kernel)")
     a = p.parse_args()
     models = ["llama-1b"] if a.quick else [m.strip() for m in a.models.split(",") if m.strip()]
     os.makedirs(a.out, exist_ok=True)
@@ -213,7 +216,7 @@ def main() -> int:
     for model in models:
         by_model[model] = generate(db, os.path.join(a.out, model), model, "--precision", PRECISIONS, "--kv", "bf16",
                                    "--batch", "1", "--prompt", "128", "--output", "32" if a.quick else "128",
-                                   "--loop", "plain", "--rep-ms", "300" if a.quick else "1000")
+                                   "--loop", "plain", "--rep-ms", "300" if a.quick else "1000", "--kernel", a.kernel)
         print(f"{model} done ({time.time() - t0:.0f} s)", flush=True)
     stdlib = generate(db, os.path.join(a.out, "stdlib"), "stdlib", "--precision", PRECISIONS, "--kv", "bf16",
                       "--batch", "1", "--prompt", "64", "--output", "16", "--loop", "plain", "--no-compile",
