@@ -46,10 +46,10 @@ def _configs(blocks: tuple, warps: int, stages: int) -> list[triton.Config]:
     return [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages) for n, k in blocks]
 
 
-# (BLOCK_N, BLOCK_K): 2 to 16 KiB of int8 weight a step (half that of int4). GEMV: few rows a program, long K steps
-# (the accumulator is BLOCK_N x BLOCK_K fp32: 16-64 registers a thread at 4 warps), 4 or 8 warps; MM: the Tensor
-# Core path, whose tl.dot wants BLOCK_N >= 16 and whose accumulator grows with BLOCK_M. BLOCK_K = 128 or 256 with
-# groups of 128 or 256 keeps an int4 step inside one group (a scale and a zero a row, not a weight).
+# (BLOCK_N, BLOCK_K). int8 GEMV: few rows a program, long K steps, 2-4 KiB of weight a step; the accumulator is
+# BLOCK_N x BLOCK_K fp32, 16-32 registers a thread. int4 GEMV: BLOCK_K = 128 keeps a step inside one group of 128
+# or 256 (a scale and a zero a row, not a weight; smaller groups take the gathered path). MM: the Tensor Core path,
+# whose tl.dot wants BLOCK_N >= 16 and whose accumulator grows with BLOCK_M.
 GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
                 for n, k, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 256, 4), (16, 256, 8))]
 INT4_GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": 128}, num_warps=w, num_stages=3)
@@ -202,12 +202,12 @@ def _launch(name: str, args: tuple, gemv_args: tuple, m: int, n: int, **constexp
     bm = block_m(m)
     path = "gemv" if bm == 1 else "mm"
     plain, tuned = KERNELS[name, path]
-    rows = {} if bm == 1 else {"BLOCK_M": bm, "UPCAST": INTERPRETING}
+    batched = {} if bm == 1 else {"BLOCK_M": bm, "UPCAST": INTERPRETING}
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(m, bm))
     if INTERPRETING:
-        wrap_triton(plain)[grid](*(gemv_args if bm == 1 else args), **rows, **INTERPRETER_CONFIG, **constexprs)
+        wrap_triton(plain)[grid](*(gemv_args if bm == 1 else args), **batched, **INTERPRETER_CONFIG, **constexprs)
     else:
-        wrap_triton(tuned)[grid](*(gemv_args if bm == 1 else args), **rows, **constexprs)
+        wrap_triton(tuned)[grid](*(gemv_args if bm == 1 else args), **batched, **constexprs)
 
 
 def _check(x: torch.Tensor, n_k: tuple, k: int) -> None:
