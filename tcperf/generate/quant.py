@@ -13,7 +13,7 @@ run them on PyTorch's own kernels (torchao's, where it is installed and asked fo
 
 Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype. The weight-only recipes
 run on another kernel with kernel="triton" (KERNELS): tcperf.gemv's Triton kernels in place of Inductor's fused
-GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on Inductor's at one row, tcperf.gemv's above;
+GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on tcperf.gemv's, the fastest at every batch;
 int4wo on tinygemm); the other recipes have one kernel each and ignore it.
 
     recipe = get("int4wo-128+kvfp8")
@@ -87,7 +87,10 @@ KV_LIMIT = 0.01                       # added to a recipe's perplexity limit whe
 KERNELS = {  # --kernel -> the weight-only layers' kernel= by weight format (tcperf.quant); None: the layer's default
     "default": {"int8": None, "int4": None},
     "triton": {"int8": "triton", "int4": "triton"},
-    "auto": {"int8": "auto", "int4": None},   # by batch, from benchmarks/gemv_gpu.py (tcperf.quant.Int8WeightOnlyLinear)
+    # the fastest by format in benchmarks/gemv_gpu.py on Llama-3.2-1B's layers (H100, 2026-11-26 night): int8 on
+    # tcperf.gemv's kernel at every batch (0.58 of bf16's time at one row, Inductor's 0.65), int4 on tinygemm (0.48,
+    # tcperf.gemv's int4 1.19)
+    "auto": {"int8": "triton", "int4": None},
 }
 
 
