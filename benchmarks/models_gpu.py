@@ -79,7 +79,7 @@ def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
 
 
 def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep_ms: float, ceilings: dict,
-                models_wanted, modes, profile: bool = False) -> list[dict]:
+                models_wanted, modes, profile: bool = False, timeout: float = 600.0) -> list[dict]:
     rows = []
 
     def keep(r: dict) -> None:
@@ -98,7 +98,7 @@ def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep
     for mode in modes:
         t0 = time.time()
         ladder.climb(mode_cases(mode, plans.get(mode, {}), config, models_wanted), device, on_result=keep,
-                     timeout=600, timing=TimingConfig(rep_ms=rep_ms), ceilings=ceilings, profile=profile)
+                     timeout=timeout, timing=TimingConfig(rep_ms=rep_ms), ceilings=ceilings, profile=profile)
         print(f"{mode}: {time.time() - t0:.0f} s", flush=True)
     return rows
 
@@ -183,6 +183,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", default="resnet50,gpt2,lstm,dcgan", help="a subset, e.g. resnet50,gpt2")
     ap.add_argument("--modes", default="train,infer", help="train, infer or both (default)")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds a cell may take, compiling included, "
+                    "before it is recorded as timeout and the ladder goes on (ResNet-50's autotune rung compiled for "
+                    "over 8 minutes on an H100)")
     ap.add_argument("--no-hand", action="store_true", help="skip the hand loops after the ladder")
     ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph")
     ap.add_argument("--profile", action="store_true", help="profile each cell after its timing: GPU busy, Tensor "
@@ -208,7 +211,7 @@ def main() -> int:
                      for mode, plan in plans.items()}
         rows = run_ladders(store, run_id, plans, "small" if args.quick else "full",
                            device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
-                           args.modes.split(","), profile=args.profile)
+                           args.modes.split(","), profile=args.profile, timeout=args.timeout)
         status = "done"
     finally:
         store.finish_run(run_id, status)
