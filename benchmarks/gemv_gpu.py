@@ -300,12 +300,20 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="out", help="folder for gemv_gpu.json (default ./out)")
     p.add_argument("--quick", action="store_true", help="Llama-3.2-1B's shapes at batch 1, 4, 16 only")
+    p.add_argument("--models", default=None, help=f"a comma list of {', '.join(MODELS)} (default: all; --quick: 1B)")
+    p.add_argument("--batches", default=None, help="a comma list of batches (default: "
+                   f"{','.join(map(str, BATCHES))}; --quick: {','.join(map(str, QUICK[1]))})")
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("gemv_gpu.py needs a CUDA GPU", file=sys.stderr)
         return 2
     device, t0 = torch.device("cuda"), time.time()
     models, batches = ((QUICK[0],), QUICK[1]) if a.quick else (tuple(MODELS), BATCHES)
+    models = tuple(m.strip() for m in a.models.split(",")) if a.models else models
+    batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else batches
+    if unknown := [m for m in models if m not in MODELS]:
+        print(f"unknown model {unknown[0]!r}; choose from: {', '.join(MODELS)}", file=sys.stderr)
+        return 2
     missing = [name for name in ("int8 torchao", "int4 torchao") if name not in {k.name for k in KERNELS}]
     if missing:
         console.print(f"torchao does not import here: {', '.join(missing)} skipped (pip install torchao)")
