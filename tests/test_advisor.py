@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from fragile import Fragile
 
 import tcperf
 from tcperf import precision
@@ -92,30 +93,6 @@ def test_lint_convolutions_and_hard_limits():
 
 
 # --- sensitive modules ------------------------------------------------------------------------------------------
-class Offset(nn.Module):
-    """Adds 1000 in a Linear's bias and takes it off again: bf16 keeps 8 bits, so the small part is lost."""
-
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(32, 32)
-        with torch.no_grad():
-            self.lin.bias.add_(1000.0)
-
-    def forward(self, x):
-        return self.lin(x) - 1000.0
-
-
-class Fragile(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.enc = nn.Sequential(nn.Linear(20, 32), nn.GELU())
-        self.offset = Offset()
-        self.head = nn.Linear(32, 10)
-
-    def forward(self, x):
-        return self.head(self.offset(self.enc(x)))
-
-
 def _fragile():
     torch.manual_seed(0)
     return Fragile(), torch.randn(16, 20)
