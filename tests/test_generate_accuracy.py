@@ -3,7 +3,6 @@ against its own dequantised weights catches a wrong dequantisation (int4 scales 
 fed scales one group off. The model check: the model tcperf trains (tcperf.generate.trained, the CPU size, trained
 once for the session) gives int8 weight-only perplexity within its limit of bf16's, and `tcperf generate stdlib`
 judges each precision with it; random weights are not judged; a kernel bug is not timed and exits 1."""
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from tcperf import quant as core_quant
 from tcperf.commands import generate as command
 from tcperf.generate import loop, measure, quant, trained
 from tcperf.generate import model as plain
+from tcperf.store import Store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -107,21 +107,23 @@ def test_training_forward_matches_the_cached_forward(stdlib):
 
 
 def test_cli_judges_each_precision_on_the_trained_model(stdlib):
+    """One run, printed as a table; its rows read back from the store (the rows --json prints: tests/test_generate)."""
     folder, _ = stdlib
-    cmd = [sys.executable, "-m", "tcperf", "generate", trained.NAME, "--device", "cpu", "--db",
-           str(folder / "r.db"), "--precision", "bf16,int8wo,int4wo-128", "--prompt", "8", "--output", "4",
-           "--rep-ms", "1"]
+    db = folder / "r.db"
+    cmd = [sys.executable, "-m", "tcperf", "generate", trained.NAME, "--device", "cpu", "--db", str(db),
+           "--precision", "bf16,int8wo,int4wo-128", "--prompt", "8", "--output", "4", "--rep-ms", "1"]
     env = {**os.environ, "PYTHONPATH": ROOT}
-    done = subprocess.run([*cmd, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Training" not in done.stderr                   # the session's weights beside the store: not again
-    rows = {r["precision"]: r for r in json.loads(done.stdout)["results"] if r["op"] == "generate"}
+    assert "torchao's README" in done.stdout and "parameters" in done.stdout and "Batch 1, stdlib" in done.stdout
+    store = Store.open(str(db))
+    rows = {r["precision"]: r for r in store.results(store.run()["id"]) if r["op"] == "generate"}
+    assert set(rows) == {"bf16", "int8wo", "int4wo-128"}
     for name, r in rows.items():
         a = r["metrics"]["accuracy"]
         assert a["judged"] and a["passed"] and a["limit"] == quant.get(name).perplexity_limit, a
     assert rows["bf16"]["metrics"]["accuracy"]["rise"] == 0
-    text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env).stdout
-    assert "torchao's README" in text and "parameters" in text and "Batch 1, stdlib" in text
 
 
 @pytest.mark.gpu
