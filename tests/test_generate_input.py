@@ -161,11 +161,14 @@ def test_default_is_the_headline_and_sweep_is_everything(capsys):
 
 
 def test_default_run_prints_the_headline(tmp_path):
-    rc, out, err = generate(tmp_path, "--json")
-    rows = [r for r in out["results"] if r["op"] == "generate"]
-    assert rc == 0 and {r["precision"] for r in rows} == {"bf16", "int8wo", "int4wo-128"}, err[-2000:]
-    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", str(tmp_path / "r.db"),
-           "--plot-dir", str(tmp_path), "--prompt", "4", "--output", "3", "--rep-ms", "1"]
-    text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT}).stdout
+    """One run, printed; its rows read back from the store (the rows --json prints, as generate() reads them)."""
+    db = str(tmp_path / "r.db")
+    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", db, "--plot-dir", str(tmp_path),
+           "--prompt", "4", "--output", "3", "--rep-ms", "1"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [r for r in Store.open(db).results(Store.open(db).run()["id"]) if r["op"] == "generate"]
+    assert {r["precision"] for r in rows} == {"bf16", "int8wo", "int4wo-128"}
+    text = done.stdout
     assert "Batch 1, tiny" in text and "int8wo:" in text and "not judged on random weights" in text
