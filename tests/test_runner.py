@@ -40,11 +40,13 @@ def test_wrong_kernel_is_caught_and_not_timed(bug):
 
 
 def test_crash_is_recorded_and_the_group_goes_on():
-    r = run(case("GOOD"), case("CRASH"), case("GOOD", n=2000))
-    assert r["crash"]["status"] == "error" and "worker died (exit 3)" in r["crash"]["message"]
-    oks = [x for x in run_cases([case("GOOD"), case("CRASH"), case("GOOD", n=2000)], CPU, timing=FAST)
-           if x["status"] == "ok"]
-    assert {x["shape"]["n"] for x in oks} == {1000, 2000}
+    seen = []
+    rows = run_cases([case("GOOD"), case("CRASH"), case("GOOD", n=2000)], CPU, timeout=60.0, timing=FAST,
+                     on_result=seen.append)
+    assert seen == rows
+    crash = next(x for x in rows if x["op"] == "fake_ops:CRASH")
+    assert crash["status"] == "error" and "worker died (exit 3)" in crash["message"]
+    assert {x["shape"]["n"] for x in rows if x["status"] == "ok"} == {1000, 2000}
 
 
 def test_hang_past_timeout_is_recorded():
