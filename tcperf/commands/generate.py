@@ -77,8 +77,8 @@ def add_parser(sub) -> None:
                                                 "plain, --sweep: plain,hf")
     p.add_argument("--kernel", default="default",
                    help="the weight-only layers' kernel: default (Inductor's fused GEMV for int8wo, tinygemm for "
-                        "int4wo), triton (tcperf.gemv's), or auto (int8wo: Inductor's at batch 1, tcperf.gemv's "
-                        "above, as benchmarks/gemv_gpu.py measured; int4wo: tinygemm)")
+                        "int4wo), triton (tcperf.gemv's), or auto (int8wo: tcperf.gemv's, int4wo: tinygemm, the "
+                        "fastest of each on Llama-3.2-1B's layers in benchmarks/gemv_gpu.py)")
     p.add_argument("--no-compile", action="store_true",
                    help="no torch.compile: the plain loop captures its eager step in a CUDA graph by hand")
     p.add_argument("--plot-dir", default=None,

@@ -13,8 +13,8 @@ run them on PyTorch's own kernels (torchao's, where it is installed and asked fo
 
 Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype. The weight-only recipes
 run on another kernel with kernel="triton" (KERNELS): tcperf.gemv's Triton kernels in place of Inductor's fused
-GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on tcperf.gemv's, the fastest at every batch;
-int4wo on tinygemm); the other recipes have one kernel each and ignore it.
+GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on tcperf.gemv's, the fastest at every batch on
+Llama-3.2-1B's layers; int4wo on tinygemm); the other recipes have one kernel each and ignore it.
 
     recipe = get("int4wo-128+kvfp8")
     notes = quantize(model, recipe)                     # swaps the eligible nn.Linear layers in place
