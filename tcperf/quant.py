@@ -145,7 +145,7 @@ class Int8Linear(QuantLinear):
 
 
 # --- weight-only ------------------------------------------------------------------------------------------------
-INT8_KERNELS = ("inductor", "triton", "auto")     # Int8WeightOnlyLinear's kernel= choices, the default first
+INT8_KERNELS = ("inductor", "triton")     # Int8WeightOnlyLinear's kernel= choices, the default first
 INT4_KERNELS = ("tinygemm", "triton")     # Int4WeightOnlyLinear's
 
 
@@ -153,7 +153,7 @@ def _kernel(kernel: str, choices: tuple) -> str:
     """A layer's kernel= checked; "triton" imports tcperf.gemv, which registers torch.ops.tcperf.*."""
     if kernel not in choices:
         raise ValueError(f"unknown kernel {kernel!r}; choose from: {', '.join(choices)}")
-    if kernel in ("triton", "auto"):
+    if kernel == "triton":
         from . import gemv  # noqa: F401  (here: the Triton kernels load only for the layers that run them)
     return kernel
 
@@ -177,10 +177,10 @@ def _(x):
 class Int8WeightOnlyLinear(QuantLinear):
     """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2. kernel="inductor": the widening to bf16
     and the scale are fused into the matmul by torch.compile (eager widens the whole weight first: compile it);
-    kernel="triton": tcperf.gemv's int8 kernel, the same in eager and compiled; kernel="auto": Inductor's at one row
-    (a decode step at batch 1), tcperf.gemv's at more (benchmarks/gemv_gpu.py on an H100, 2026-11-25, Llama-3.1-8B's
-    decode layers against bf16's time: Inductor's 0.55 at batch 1 and 2.4 from batch 2, in the dynamic-batch graph
-    a sweep compiles; tcperf.gemv's 1.00 at batch 1 and 0.75-0.98 from 2 to 64). Inductor's GEMV takes its input
+    kernel="triton": tcperf.gemv's int8 kernel, the same in eager and compiled (benchmarks/gemv_gpu.py on an H100,
+    2026-11-26 night, Llama-3.1-8B's decode layers against bf16's time: Inductor's 0.55 at batch 1 and 2.5 from
+    batch 2, in the dynamic-batch graph a sweep compiles; tcperf.gemv's 0.57 at batch 1, 0.74 at 4; which a decode
+    takes is tcperf.generate.quant.KERNELS's choice). Inductor's GEMV takes its input
     through tcperf::unfused (_unfused), so that it compiles apart from the input's producer. The int8 values are
     `w8`; `weight` is QuantLinear's stand-in."""
 
@@ -192,7 +192,7 @@ class Int8WeightOnlyLinear(QuantLinear):
         self.register_buffer("scales", scales.to(torch.bfloat16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel == "inductor" or (self.kernel == "auto" and x.numel() == x.shape[-1]):
+        if self.kernel == "inductor":
             return F.linear(torch.ops.tcperf.unfused(x), self.w8.to(x.dtype)) * self.scales
         y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales)     # (M, N)
         return y.reshape(*x.shape[:-1], self.out_features)

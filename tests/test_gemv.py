@@ -49,17 +49,6 @@ def model():
                                 quant.Int8WeightOnlyLinear(lins[1], "triton"),
                                 quant.Int4WeightOnlyLinear(lins[1], 16, "triton")])
 
-def auto():
-    # one row on the fused path, more on tcperf.gemv's: check_layers runs rows 1 and 5, so both
-    torch.manual_seed(0)
-    layer = quant.Int8WeightOnlyLinear(torch.nn.Linear(96, 40, bias=False).bfloat16(), "auto")
-    rows, real = [], torch.ops.tcperf.int8_weight_mm
-    torch.ops.tcperf.int8_weight_mm = lambda x, *a: rows.append(x.shape[0]) or real(x, *a)
-    try:
-        return {**quant.check_layers(torch.nn.ModuleList([layer])), "triton_rows": rows}
-    finally:
-        torch.ops.tcperf.int8_weight_mm = real
-
 def wrong_scales():
     # the kernels handed what a buggy kernel would read: the int8 scales reversed, the int4 group doubled (each
     # weight takes the scale and zero of another group), while dequantized() reads the layer's own
@@ -70,8 +59,7 @@ def wrong_scales():
 
 shapes = json.loads(sys.argv[1])
 print(json.dumps({"kernels": {"|".join(map(str, s)): kernels(*s) for s in shapes},
-                  "check": quant.check_layers(model()), "wrong": quant.check_layers(wrong_scales()),
-                  "auto": auto()}))
+                  "check": quant.check_layers(model()), "wrong": quant.check_layers(wrong_scales())}))
 """
 
 
@@ -95,13 +83,6 @@ def test_kernel_matches_dequantized_weights_in_the_interpreter(interpreted, kern
 def test_triton_layers_pass_the_kernel_check(interpreted):
     check = interpreted["check"]
     assert check["passed"] and check["layers"] == 4, check
-
-
-def test_auto_runs_the_fused_gemv_at_one_row_and_tcperf_gemv_above(interpreted):
-    """kernel="auto" (int8): the kernel check's one-row input takes Inductor's path, its five rows tcperf.gemv's;
-    both pass."""
-    auto = interpreted["auto"]
-    assert auto["passed"] and auto["triton_rows"] == [5], auto
 
 
 def test_the_kernel_check_catches_a_kernel_reading_wrong_scales(interpreted):
@@ -315,10 +296,10 @@ def test_triton_against_tinygemm_on_cuda(cuda, m):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("bits, kernel", [(8, "triton"), (4, "triton"), (8, "auto")])
+@pytest.mark.parametrize("bits, kernel", [(8, "triton"), (4, "triton"), (8, "inductor")])
 def test_triton_layers_compiled_with_cuda_graphs(cuda, bits, kernel):
-    """As tcperf.generate.loop compiles the decode step: fullgraph, CUDA graphs, coordinate-descent tuning (auto:
-    batch 1 on the fused GEMV, 4 on tcperf.gemv's)."""
+    """As tcperf.generate.loop compiles the decode step: fullgraph, CUDA graphs, coordinate-descent tuning (beside
+    them Inductor's fused GEMV, the default int8 kernel, at the same batches)."""
     lin = torch.nn.Linear(2048, 768, bias=False, device=cuda, dtype=torch.bfloat16)
     layer = (core_quant.Int8WeightOnlyLinear(lin, kernel=kernel) if bits == 8
              else core_quant.Int4WeightOnlyLinear(lin, 128, kernel=kernel))
