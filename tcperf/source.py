@@ -29,7 +29,9 @@ import dataclasses
 import hashlib
 import importlib.util
 import math
+import pickle
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -249,7 +251,7 @@ def save_source(spec: Spec, folder, target: str | None = None) -> dict:
 
 def _user_files() -> list[str]:
     """The users' files imported by import_file: a pickled model whose class lives in one refers to it by its
-    module name, so a worker imports them under the same names before unpickling."""
+    module name, so a worker imports the ones the pickle names under the same names as it unpickles (_on_demand)."""
     return [m.__file__ for name, m in list(sys.modules.items())
             if name.startswith("tcperf_user_") and getattr(m, "__file__", None)]
 
@@ -269,8 +271,7 @@ def load_source(source: dict, device) -> Spec:
     """The spec a source names, on `device`."""
     kind = source["kind"]
     if kind == "pickle":
-        import_files(source.get("files", []))
-        spec = torch.load(source["path"], weights_only=False)
+        spec = torch.load(source["path"], weights_only=False, pickle_module=_on_demand(source.get("files", [])))
     elif kind == "file":
         spec = load_spec(source["target"])
         saved = torch.load(source["state"], weights_only=False)
@@ -281,6 +282,23 @@ def load_source(source: dict, device) -> Spec:
     else:
         raise ValueError(f"unknown spec source {kind!r}")
     return on_device(spec, torch.device(device))
+
+
+def _on_demand(files) -> types.ModuleType:
+    """pickle, whose Unpickler imports a user's file (import_file) when the pickle names a class of it, and only
+    then: a worker imports the model's own file, not every file its parent had imported (in one Python session,
+    transformers', timm's and diffusers' factories before made each worker of the next model import all three)."""
+    paths = {module_name(Path(file)): Path(file) for file in files}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if module in paths and module not in sys.modules:
+                import_file(paths[module])
+            return super().find_class(module, name)
+
+    shim = types.ModuleType("pickle")
+    shim.Unpickler, shim.load = Unpickler, lambda f, **kw: Unpickler(f, **kw).load()
+    return shim
 
 
 def imports_source(files: list[str]) -> dict:

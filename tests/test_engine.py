@@ -239,3 +239,38 @@ def test_the_grid_names_the_tiers_of_every_recipe():
     from tcperf.errors import UserError
     with pytest.raises(UserError):
         recipes.get("fp8+compile")                      # fp8 compiles already
+
+def test_a_pickled_models_worker_imports_the_users_file_it_names_and_no_other(tmp_path):
+    """The worker of a pickled model imports the file its class lives in, not every file its parent imported (a
+    Python session that had advised a transformers, a timm and a diffusers model made each later worker import all
+    three)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parent.parent)
+    (tmp_path / "mine.py").write_text("import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n"
+                                      "        super().__init__()\n        self.lin = torch.nn.Linear(4, 3)\n"
+                                      "    def forward(self, x):\n        return self.lin(x)\n"
+                                      "def factory():\n    return Net(), torch.randn(2, 4)\n")
+    (tmp_path / "other.py").write_text("import os\nif os.environ.get('IN_WORKER'):\n"
+                                       "    raise RuntimeError('a worker imported a file its model does not name')\n")
+    parent = ("import json, sys; from pathlib import Path; from tcperf import source\n"
+              "spec = source.load_spec(sys.argv[1] + '/mine.py:factory')\n"
+              "source.import_file(Path(sys.argv[1]) / 'other.py')\n"
+              "print(json.dumps(source.save_source(spec, sys.argv[1])))\n")
+    worker = ("import json, sys; from tcperf import source\n"
+              "spec = source.load_source(json.loads(sys.argv[1]), 'cpu')\n"
+              "print(json.dumps([type(spec.model).__module__, sorted(m for m in sys.modules if "
+              "m.startswith('tcperf_user_'))]))\n")
+    env = {**__import__("os").environ, "PYTHONPATH": root}
+    saved = subprocess.run([sys.executable, "-c", parent, str(tmp_path)], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert saved.returncode == 0, saved.stderr[-2000:]
+    src = json.loads(saved.stdout.strip().splitlines()[-1])
+    assert src["kind"] == "pickle" and len(src["files"]) == 2, src
+    loaded = subprocess.run([sys.executable, "-c", worker, json.dumps(src)], capture_output=True, text=True,
+                            env={**env, "IN_WORKER": "1"}, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    module, imported = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert module.startswith("tcperf_user_mine_") and imported == [module], (module, imported)
