@@ -123,7 +123,7 @@ def hand_loop(model: str, context: int = 256, steps: int = 200) -> dict:
     a = CONFIGS[model]
     torch._dynamo.reset()
     net = HandStep(a, context, torch.device("cuda"))
-    step = torch.compile(net, mode="reduce-overhead", fullgraph=True)
+    step = torch.compile(net, fullgraph=True, options={"triton.cudagraphs": True, "coordinate_descent_tuning": True})
     tok, pos = torch.ones(1, 1, dtype=torch.long, device="cuda"), torch.tensor([context // 2], device="cuda")
     t0 = time.perf_counter()
     for _ in range(5):
