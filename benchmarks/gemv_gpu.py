@@ -304,16 +304,19 @@ def main() -> int:
     p.add_argument("--batches", default=None, help="a comma list of batches (default: "
                    f"{','.join(map(str, BATCHES))}; --quick: {','.join(map(str, QUICK[1]))})")
     a = p.parse_args()
+    models, batches = ((QUICK[0],), QUICK[1]) if a.quick else (tuple(MODELS), BATCHES)
+    models = tuple(m.strip() for m in a.models.split(",")) if a.models else models
+    if unknown := [m for m in models if m not in MODELS]:
+        print(f"unknown model {unknown[0]!r}; choose from: {', '.join(MODELS)}", file=sys.stderr)
+        return 2
+    if a.batches and not all(b.strip().isdigit() and int(b) > 0 for b in a.batches.split(",")):
+        print(f"--batches takes positive whole numbers, e.g. 1,4,16; got {a.batches!r}", file=sys.stderr)
+        return 2
+    batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else batches
     if not torch.cuda.is_available():
         print("gemv_gpu.py needs a CUDA GPU", file=sys.stderr)
         return 2
     device, t0 = torch.device("cuda"), time.time()
-    models, batches = ((QUICK[0],), QUICK[1]) if a.quick else (tuple(MODELS), BATCHES)
-    models = tuple(m.strip() for m in a.models.split(",")) if a.models else models
-    batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else batches
-    if unknown := [m for m in models if m not in MODELS]:
-        print(f"unknown model {unknown[0]!r}; choose from: {', '.join(MODELS)}", file=sys.stderr)
-        return 2
     missing = [name for name in ("int8 torchao", "int4 torchao") if name not in {k.name for k in KERNELS}]
     if missing:
         console.print(f"torchao does not import here: {', '.join(missing)} skipped (pip install torchao)")

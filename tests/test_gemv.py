@@ -323,3 +323,15 @@ def test_compiled_decode_on_the_triton_kernels(cuda):
                      {"timing": {"rep_ms": 20}}) for name in ("int8wo", "int4wo-32") for b in (1, 2, 4)]
     assert [r["status"] for r in rows] == ["ok"] * 6, [r.get("message") for r in rows]     # 2, 4: a dynamic batch
     assert all(r["metrics"]["kernel"]["passed"] for r in rows)
+
+
+@pytest.mark.parametrize("args, words", [(["--models", "Llama-9B"], "unknown model 'Llama-9B'"),
+                                         (["--batches", "1,x"], "--batches takes positive whole numbers"),
+                                         (["--batches", "0"], "--batches takes positive whole numbers")])
+def test_benchmark_bad_arguments_are_one_line_before_any_gpu(monkeypatch, capsys, args, words):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import gemv_gpu
+    monkeypatch.setattr(sys, "argv", ["gemv_gpu.py", *args])
+    assert gemv_gpu.main() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
