@@ -57,7 +57,7 @@ def _configs(blocks: tuple, warps: int, stages: int) -> list[triton.Config]:
 GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
                 for n, k, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 256, 4), (16, 256, 8))]
 MM_CONFIGS = _configs(((16, 256), (32, 128), (64, 128), (128, 128)), warps=4, stages=3)
-INT4_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=3) for n, w in ((64, 4), (128, 4), (128, 8),
+INT4_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=1) for n, w in ((64, 4), (128, 4), (128, 8),
                                                                                      (256, 8))]
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 32}     # every path, M = 1 included: small awkward shapes
 MIN_GROUPS_A_SHARE = 4                 # int4 split over K: each program sums at least this many groups
@@ -128,29 +128,14 @@ def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn,
 # low 7 mantissa bits gives 128 + q exactly; one LOP3 does it for two nibbles 16 bits apart (a bf16x2 pair), one
 # packed FMA takes off 136 (exact) and one more scales and shifts: (q - 8) * s + z rounded once to bf16, as
 # tinygemm dequantises. 11 + 4 instructions for 8 weights, where widening each nibble to fp32 took about 5 a weight.
-DEQUANT_ASM = tl.constexpr("""
-{
-.reg .b32 t<4>;
-.reg .b32 one, off;
-mov.b32 one, 0x3F803F80;
-mov.b32 off, 0xC308C308;
-shr.b32 t1, $4, 4;
-shr.b32 t2, $4, 8;
-shr.b32 t3, $4, 12;
-lop3.b32 t0, $4, 0x000F000F, 0x43004300, 0xEA;
-lop3.b32 t1, t1, 0x000F000F, 0x43004300, 0xEA;
-lop3.b32 t2, t2, 0x000F000F, 0x43004300, 0xEA;
-lop3.b32 t3, t3, 0x000F000F, 0x43004300, 0xEA;
-fma.rn.bf16x2 t0, t0, one, off;
-fma.rn.bf16x2 t1, t1, one, off;
-fma.rn.bf16x2 t2, t2, one, off;
-fma.rn.bf16x2 t3, t3, one, off;
-fma.rn.bf16x2 $0, t0, $5, $6;
-fma.rn.bf16x2 $1, t1, $5, $6;
-fma.rn.bf16x2 $2, t2, $5, $6;
-fma.rn.bf16x2 $3, t3, $5, $6;
-}
-""")
+DEQUANT_ASM = tl.constexpr(  # one line: Inductor copies the kernel's source into its own, where a newline breaks it
+    "{ .reg .b32 t<4>; .reg .b32 one, off; mov.b32 one, 0x3F803F80; mov.b32 off, 0xC308C308; "
+    "shr.b32 t1, $4, 4; shr.b32 t2, $4, 8; shr.b32 t3, $4, 12; "
+    "lop3.b32 t0, $4, 0x000F000F, 0x43004300, 0xEA; lop3.b32 t1, t1, 0x000F000F, 0x43004300, 0xEA; "
+    "lop3.b32 t2, t2, 0x000F000F, 0x43004300, 0xEA; lop3.b32 t3, t3, 0x000F000F, 0x43004300, 0xEA; "
+    "fma.rn.bf16x2 t0, t0, one, off; fma.rn.bf16x2 t1, t1, one, off; fma.rn.bf16x2 t2, t2, one, off; "
+    "fma.rn.bf16x2 t3, t3, one, off; fma.rn.bf16x2 $0, t0, $5, $6; fma.rn.bf16x2 $1, t1, $5, $6; "
+    "fma.rn.bf16x2 $2, t2, $5, $6; fma.rn.bf16x2 $3, t3, $5, $6; } ")
 
 
 @triton.jit
@@ -192,6 +177,20 @@ def _int4_words(w, s, z, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.
 
 
 @triton.jit
+def _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, g, last, offs_n, offs_m, k_of_c, n_ok, m_ok, stride_xm, stride_qn,
+                stride_sn, WORDS: tl.constexpr, GROUP: tl.constexpr):
+    """Group g's words (BLOCK_N, WORDS), scales and zeros (BLOCK_N,) and x (BLOCK_M, GROUP) in the columns' order;
+    zeros past `last`."""
+    n_in, m_in = n_ok & (g < last), m_ok & (g < last)
+    w = tl.load(q_ptr + offs_n[:, None] * stride_qn + g * WORDS + tl.arange(0, WORDS)[None, :], mask=n_in[:, None],
+                other=0)
+    s = tl.load(s_ptr + offs_n * stride_sn + g, mask=n_in, other=0)
+    z = tl.load(z_ptr + offs_n * stride_sn + g, mask=n_in, other=0)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * GROUP + k_of_c[None, :], mask=m_in[:, None], other=0)
+    return w, s, z, x
+
+
+@triton.jit
 def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_ys,
                 GROUP: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 UPCAST: tl.constexpr):
@@ -206,19 +205,25 @@ def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn
     k_of_c = (c // 8) * 8 + 2 * (nibble // 2) + 1 - nibble % 2        # an even k is a byte's high nibble
     n_ok, m_ok = offs_n < N, offs_m < M
     groups = K // GROUP
-    share = tl.cdiv(groups, SPLIT)
+    first = tl.program_id(1) * tl.cdiv(groups, SPLIT)
+    last = tl.minimum(groups, first + tl.cdiv(groups, SPLIT))
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for g in range(tl.program_id(1) * share, tl.minimum(groups, (tl.program_id(1) + 1) * share)):
-        w = tl.load(q_ptr + offs_n[:, None] * stride_qn + g * WORDS + tl.arange(0, WORDS)[None, :],
-                    mask=n_ok[:, None], other=0)
-        s = tl.load(s_ptr + offs_n * stride_sn + g, mask=n_ok, other=0)
-        z = tl.load(z_ptr + offs_n * stride_sn + g, mask=n_ok, other=0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * GROUP + k_of_c[None, :], mask=m_ok[:, None], other=0)
-        w = _int4_words(w, s, z, BLOCK_N, GROUP, UPCAST)
+    # two groups loaded ahead of the one multiplied (registers): one step alone in flight left a program waiting
+    # out the memory latency every step (33% of the copy bandwidth on an H100, 8B's gate+up, 2026-11-26)
+    w0, s0, z0, x0 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                 stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+    w1, s1, z1, x1 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first + 1, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                 stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+    for g in range(first, last):
+        w2, s2, z2, x2 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, g + 2, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                     stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+        w = _int4_words(w0, s0, z0, BLOCK_N, GROUP, UPCAST)
         if UPCAST:
-            acc = tl.dot(w, tl.trans(x.to(tl.float32)), acc, input_precision="ieee")
+            acc = tl.dot(w, tl.trans(x0.to(tl.float32)), acc, input_precision="ieee")
         else:
-            acc = tl.dot(w, tl.trans(x.to(tl.bfloat16)), acc)
+            acc = tl.dot(w, tl.trans(x0.to(tl.bfloat16)), acc)
+        w0, s0, z0, x0 = w1, s1, z1, x1
+        w1, s1, z1, x1 = w2, s2, z2, x2
     ptrs = y_ptr + tl.program_id(1) * stride_ys + offs_m[None, :] * stride_ym + offs_n[:, None]
     tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[None, :] & n_ok[:, None])
 
