@@ -21,6 +21,7 @@ it. GB/s counts weights and scales only; "% BW" is that against the copy bandwid
 
     python benchmarks/gemv_gpu.py --out out/gemv            # both models, batch 1..64
     python benchmarks/gemv_gpu.py --quick --out out/gemv    # Llama-3.2-1B's shapes at batch 1, 4, 16
+    python benchmarks/gemv_gpu.py --kernels int4 --batches 1,4   # bf16 and the int4 kernels only
 
 Time on one H100: the full sweep took 115 s on 2026-11-25, before its timing went through time_fn (whose warm-up of
 each measurement adds an estimated ~15 s); --quick ~40 s (an estimate from the work done). Most of it is compiling
@@ -203,13 +204,14 @@ def kernel_rows(kernel: Kernel, lin: nn.Linear, batches, copies: int, gen: torch
     return out
 
 
-def shape_rows(model: str, name: str, k: int, n: int, batches, bandwidth: float | None, l2: int) -> list[dict]:
+def shape_rows(model: str, name: str, k: int, n: int, batches, bandwidth: float | None, l2: int,
+               kernels: list[Kernel]) -> list[dict]:
     gen = torch.Generator().manual_seed(0)
     lin = nn.Linear(k, n, bias=False, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
         lin.weight.copy_(torch.randn(n, k, generator=gen).mul_(0.02))
     out = []
-    for kernel in KERNELS:
+    for kernel in kernels:
         nbytes = weight_bytes(kernel.bits, n, k)
         copies = max(1, min(MAX_COPIES, math.ceil(ROTATE_L2 * l2 / nbytes)))
         for batch, r in zip(batches, kernel_rows(kernel, lin, batches, copies, gen)):
@@ -303,6 +305,8 @@ def main() -> int:
     p.add_argument("--models", default=None, help=f"a comma list of {', '.join(MODELS)} (default: all; --quick: 1B)")
     p.add_argument("--batches", default=None, help="a comma list of batches (default: "
                    f"{','.join(map(str, BATCHES))}; --quick: {','.join(map(str, QUICK[1]))})")
+    p.add_argument("--kernels", default=None, help="a comma list of words; the kernels whose names hold one "
+                   "(e.g. bf16,int4; default: all; bf16 cuBLAS is always kept: the ratios are against it)")
     a = p.parse_args()
     models, batches = ((QUICK[0],), QUICK[1]) if a.quick else (tuple(MODELS), BATCHES)
     models = tuple(m.strip() for m in a.models.split(",")) if a.models else models
@@ -313,6 +317,12 @@ def main() -> int:
         print(f"--batches takes positive whole numbers, e.g. 1,4,16; got {a.batches!r}", file=sys.stderr)
         return 2
     batches = tuple(int(b) for b in a.batches.split(",")) if a.batches else batches
+    words = [w.strip() for w in a.kernels.split(",") if w.strip()] if a.kernels else []
+    kernels = [k for k in KERNELS if not words or k.bits == 16 or any(w in k.name for w in words)]
+    if len(kernels) == 1 and words:
+        print(f"no kernel's name holds any of {words}; the kernels: {', '.join(k.name for k in KERNELS)}",
+              file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("gemv_gpu.py needs a CUDA GPU", file=sys.stderr)
         return 2
@@ -326,7 +336,7 @@ def main() -> int:
     rows = []
     for model in models:
         for name, k, n in MODELS[model]:
-            rows += shape_rows(model, name, k, n, batches, bandwidth, env["l2_bytes"])
+            rows += shape_rows(model, name, k, n, batches, bandwidth, env["l2_bytes"], kernels)
             console.print(f"{model} {name} ({k}x{n}) done at {time.time() - t0:.0f} s", highlight=False)
     add_ratios(rows)
     for model in models:

@@ -8,21 +8,25 @@ dequantised in registers, so each weight byte is read from memory once, as a GEM
 Both are torch.library.triton_op's (torch.ops.tcperf.*), so torch.compile(fullgraph=True) traces into them and
 CUDA graphs capture them; tcperf.quant's weight-only layers run them with kernel="triton".
 
-The kernels. At M = 1 (the decode GEMV: int8_gemv_kernel, int4_gemv_kernel) each program owns BLOCK_N weight rows
-and walks K in BLOCK_K steps: one load of the weight tile, widened (int8) or unpacked (two nibbles a byte, kept as
-the even and the odd half of the step so no interleaving is needed) and scaled, multiplied by x elementwise into a
-(BLOCK_N, BLOCK_K) fp32 accumulator; the row sums are taken once, after the loop (summing every step costs a
-cross-thread reduction per step: the first version, which did, ran slower than bf16's cuBLAS GEMV on an H100,
-1.09x its time over Llama-3.2-1B's layers, where the bytes allow 0.5x). No split-K: BLOCK_N down to 2 gives 4096
-columns 2048 programs, enough for 132 SMs, and split-K's partial sums would cost a zeroing and a cast kernel a
-layer. Above one row (int8_kernel, int4_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as
-the left operand (W x^T: the weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
+The kernels. int8 at M = 1 (the decode GEMV, int8_gemv_kernel): each program owns BLOCK_N weight rows and walks K
+in BLOCK_K steps: one load of the weight tile, widened and multiplied by x elementwise into a (BLOCK_N, BLOCK_K)
+fp32 accumulator; the row sums are taken once, after the loop (summing every step costs a cross-thread reduction
+per step: the first version, which did, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). int8 above
+one row (int8_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as the left operand (W x^T: the
+weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
+
+int4 at every M (int4_kernel): one group of K a step, the tile dequantised to bf16 eight weights a 32-bit word
+(DEQUANT_ASM: a LOP3 with the magic number of 128.0 makes two nibbles bf16 at once, packed FMAs take 136 off and
+scale and shift), then a Tensor Core tl.dot, M padded to 16 at one row. The first int4 GEMV widened each nibble to
+fp32 and multiplied on the CUDA cores: 17-24 instructions a weight byte in its loop (SASS for sm_90), issue-bound
+at 36-57% of the copy bandwidth; this loop is 6.4-8.8 (the int8 GEMV's, which reaches 87-96% on wide layers: 6.5-
+7.6). Narrow layers split K over SPLIT programs (split_k), whose fp32 sums torch adds.
 
 BLOCK_M comes from M (1, 16, 32, 64: the "M bucket"); N and K (and BLOCK_M above one row) key triton.autotune over
-a few configurations (GEMV_CONFIGS, INT4_GEMV_CONFIGS at M = 1: 6 and 4; MM_CONFIGS above: 4; ~1 s of compiling
-each), each timed briefly (AUTOTUNE_MS) so that a benchmark tuning 40 shapes stays within seconds. In the Triton
-interpreter (TRITON_INTERPRET=1 before this module is imported, CPU tensors) one small configuration runs
-untuned, in fp32 (the interpreter multiplies bf16 as raw bits).
+a few configurations (GEMV_CONFIGS at M = 1: 6; MM_CONFIGS: 4; INT4_CONFIGS: 4; ~1 s of compiling each), each
+timed briefly (AUTOTUNE_MS) so that a benchmark tuning 40 shapes stays within seconds. In the Triton interpreter
+(TRITON_INTERPRET=1 before this module is imported, CPU tensors) one small configuration runs untuned, in fp32 (the
+interpreter multiplies bf16 as raw bits and runs no PTX).
 
 Speeds on an H100 against cuBLAS bf16, tinygemm and Inductor's fused GEMV: benchmarks/gemv_gpu.py.
 """
@@ -47,15 +51,16 @@ def _configs(blocks: tuple, warps: int, stages: int) -> list[triton.Config]:
 
 
 # (BLOCK_N, BLOCK_K). int8 GEMV: few rows a program, long K steps, 2-4 KiB of weight a step; the accumulator is
-# BLOCK_N x BLOCK_K fp32, 16-32 registers a thread. int4 GEMV: BLOCK_K = 128 keeps a step inside one group of 128
-# or 256 (a scale and a zero a row, not a weight; smaller groups take the gathered path). MM: the Tensor Core path,
-# whose tl.dot wants BLOCK_N >= 16 and whose accumulator grows with BLOCK_M.
+# BLOCK_N x BLOCK_K fp32, 16-32 registers a thread. MM: the Tensor Core path, whose tl.dot wants BLOCK_N >= 16 and
+# whose accumulator grows with BLOCK_M. int4: BLOCK_N >= 64 takes Hopper's wgmma (64 rows a warp group) with the
+# dequantised tile in registers; a step is one group.
 GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
                 for n, k, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 256, 4), (16, 256, 8))]
-INT4_GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": 128}, num_warps=w, num_stages=3)
-                     for n, w in ((8, 4), (16, 4), (32, 4), (64, 8))]
 MM_CONFIGS = _configs(((16, 256), (32, 128), (64, 128), (128, 128)), warps=4, stages=3)
+INT4_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=1) for n, w in ((64, 4), (128, 4), (128, 8),
+                                                                                     (256, 8))]
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 32}     # every path, M = 1 included: small awkward shapes
+MIN_GROUPS_A_SHARE = 4                 # int4 split over K: each program sums at least this many groups
 
 
 def _bench(fn, quantiles=None):
@@ -102,47 +107,6 @@ def int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, strid
 
 
 @triton.jit
-def _dequantised(q, s_ptr, z_ptr, offs_n, k0, k, N, stride_sn, GROUP: tl.constexpr, BLOCK_K: tl.constexpr):
-    """q (BLOCK_N, H) in [0, 15] at columns k of the step from k0 -> (q - 8) * scale + zero in fp32. A step inside
-    one group loads a scale and a zero a row; a step over several groups, one a weight (gathered, from cache)."""
-    mask = offs_n < N
-    if GROUP % BLOCK_K == 0:
-        g = offs_n * stride_sn + k0 // GROUP
-        s = tl.load(s_ptr + g, mask=mask, other=0).to(tl.float32)[:, None]
-        z = tl.load(z_ptr + g, mask=mask, other=0).to(tl.float32)[:, None]
-    else:
-        g = offs_n[:, None] * stride_sn + k[None, :] // GROUP
-        s = tl.load(s_ptr + g, mask=mask[:, None], other=0).to(tl.float32)
-        z = tl.load(z_ptr + g, mask=mask[:, None], other=0).to(tl.float32)
-    return (q.to(tl.float32) - 8.0) * s + z
-
-
-@triton.jit
-def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn, stride_sn, stride_ym,
-                GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                UPCAST: tl.constexpr):
-    HALF: tl.constexpr = BLOCK_K // 2
-    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_b = tl.arange(0, HALF)                          # bytes of a K step: byte j holds k = 2j (high), 2j + 1
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    x_rows = x_ptr + offs_m[:, None] * stride_xm
-    for b0 in range(0, K // 2, HALF):
-        b = b0 + offs_b
-        p = tl.load(q_ptr + offs_n[:, None] * stride_qn + b[None, :],
-                    mask=(offs_n[:, None] < N) & (b[None, :] < K // 2), other=0)          # (BLOCK_N, HALF) uint8
-        even, odd = 2 * b, 2 * b + 1
-        x_mask = (offs_m[:, None] < M) & (b[None, :] < K // 2)
-        x_even = tl.load(x_rows + even[None, :], mask=x_mask, other=0)                    # (BLOCK_M, HALF)
-        x_odd = tl.load(x_rows + odd[None, :], mask=x_mask, other=0)
-        acc = _product(_dequantised(p >> 4, s_ptr, z_ptr, offs_n, 2 * b0, even, N, stride_sn, GROUP, BLOCK_K),
-                       x_even, acc, UPCAST)
-        acc = _product(_dequantised(p & 15, s_ptr, z_ptr, offs_n, 2 * b0, odd, N, stride_sn, GROUP, BLOCK_K),
-                       x_odd, acc, UPCAST)
-    _store(y_ptr, acc, offs_m, offs_n, M, N, stride_ym)
-
-
-@triton.jit
 def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y (N,) = (w8 (N, K) @ x (K,)) * scales: products summed elementwise per step, the rows summed once."""
@@ -159,32 +123,115 @@ def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn,
     tl.store(y_ptr + offs_n, (tl.sum(acc, axis=1) * scale).to(y_ptr.dtype.element_ty), mask=offs_n < N)
 
 
+# int4 dequantisation, eight weights a 32-bit word (q4 read as int32: nibble i of a word is bits 4i..4i+3; byte
+# b = nibbles 2b (odd k) and 2b + 1 (even k)). The magic number of 128.0 in bf16, 0x4300, ORed over a nibble in the
+# low 7 mantissa bits gives 128 + q exactly; one LOP3 does it for two nibbles 16 bits apart (a bf16x2 pair), one
+# packed FMA takes off 136 (exact) and one more scales and shifts: (q - 8) * s + z rounded once to bf16, as
+# tinygemm dequantises. 11 + 4 instructions for 8 weights, where widening each nibble to fp32 took about 5 a weight.
+DEQUANT_ASM = tl.constexpr(  # one line: Inductor copies the kernel's source into its own, where a newline breaks it
+    "{ .reg .b32 t<4>; .reg .b32 one, off; mov.b32 one, 0x3F803F80; mov.b32 off, 0xC308C308; "
+    "shr.b32 t1, $4, 4; shr.b32 t2, $4, 8; shr.b32 t3, $4, 12; "
+    "lop3.b32 t0, $4, 0x000F000F, 0x43004300, 0xEA; lop3.b32 t1, t1, 0x000F000F, 0x43004300, 0xEA; "
+    "lop3.b32 t2, t2, 0x000F000F, 0x43004300, 0xEA; lop3.b32 t3, t3, 0x000F000F, 0x43004300, 0xEA; "
+    "fma.rn.bf16x2 t0, t0, one, off; fma.rn.bf16x2 t1, t1, one, off; fma.rn.bf16x2 t2, t2, one, off; "
+    "fma.rn.bf16x2 t3, t3, one, off; fma.rn.bf16x2 $0, t0, $5, $6; fma.rn.bf16x2 $1, t1, $5, $6; "
+    "fma.rn.bf16x2 $2, t2, $5, $6; fma.rn.bf16x2 $3, t3, $5, $6; } ")
+
+
 @triton.jit
-def int4_gemv_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, N, K, stride_qn, stride_sn,
-                     GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """y (N,) = W (N, K) @ x (K,), W = (q - 8) * scale + zero unpacked from q4 (N, K/2): the even k of a step
-    and the odd k in two accumulators, the rows summed once."""
-    HALF: tl.constexpr = BLOCK_K // 2
+def _columns(l0, h0, l1, h1, l2, h2, l3, h3, BLOCK_N: tl.constexpr, GROUP: tl.constexpr):
+    """Eight (BLOCK_N, GROUP/8) tensors, pair p's low (nibble p) and high (nibble p + 4) halves of each word, into
+    (BLOCK_N, GROUP): column 8j + 2p + e holds nibble p + 4e of word j (a pair's halves side by side, as an MMA
+    operand register holds them)."""
+    lo = tl.reshape(tl.join(tl.join(l0, l2), tl.join(l1, l3)), (BLOCK_N, GROUP // 8, 4))
+    hi = tl.reshape(tl.join(tl.join(h0, h2), tl.join(h1, h3)), (BLOCK_N, GROUP // 8, 4))
+    return tl.reshape(tl.join(lo, hi), (BLOCK_N, GROUP))
+
+
+@triton.jit
+def _halves(pair):
+    return pair.to(tl.int16), (pair >> 16).to(tl.int16)
+
+
+@triton.jit
+def _int4_words(w, s, z, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr):
+    """w (BLOCK_N, GROUP/8) int32, s and z (BLOCK_N,) bf16 -> W (BLOCK_N, GROUP) = (q - 8) * s + z in bf16 (fp32 in
+    the interpreter, which cannot run PTX), its columns in _columns's order."""
+    if UPCAST:
+        s, z = s.to(tl.float32)[:, None], z.to(tl.float32)[:, None]
+        return _columns(((w & 15).to(tl.float32) - 8) * s + z, (((w >> 16) & 15).to(tl.float32) - 8) * s + z,
+                        (((w >> 4) & 15).to(tl.float32) - 8) * s + z, (((w >> 20) & 15).to(tl.float32) - 8) * s + z,
+                        (((w >> 8) & 15).to(tl.float32) - 8) * s + z, (((w >> 24) & 15).to(tl.float32) - 8) * s + z,
+                        (((w >> 12) & 15).to(tl.float32) - 8) * s + z, (((w >> 28) & 15).to(tl.float32) - 8) * s + z,
+                        BLOCK_N, GROUP)
+    s2 = s.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    z2 = z.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    p0, p1, p2, p3 = tl.inline_asm_elementwise(
+        DEQUANT_ASM, "=r,=r,=r,=r,r,r,r", [w, (s2 | (s2 << 16))[:, None], (z2 | (z2 << 16))[:, None]],
+        dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+    l0, h0 = _halves(p0)
+    l1, h1 = _halves(p1)
+    l2, h2 = _halves(p2)
+    l3, h3 = _halves(p3)
+    return _columns(l0, h0, l1, h1, l2, h2, l3, h3, BLOCK_N, GROUP).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, g, last, offs_n, offs_m, k_of_c, n_ok, m_ok, stride_xm, stride_qn,
+                stride_sn, WORDS: tl.constexpr, GROUP: tl.constexpr):
+    """Group g's words (BLOCK_N, WORDS), scales and zeros (BLOCK_N,) and x (BLOCK_M, GROUP) in the columns' order;
+    zeros past `last`."""
+    n_in, m_in = n_ok & (g < last), m_ok & (g < last)
+    w = tl.load(q_ptr + offs_n[:, None] * stride_qn + g * WORDS + tl.arange(0, WORDS)[None, :], mask=n_in[:, None],
+                other=0)
+    s = tl.load(s_ptr + offs_n * stride_sn + g, mask=n_in, other=0)
+    z = tl.load(z_ptr + offs_n * stride_sn + g, mask=n_in, other=0)
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + g * GROUP + k_of_c[None, :], mask=m_in[:, None], other=0)
+    return w, s, z, x
+
+
+@triton.jit
+def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn, stride_sn, stride_ym, stride_ys,
+                GROUP: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                UPCAST: tl.constexpr):
+    """y = x W^T, one group of K a step: W's tile dequantised to bf16 (BLOCK_N, GROUP) and a Tensor Core tl.dot with
+    x's rows (BLOCK_M, at least 16: one row is padded). x is read in the dequantised columns' order. SPLIT > 1:
+    program (n, k) sums its share of the groups into y (SPLIT, M, N) fp32 at k, the caller adds the shares."""
+    WORDS: tl.constexpr = GROUP // 8
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_b = tl.arange(0, HALF)                          # bytes of a K step: byte j holds k = 2j (high), 2j + 1
-    rows = q_ptr + offs_n[:, None] * stride_qn
-    acc = tl.zeros((BLOCK_N, HALF), dtype=tl.float32)
-    for b0 in range(0, K // 2, HALF):
-        b = b0 + offs_b
-        p = tl.load(rows + b[None, :], mask=(offs_n[:, None] < N) & (b[None, :] < K // 2), other=0)  # uint8
-        even, odd = 2 * b, 2 * b + 1
-        x_even = tl.load(x_ptr + even, mask=b < K // 2, other=0).to(tl.float32)
-        x_odd = tl.load(x_ptr + odd, mask=b < K // 2, other=0).to(tl.float32)
-        acc += _dequantised(p >> 4, s_ptr, z_ptr, offs_n, 2 * b0, even, N, stride_sn, GROUP, BLOCK_K) * x_even[None, :]
-        acc += _dequantised(p & 15, s_ptr, z_ptr, offs_n, 2 * b0, odd, N, stride_sn, GROUP, BLOCK_K) * x_odd[None, :]
-    tl.store(y_ptr + offs_n, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=offs_n < N)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    c = tl.arange(0, GROUP)
+    nibble = (c % 8) // 2 + 4 * (c % 2)
+    k_of_c = (c // 8) * 8 + 2 * (nibble // 2) + 1 - nibble % 2        # an even k is a byte's high nibble
+    n_ok, m_ok = offs_n < N, offs_m < M
+    groups = K // GROUP
+    first = tl.program_id(1) * tl.cdiv(groups, SPLIT)
+    last = tl.minimum(groups, first + tl.cdiv(groups, SPLIT))
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    # two groups loaded ahead of the one multiplied (registers): one step alone in flight left a program waiting
+    # out the memory latency every step (33% of the copy bandwidth on an H100, 8B's gate+up, 2026-11-26)
+    w0, s0, z0, x0 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                 stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+    w1, s1, z1, x1 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first + 1, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                 stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+    for g in range(first, last):
+        w2, s2, z2, x2 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, g + 2, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                     stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+        w = _int4_words(w0, s0, z0, BLOCK_N, GROUP, UPCAST)
+        if UPCAST:
+            acc = tl.dot(w, tl.trans(x0.to(tl.float32)), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(w, tl.trans(x0.to(tl.bfloat16)), acc)
+        w0, s0, z0, x0 = w1, s1, z1, x1
+        w1, s1, z1, x1 = w2, s2, z2, x2
+    ptrs = y_ptr + tl.program_id(1) * stride_ys + offs_m[None, :] * stride_ym + offs_n[:, None]
+    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[None, :] & n_ok[:, None])
 
 
 KERNELS = {  # (name, "gemv" at one row or "mm" above) -> (the kernel as written, autotuned)
     ("int8", "gemv"): (int8_gemv_kernel, _tuned(int8_gemv_kernel, GEMV_CONFIGS, key=["N", "K"])),
     ("int8", "mm"): (int8_kernel, _tuned(int8_kernel, MM_CONFIGS)),
-    ("int4", "gemv"): (int4_gemv_kernel, _tuned(int4_gemv_kernel, INT4_GEMV_CONFIGS, key=["N", "K"])),
-    ("int4", "mm"): (int4_kernel, _tuned(int4_kernel, MM_CONFIGS)),
+    ("int4", "mm"): (int4_kernel, _tuned(int4_kernel, INT4_CONFIGS, key=("BLOCK_M", "N", "K", "GROUP", "SPLIT"))),
 }
 
 
@@ -210,6 +257,47 @@ def _launch(name: str, args: tuple, gemv_args: tuple, m: int, n: int, **constexp
         wrap_triton(tuned)[grid](*(gemv_args if bm == 1 else args), **batched, **constexprs)
 
 
+def split_k(n: int, groups: int, sms: int) -> int:
+    """How many programs share K in the int4 kernel: doubled while N's 64-column tiles times it give fewer than two
+    programs a multiprocessor and each share keeps MIN_GROUPS_A_SHARE groups (Llama-3.1-8B's o and down: 8, qkv:
+    4, gate+up and the output layer: 1). Narrow layers otherwise leave SMs idle: 4096 columns are 64 programs."""
+    split = 1
+    while triton.cdiv(n, 64) * split < 2 * sms and groups // (2 * split) >= MIN_GROUPS_A_SHARE:
+        split *= 2
+    return split
+
+
+def _multiprocessors(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+
+
+def int4_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group: int,
+            split: int | None = None) -> torch.Tensor:
+    """int4_weight_mm's body (tests pass `split`; by default split_k's): a program per BLOCK_N columns, share of K
+    and BLOCK_M rows (16 at least: one decode row is a padded MMA); with SPLIT > 1 the shares' fp32 sums are added
+    here, in torch, where torch.compile fuses the sum and the cast into the next kernel."""
+    n, k, m = q4.shape[0], 2 * q4.shape[1], x.shape[0]
+    _check(x, (n, k), k)
+    if k % 8 or k % group or group % 8 or scales.dtype != torch.bfloat16 or zeros.dtype != torch.bfloat16:
+        raise ValueError(f"int4 weights need K a multiple of 8 and of the group, groups of a multiple of 8 and bf16 "
+                         f"scales and zeros: K {k}, group {group}, {scales.dtype} and {zeros.dtype}")
+    x, scales, zeros = x.contiguous(), scales.contiguous(), zeros.contiguous()
+    words = q4.contiguous().view(torch.int32)                       # (N, K/8): eight nibbles a word
+    split = split or split_k(n, k // group, _multiprocessors(x.device))
+    y = torch.empty((split, m, n) if split > 1 else (m, n), dtype=torch.float32 if split > 1 else x.dtype,
+                    device=x.device)
+    bm = max(16, block_m(m))
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), split, triton.cdiv(m, bm))
+    args = (x, words, scales, zeros, y, m, n, k, x.stride(0), words.stride(0), scales.stride(0), y.stride(-2),
+            y.stride(0) if split > 1 else 0)
+    plain, tuned = KERNELS["int4", "mm"]
+    if INTERPRETING:
+        wrap_triton(plain)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=True, BLOCK_N=16)
+    else:
+        wrap_triton(tuned)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=False)
+    return y.sum(0).to(x.dtype) if split > 1 else y
+
+
 def _check(x: torch.Tensor, n_k: tuple, k: int) -> None:
     if x.dim() != 2 or x.shape[1] != k or x.dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"x must be (M, {k}) bf16 or fp16, got {tuple(x.shape)} {x.dtype} for weights {n_k}")
@@ -230,19 +318,13 @@ def int8_weight_mm(x: torch.Tensor, w8: torch.Tensor, scales: torch.Tensor) -> t
 @triton_op("tcperf::int4_weight_mm", mutates_args=())
 def int4_weight_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor,
                    group: int) -> torch.Tensor:
-    """x (M, K) @ W^T with W = (q - 8) * scale + zero, q two a byte in q4 (N, K/2) (even k high), scales and
-    zeros (N, K/group) -> (M, N) in x's dtype, fp32 sums. K must be a multiple of group, group even."""
-    n, k = q4.shape[0], 2 * q4.shape[1]
-    m = x.shape[0]
-    _check(x, (n, k), k)
-    x, q4, scales, zeros = x.contiguous(), q4.contiguous(), scales.contiguous(), zeros.contiguous()
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    _launch("int4", (x, q4, scales, zeros, y, m, n, k, x.stride(0), q4.stride(0), scales.stride(0), y.stride(0)),
-            (x, q4, scales, zeros, y, n, k, q4.stride(0), scales.stride(0)), m, n, GROUP=group)
-    return y
+    """x (M, K) @ W^T with W = (q - 8) * scale + zero, q two a byte in q4 (N, K/2) (even k high), bf16 scales and
+    zeros (N, K/group) -> (M, N) in x's dtype, fp32 sums over bf16 weights (as tinygemm's). K a multiple of 8 and
+    of the group, the group a multiple of 8."""
+    return int4_mm(x, q4, scales, zeros, group)
 
 
 def chosen(name: str, m: int) -> str | None:
     """The configuration the autotuner kept for the last shape it ran at this M bucket (None before any)."""
-    cfg = getattr(KERNELS[name, "gemv" if block_m(m) == 1 else "mm"][1], "best_config", None)
+    cfg = getattr(KERNELS[name, "gemv" if block_m(m) == 1 and name == "int8" else "mm"][1], "best_config", None)
     return None if cfg is None else " ".join(f"{k}={v}" for k, v in cfg.kwargs.items()) + f" warps={cfg.num_warps}"

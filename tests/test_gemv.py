@@ -37,9 +37,10 @@ def kernels(m, n, k, group):
     s8 = s8.bfloat16()
     q4, s4, z4 = quant.int4_quantize(w, group)
     int8 = rel(torch.ops.tcperf.int8_weight_mm(x, q8, s8), x.float() @ (q8.float() * s8.float()[:, None]).T)
-    int4 = rel(torch.ops.tcperf.int4_weight_mm(x, quant.nibbles(q4), s4, z4, group),
-               x.float() @ quant.int4_dequantize(q4, s4, z4, group).T)
-    return {"int8": int8, "int4": int4}
+    want4 = x.float() @ quant.int4_dequantize(q4, s4, z4, group).T
+    int4 = rel(torch.ops.tcperf.int4_weight_mm(x, quant.nibbles(q4), s4, z4, group), want4)
+    split = rel(gemv.int4_mm(x, quant.nibbles(q4), s4, z4, group, split=2), want4)   # two shares of K, summed
+    return {"int8": int8, "int4": int4, "int4 split": split}
 
 def model():
     torch.manual_seed(0)
@@ -72,7 +73,7 @@ def interpreted():
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("kernel", ["int8", "int4"])
+@pytest.mark.parametrize("kernel", ["int8", "int4", "int4 split"])
 @pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
 def test_kernel_matches_dequantized_weights_in_the_interpreter(interpreted, kernel, shape):
     """Only the bf16 rounding of the output is left (2^-9 relative at most a value)."""
@@ -156,7 +157,7 @@ def _ptx(fn, config, cc: int, **constexprs) -> str:
     pointers specialised as a launch specialises them (multiples of 16, 16-byte aligned)."""
     import triton
     from triton.backends.compiler import GPUTarget
-    pointers = {"x_ptr": "*bf16", "w_ptr": "*i8", "q_ptr": "*u8", "s_ptr": "*bf16", "z_ptr": "*bf16",
+    pointers = {"x_ptr": "*bf16", "w_ptr": "*i8", "q_ptr": "*i32", "s_ptr": "*bf16", "z_ptr": "*bf16",
                 "y_ptr": "*bf16"}
     constexprs = {k: v for k, v in {**config.kwargs, **constexprs}.items() if k in fn.arg_names}
     signature = {a: "constexpr" if a in constexprs else pointers.get(a, "i32") for a in fn.arg_names}
@@ -178,8 +179,12 @@ def _loop_bodies(ptx: str) -> list[str]:
 
 @pytest.mark.parametrize("cc", [90, 80])
 def test_kernels_compile_for_hopper_and_ampere(cc):
-    """Every configuration compiles to PTX without a GPU. The GEMVs (one row) read the weights in 16-byte loads
-    (int8) and sum their rows after the loop, not a shuffle tree a step; the batched paths are Tensor Core MMAs."""
+    """Every configuration compiles to PTX without a GPU. The int8 GEMV (one row) reads the weights in 16-byte
+    loads and sums its rows after the loop, not a shuffle tree a step; the int4 kernel and int8 above one row are
+    Tensor Core MMAs, int4's weights dequantised two a packed bf16x2 instruction (lop3, fma.rn.bf16x2), not by
+    the int-to-float conversion (cvt.rn.f32.s*/u*: a quarter of the FMA rate)."""
+    import re
+    converts = re.compile(r"cvt\.rn\.f32\.[su]")
     from tcperf import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
@@ -187,12 +192,21 @@ def test_kernels_compile_for_hopper_and_ampere(cc):
         ptx = _ptx(gemv.int8_gemv_kernel, config, cc)
         assert "mma" not in ptx and "ld.global.v4" in ptx, config.kwargs
         assert _loop_bodies(ptx) and not any("shfl" in body for body in _loop_bodies(ptx)), config.kwargs
-    for config in gemv.INT4_GEMV_CONFIGS:
-        ptx = _ptx(gemv.int4_gemv_kernel, config, cc, GROUP=128)
-        assert "mma" not in ptx and not any("shfl" in body for body in _loop_bodies(ptx)), config.kwargs
-    for config in gemv.MM_CONFIGS[-1:]:
-        for kernel in (gemv.int8_kernel, gemv.int4_kernel):
-            assert "mma" in _ptx(kernel, config, cc, BLOCK_M=16, UPCAST=False, GROUP=128), (kernel, config.kwargs)
+    for config in gemv.INT4_CONFIGS:
+        ptx = _ptx(gemv.int4_kernel, config, cc, GROUP=128, BLOCK_M=16, SPLIT=4, UPCAST=False)
+        loops = _loop_bodies(ptx)
+        assert "mma" in ptx and loops, config.kwargs
+        assert any("lop3.b32" in body and "fma.rn.bf16x2" in body for body in loops), config.kwargs
+        assert not any(converts.search(body) for body in loops), config.kwargs
+    assert "mma" in _ptx(gemv.int8_kernel, gemv.MM_CONFIGS[-1], cc, BLOCK_M=16, UPCAST=False)
+
+
+def test_int4_splits_k_where_columns_alone_leave_multiprocessors_idle():
+    """Llama-3.1-8B's layers (N, groups of 128) on 132 SMs: o and down 8 shares, qkv 4, gate+up and the output
+    layer 1; a share keeps 4 groups (Llama-3.2-1B's o: 16 groups, 4 shares)."""
+    from tcperf.gemv import split_k
+    assert [split_k(n, g, 132) for n, g in ((4096, 32), (4096, 112), (6144, 32), (28672, 32), (128256, 32),
+                                            (2048, 16))] == [8, 8, 4, 1, 1, 4]
 
 
 def test_m_buckets():
@@ -327,7 +341,8 @@ def test_compiled_decode_on_the_triton_kernels(cuda):
 
 @pytest.mark.parametrize("args, words", [(["--models", "Llama-9B"], "unknown model 'Llama-9B'"),
                                          (["--batches", "1,x"], "--batches takes positive whole numbers"),
-                                         (["--batches", "0"], "--batches takes positive whole numbers")])
+                                         (["--batches", "0"], "--batches takes positive whole numbers"),
+                                         (["--kernels", "int5"], "no kernel's name holds any of ['int5']")])
 def test_benchmark_bad_arguments_are_one_line_before_any_gpu(monkeypatch, capsys, args, words):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import gemv_gpu
