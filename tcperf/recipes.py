@@ -10,8 +10,9 @@ LADDER is the default climb, each rung adding one thing to the one before:
     fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
          -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
          -> three searches past a hand loop, each one thing on top of the whole-step graph (training):
-            autotune (torch.compile's max-autotune), chunked_ce (the vocabulary head's cross-entropy in chunks,
-            tcperf.cross_entropy), batch (the batch with the most items a second, tcperf.ladder's search)
+            autotune (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's
+            cross-entropy in chunks, tcperf.cross_entropy), batch (the batch with the most items a second,
+            tcperf.ladder's search)
          -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
             inference) -> int8 (inference)
 
@@ -75,8 +76,8 @@ class Recipe:
     cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
     step_graph: bool = False            # training: the whole step (optimizer included) captured in one CUDA graph
     fused: bool = False                 # training: the optimizer's fused kernel (fused=True), one launch a step
-    autotune: bool = False              # torch.compile(mode="max-autotune-no-cudagraphs"): Inductor times GEMM and
-                                        # conv templates while compiling (a longer compile; CUDA graphs stay apart)
+    autotune: bool = False              # torch.compile(options=AUTOTUNE): Inductor times GEMM templates and tunes
+                                        # its own kernels while compiling (a longer compile; CUDA graphs stay apart)
     chunked_ce: bool = False            # training: lm_head + cross-entropy in chunks of the tokens, no whole logits
     fastest_batch: bool = False         # the cell at the batch with the most items a second (tcperf.ladder), not
                                         # the model's own
@@ -94,10 +95,21 @@ class Recipe:
 
     @property
     def compile_mode(self) -> str | None:
-        """torch.compile's mode for this recipe; None when it does not compile."""
-        if not self.compile:
+        """torch.compile's mode for this recipe; None when it does not compile or compiles with options instead
+        (torch.compile takes one or the other)."""
+        if not self.compile or self.compile_options:
             return None
-        return "reduce-overhead" if self.cuda_graphs else "max-autotune-no-cudagraphs" if self.autotune else "default"
+        return "reduce-overhead" if self.cuda_graphs else "default"
+
+    @property
+    def compile_options(self) -> dict | None:
+        """Inductor's options for this recipe (AUTOTUNE for autotune), None for a mode's defaults."""
+        return dict(AUTOTUNE) if self.compile and self.autotune and not self.cuda_graphs else None
+
+    @property
+    def compile_kwargs(self) -> dict:
+        """What torch.compile takes for this recipe: mode= or options=."""
+        return {"options": self.compile_options} if self.compile_options else {"mode": self.compile_mode}
 
     @property
     def pad_to(self) -> int | None:
@@ -139,6 +151,10 @@ class Recipe:
         return {"amp_fp16": "fp16", "amp_bf16": "bf16"}.get(self.precision, self.precision)
 
 
+# max-autotune-no-cudagraphs's two options (GEMM templates timed, Inductor's own kernels' launch parameters tuned by
+# coordinate descent) with convolutions left to cuDNN: its Triton conv templates were still compiling ResNet-50's
+# training step after 8 minutes on an H100 (2026-11-26), where coordinate descent alone took 292 s for 1.031x.
+AUTOTUNE = {"max_autotune": True, "coordinate_descent_tuning": True, "max_autotune_conv_backends": "ATEN"}
 _CL = "NHWC layout helps 2-D convolutions only"
 _WEIGHTS = "inference only: a trained model served in 16 bits"
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
@@ -161,8 +177,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            modes=("train",), about="compile + fused optimizer + the whole training step replayed as one CUDA graph"),
     Recipe("autotune", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, autotune=True,
            over="step_graph", modes=("train",),
-           about="the whole-step graph compiled with mode='max-autotune-no-cudagraphs' (Inductor times GEMM/conv "
-                 "templates: a longer compile, which the row's pays_after_steps weighs)"),
+           about="the whole-step graph compiled with max-autotune's options, convolutions left to cuDNN (Inductor "
+                 "times GEMM templates and tunes its own kernels: a longer compile, which the row's "
+                 "pays_after_steps weighs)"),
     Recipe("chunked_ce", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, chunked_ce=True,
            over="step_graph", modes=("train",),
            about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens (tcperf.cross_entropy): "
@@ -370,8 +387,7 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     runner = m
     prec = precision.get(recipe.precision)
     if recipe.compile:      # compiled at the first call, under precision.apply (which keeps AOT's cache off)
-        runner = torch.compile(m, mode=recipe.compile_mode,
-                               dynamic=None if recipe.shapes != "static" else False)
+        runner = torch.compile(m, **recipe.compile_kwargs, dynamic=None if recipe.shapes != "static" else False)
     guard, why = _cpu_rnn_guard(m, prec, device)
     notes += [why] if why else []
     opt = scaler = None

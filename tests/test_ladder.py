@@ -375,19 +375,27 @@ def test_the_searches_are_rungs_on_top_of_the_whole_step_graph():
     for name in ("autotune", "chunked_ce", "batch"):
         r = recipes.RECIPES[name]
         assert name in recipes.LADDER and r.over == "step_graph" and r.step_graph and r.modes == ("train",)
-    assert recipes.RECIPES["autotune"].compile_mode == "max-autotune-no-cudagraphs"
+    assert recipes.RECIPES["autotune"].compile_kwargs == {"options": recipes.AUTOTUNE}
+    assert recipes.AUTOTUNE["max_autotune_conv_backends"] == "ATEN"      # cuDNN's convolutions, not Triton's
     assert recipes.RECIPES["cuda_graphs"].compile_mode == "reduce-overhead"
     assert recipes.RECIPES["compile"].compile_mode == "default" and recipes.RECIPES["fp32"].compile_mode is None
     assert recipes.RECIPES["batch"].describe("transformer") == "amp_bf16 + compile + fused + step_graph + fastest_batch"
 
 
 def test_prepare_compiles_in_the_recipes_mode(monkeypatch):
+    """torch.compile gets the autotune options (no mode: it takes one or the other), and the advice's snippet
+    writes the same options."""
     import dataclasses
+    from tcperf.advisor import measure, snippets
     seen = []
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw["mode"]) or model)
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
     autotuned = dataclasses.replace(recipes.RECIPES["fp32"], name="fp32_autotune", compile=True, autotune=True)
     recipes.prepare(torch.nn.Linear(4, 4), autotuned, "infer", torch.randn(2, 4), "cpu")
-    assert seen == ["max-autotune-no-cudagraphs"]
+    recipes.prepare(torch.nn.Linear(4, 4), recipes.RECIPES["compile"], "infer", torch.randn(2, 4), "cpu")
+    assert [{k: v for k, v in kw.items() if k != "dynamic"} for kw in seen] == [
+        {"options": recipes.AUTOTUNE}, {"mode": "default"}]
+    code = snippets.plain(measure.setup_of("autotune", "cnn"), "train")
+    assert f"torch.compile(model, options={recipes.AUTOTUNE!r})" in code, code
 
 
 def _rates(table: dict):

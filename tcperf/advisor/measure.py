@@ -109,7 +109,9 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: di
     p = precision.get(r.precision)
     return Setup(name=r.describe(kind) + (" + fp32 modules" if keep else ""), tf32=p.tf32,
                  autocast=str(p.autocast).replace("torch.", "") if p.autocast is not None else None,
-                 channels_last=r.channels_last and kind == "cnn", compile=r.compile_mode, fp8=r.fp8, int8=r.int8,
+                 channels_last=r.channels_last and kind == "cnn",
+                 compile="default" if r.compile_options else r.compile_mode,
+                 compile_options=tuple((r.compile_options or {}).items()), fp8=r.fp8, int8=r.int8,
                  keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
                  fused=r.fused, shapes=r.shapes if varying else "static", pad_to=r.pad_to if varying else None,
                  varying=tuple((k, tuple((int(d), n) for d, n in dims.items())) for k, dims in (varying or {}).items()))

@@ -31,7 +31,8 @@ class Setup:
     tf32: bool = False                  # TF32 for float32 matmuls and convolutions
     autocast: str | None = None         # 'float16' | 'bfloat16' | None
     channels_last: bool = False
-    compile: str | None = None          # None | 'default' | 'reduce-overhead' (CUDA graphs) | 'max-autotune'
+    compile: str | None = None          # None | 'default' | 'reduce-overhead' (CUDA graphs)
+    compile_options: tuple = ()         # Inductor's options instead of a mode: ((name, value), ...)
     fp8: bool = False                   # Linear layers in float8
     int8: bool = False                  # Linear layers in int8 (inference)
     keep_fp32: tuple = ()               # module names kept in float32 under autocast
@@ -79,6 +80,7 @@ def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = Tru
                   "quantize_(model, Int8DynamicActivationInt8WeightConfig())  # Linear layers in int8"]
     if s.compile and with_compile:
         arg = "" if s.compile == "default" else f', mode="{s.compile}"'
+        arg = f", options={dict(s.compile_options)!r}" if s.compile_options else arg
         if s.varying and s.shapes == "static":
             arg += ", dynamic=False"
         note = {"dynamic": "  # automatic dynamic shapes (the default): symbolic after the first change",
