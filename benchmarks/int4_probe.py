@@ -1,0 +1,104 @@
+"""Where tcperf.gemv's int4 kernel spends its time (issue 33): the kernel against two cut-down copies of itself on
+Llama-3.1-8B's decode layers at batch 1, each timed as a CUDA graph replay (triton.testing.do_bench_cudagraph) of
+one layer: a layer smaller than the L2 cache (qkv, o, down on an H100's 50 MiB) is read from it after the first
+replay, so only gate+up's share of the copy bandwidth is DRAM's (marked "L2" otherwise):
+
+    load      the same words, scales, zeros and x loads with the same prefetch, XORed into an int32 (no dequantising)
+    dequant   load + DEQUANT_ASM, its bf16x2 pairs XORed (no tl.dot: no trip into the MMA's operand layout)
+    full      tcperf.gemv.int4_kernel as shipped (dequant + tl.dot)
+
+GB/s counts the int4 words and the bf16 scales and zeros; the copy bandwidth is timed in the same process. The full
+kernel is checked against the layer's dequantised weights before it is timed.
+
+    python benchmarks/int4_probe.py
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from tcperf import gemv, quant
+from tcperf.gemv import DEQUANT_ASM, _int4_group
+
+SHAPES = (("qkv", 4096, 6144), ("o", 4096, 4096), ("gate+up", 4096, 28672), ("down", 14336, 4096))
+GROUP = 128
+
+
+@triton.jit
+def probe_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn, stride_sn,
+                 GROUP: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 DEQUANT: tl.constexpr):
+    WORDS: tl.constexpr = GROUP // 8
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
+    k_of_c = tl.arange(0, GROUP)
+    n_ok, m_ok = offs_n < N, offs_m < M
+    groups = K // GROUP
+    first = tl.program_id(1) * tl.cdiv(groups, SPLIT)
+    last = tl.minimum(groups, first + tl.cdiv(groups, SPLIT))
+    acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.int32)
+    w0, s0, z0, x0 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                 stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+    w1, s1, z1, x1 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first + 1, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                 stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+    for g in range(first, last):
+        w2, s2, z2, x2 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, g + 2, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
+                                     stride_xm, stride_qn, stride_sn, WORDS, GROUP)
+        xs = tl.sum(x0.to(tl.int16, bitcast=True).to(tl.int32))
+        if DEQUANT:
+            sp = s0.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+            zp = z0.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+            p0, p1, p2, p3 = tl.inline_asm_elementwise(
+                DEQUANT_ASM, "=r,=r,=r,=r,r,r,r", [w0, (sp | (sp << 16))[:, None], (zp | (zp << 16))[:, None]],
+                dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            acc ^= p0 ^ p1 ^ p2 ^ p3
+        else:
+            acc ^= w0 ^ (s0.to(tl.int16, bitcast=True).to(tl.int32) ^ z0.to(tl.int16, bitcast=True).to(tl.int32))[:, None]
+        acc += xs
+        w0, s0, z0, x0 = w1, s1, z1, x1
+        w1, s1, z1, x1 = w2, s2, z2, x2
+    tl.store(y_ptr + tl.program_id(1) * N + offs_n, tl.sum(acc, axis=1).to(tl.float32), mask=n_ok)
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("int4_probe.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from tcperf import peaks
+    dev = torch.device("cuda")
+    bw = peaks.measure_now(dev)["bandwidth"]
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    print(f"{torch.cuda.get_device_name(dev)}, copy {bw:,.0f} GB/s, {sms} SMs")
+    gen = torch.Generator().manual_seed(0)
+    for name, k, n in SHAPES:
+        w = (torch.randn(n, k, generator=gen) * 0.02).to(dev, torch.bfloat16)
+        q, s, z = quant.int4_quantize(w, GROUP)
+        q4 = quant.nibbles(q)
+        x = torch.randn(1, k, generator=gen).to(dev, torch.bfloat16)
+        want = x.float() @ quant.int4_dequantize(q, s, z, GROUP).T
+        got = torch.ops.tcperf.int4_weight_mm(x, q4, s, z, GROUP).float()
+        err = float((got - want).norm() / want.norm())
+        nbytes = q4.numel() + 2 * (s.numel() + z.numel())
+        split = gemv.split_k(n, k // GROUP, sms)
+        words = q4.view(torch.int32)
+        y = torch.empty(split, n, device=dev)
+        cached = " L2" if nbytes < torch.cuda.get_device_properties(dev).L2_cache_size else ""
+        line = [f"{name} ({k}x{n}){cached} split {split}, error {err:.4f}:"]
+        for label, fn in (("full", lambda: torch.ops.tcperf.int4_weight_mm(x, q4, s, z, GROUP)),
+                          *((lab, (lambda d, bn, wp: lambda: probe_kernel[(triton.cdiv(n, bn), split, 1)](
+                              x, words, s, z, y, 1, n, k, x.stride(0), words.stride(0), s.stride(0), GROUP=GROUP,
+                              SPLIT=split, BLOCK_M=16, BLOCK_N=bn, DEQUANT=d, num_warps=wp, num_stages=1))(d, bn, wp))
+                            for d in (False, True) for bn, wp in ((64, 4), (128, 4), (128, 8), (256, 8))
+                            for lab in [f"{'dequant' if d else 'load'} BN{bn} w{wp}"])):
+            fn()
+            ms = triton.testing.do_bench_cudagraph(fn, rep=50)
+            line.append(f"{label} {ms * 1e3:.1f} us ({nbytes / ms / 1e6 / bw:.0%})")
+        print("  ".join(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
