@@ -14,6 +14,7 @@ kernel is checked against the layer's dequantised weights before it is timed.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -64,6 +65,7 @@ def probe_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_q
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     if not torch.cuda.is_available():
         print("int4_probe.py needs a CUDA GPU", file=sys.stderr)
         return 2
