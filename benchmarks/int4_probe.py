@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from tcperf import gemv, quant
-from tcperf.gemv import DEQUANT_ASM, _int4_group
+from tcperf.gemv import _dequant_pairs, _int4_group, _share
 
 SHAPES = (("qkv", 4096, 6144), ("o", 4096, 4096), ("gate+up", 4096, 28672), ("down", 14336, 4096))
 GROUP = 128
@@ -37,9 +37,7 @@ def probe_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_q
     offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
     k_of_c = tl.arange(0, GROUP)
     n_ok, m_ok = offs_n < N, offs_m < M
-    groups = K // GROUP
-    first = tl.program_id(1) * tl.cdiv(groups, SPLIT)
-    last = tl.minimum(groups, first + tl.cdiv(groups, SPLIT))
+    first, last = _share(K, GROUP, SPLIT)
     acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.int32)
     w0, s0, z0, x0 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
                                  stride_xm, stride_qn, stride_sn, WORDS, GROUP)
@@ -50,14 +48,11 @@ def probe_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_q
                                      stride_xm, stride_qn, stride_sn, WORDS, GROUP)
         xs = tl.sum(x0.to(tl.int16, bitcast=True).to(tl.int32))
         if DEQUANT:
-            sp = s0.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-            zp = z0.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-            p0, p1, p2, p3 = tl.inline_asm_elementwise(
-                DEQUANT_ASM, "=r,=r,=r,=r,r,r,r", [w0, (sp | (sp << 16))[:, None], (zp | (zp << 16))[:, None]],
-                dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+            p0, p1, p2, p3 = _dequant_pairs(w0, s0, z0)
             acc ^= p0 ^ p1 ^ p2 ^ p3
         else:
-            acc ^= w0 ^ (s0.to(tl.int16, bitcast=True).to(tl.int32) ^ z0.to(tl.int16, bitcast=True).to(tl.int32))[:, None]
+            sz = s0.to(tl.int16, bitcast=True).to(tl.int32) ^ z0.to(tl.int16, bitcast=True).to(tl.int32)
+            acc ^= w0 ^ sz[:, None]
         acc += xs
         w0, s0, z0, x0 = w1, s1, z1, x1
         w1, s1, z1, x1 = w2, s2, z2, x2

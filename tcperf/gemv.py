@@ -154,6 +154,25 @@ def _halves(pair):
 
 
 @triton.jit
+def _dequant_pairs(w, s, z):
+    """w (BLOCK_N, W) int32, s and z (BLOCK_N,) bf16 -> four int32 tensors, pair p holding nibbles p and p + 4 of
+    each word as bf16 (q - 8) * s + z (DEQUANT_ASM)."""
+    s2 = s.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    z2 = z.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+    return tl.inline_asm_elementwise(
+        DEQUANT_ASM, "=r,=r,=r,=r,r,r,r", [w, (s2 | (s2 << 16))[:, None], (z2 | (z2 << 16))[:, None]],
+        dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _share(K, GROUP: tl.constexpr, SPLIT: tl.constexpr):
+    """The groups [first, last) of K this program sums (its share along axis 1 of the grid)."""
+    groups = K // GROUP
+    first = tl.program_id(1) * tl.cdiv(groups, SPLIT)
+    return first, tl.minimum(groups, first + tl.cdiv(groups, SPLIT))
+
+
+@triton.jit
 def _int4_words(w, s, z, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr):
     """w (BLOCK_N, GROUP/8) int32, s and z (BLOCK_N,) bf16 -> W (BLOCK_N, GROUP) = (q - 8) * s + z in bf16 (fp32 in
     the interpreter, which cannot run PTX), its columns in _columns's order."""
@@ -164,11 +183,7 @@ def _int4_words(w, s, z, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.
                         (((w >> 8) & 15).to(tl.float32) - 8) * s + z, (((w >> 24) & 15).to(tl.float32) - 8) * s + z,
                         (((w >> 12) & 15).to(tl.float32) - 8) * s + z, (((w >> 28) & 15).to(tl.float32) - 8) * s + z,
                         BLOCK_N, GROUP)
-    s2 = s.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    z2 = z.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    p0, p1, p2, p3 = tl.inline_asm_elementwise(
-        DEQUANT_ASM, "=r,=r,=r,=r,r,r,r", [w, (s2 | (s2 << 16))[:, None], (z2 | (z2 << 16))[:, None]],
-        dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+    p0, p1, p2, p3 = _dequant_pairs(w, s, z)
     l0, h0 = _halves(p0)
     l1, h1 = _halves(p1)
     l2, h2 = _halves(p2)
@@ -204,9 +219,7 @@ def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn
     nibble = (c % 8) // 2 + 4 * (c % 2)
     k_of_c = (c // 8) * 8 + 2 * (nibble // 2) + 1 - nibble % 2        # an even k is a byte's high nibble
     n_ok, m_ok = offs_n < N, offs_m < M
-    groups = K // GROUP
-    first = tl.program_id(1) * tl.cdiv(groups, SPLIT)
-    last = tl.minimum(groups, first + tl.cdiv(groups, SPLIT))
+    first, last = _share(K, GROUP, SPLIT)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     # two groups loaded ahead of the one multiplied (registers): one step alone in flight left a program waiting
     # out the memory latency every step (33% of the copy bandwidth on an H100, 8B's gate+up, 2026-11-26)
