@@ -288,7 +288,8 @@ def int4_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torc
             split: int | None = None) -> torch.Tensor:
     """int4_weight_mm's body (tests pass `split`; by default split_k's): a program per BLOCK_N columns, share of K
     and BLOCK_M rows (16 at least: one decode row is a padded MMA); with SPLIT > 1 the shares' fp32 sums are added
-    here, in torch, where torch.compile fuses the sum and the cast into the next kernel."""
+    here, in torch (one more kernel in eager mode; under torch.compile Inductor may fuse it with the next one: not
+    yet checked in a profile)."""
     n, k, m = q4.shape[0], 2 * q4.shape[1], x.shape[0]
     _check(x, (n, k), k)
     if k % 8 or k % group or group % 8 or scales.dtype != torch.bfloat16 or zeros.dtype != torch.bfloat16:
