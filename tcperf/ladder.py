@@ -354,16 +354,10 @@ def climb(cases: list[dict], device, *, timeout: float = 600.0, timing: TimingCo
 
     with tempfile.TemporaryDirectory(prefix="tcperf-ladder-") as folder:
         for _, group in groupby(cases, key=lambda c: c["precision"]):
-            to_run = []
-            for case in group:
-                skipped = skip_result(case, device)     # known without a worker: no process started for it
-                if skipped:
-                    finish(skipped)
-                else:
-                    to_run.append(_with_reference(case, folder))
-            if to_run:
-                run_cases(to_run, torch.device(device), timeout=timeout, timing=timing, profile=profile, pad=pad,
-                          on_result=finish, extra=extra)
+            to_run = [{**case, "known": skip_result(case, device)} for case in group]     # a skip starts no worker
+            run_cases([case if case["known"] else _with_reference(case, folder) for case in to_run],
+                      torch.device(device), timeout=timeout, timing=timing, profile=profile, pad=pad,
+                      on_result=finish, extra=extra)
     return done
 
 

@@ -52,17 +52,24 @@ def run_cases(cases: list[dict], device: torch.device, *, timeout: float = 120.0
               timing: TimingConfig | None = None, profile: bool = False, pad: bool = False,
               on_result=None, extra: dict | None = None, group_by=group_key) -> list[dict]:
     """Measure every case; returns the results in the order they finished. group_by: which cases share a worker
-    (group_key: a worker a precision; task_key: one worker a task).
+    (group_key: a worker a precision; task_key: one worker a task). A case with a `known` row (a skip its caller
+    decided without a worker) is reported first, as it is, and starts no worker.
 
     While one group measures, the next group's worker is already importing torch (it starts measuring only
     when told to), so a suite of many precisions does not pay the start-up once per group."""
     job = {"device": str(device), "timing": asdict(timing or TimingConfig()), "profile": profile, "pad": pad,
            "sys_path": [p for p in sys.path if p], **(extra or {})}
+    results = []
+    for case in cases:                       # rows known without a worker (a skip decided in the parent): no
+        if case.get("known") is not None:    # process is started for them
+            results.append(_with_identity(dict(case["known"]), case))
+            if on_result:
+                on_result(results[-1])
     groups: dict[str, list[dict]] = {}
     for case in cases:                       # first-appearance order of groups, suite order inside each
-        groups.setdefault(group_by(case), []).append(case)
+        if case.get("known") is None:
+            groups.setdefault(group_by(case), []).append(case)
     queue_ = list(groups.values())
-    results = []
     ahead = _Worker({**job, "cases": queue_[0]}) if queue_ else None
     try:
         for i, group in enumerate(queue_):

@@ -231,3 +231,18 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_known_row_is_reported_without_starting_a_worker(monkeypatch):
+    """A skip the caller decided (tcperf generate's, the ladder's) is its row, reported first; only the other cases
+    start a worker."""
+    import tcperf.runner as runner
+    started = []
+    real = runner._Worker
+    monkeypatch.setattr(runner, "_Worker", lambda job: started.append([c["op"] for c in job["cases"]]) or real(job))
+    skipped = {**case("GOOD", precision="bf16"), "known": {"status": "skipped", "message": "not on this device"}}
+    results = run_cases([skipped, case("GOOD")], CPU, timeout=60, timing=FAST)
+    assert [(r["precision"], r["status"]) for r in results] == [("bf16", "skipped"), ("fp32", "ok")]
+    assert results[0]["op"] == "fake_ops:GOOD" and results[0]["message"] == "not on this device"
+    assert started == [["fake_ops:GOOD"]]                  # one worker, for the fp32 case alone
+    assert run_cases([skipped], CPU, timeout=60, timing=FAST)[0]["status"] == "skipped" and len(started) == 1

@@ -126,9 +126,10 @@ def plan(args, device) -> tuple[dict, list[dict]]:
             on = quant.kernel_for(r, kernel)
             skip = _skipped(src, r, loop_name, device) or quant.kernel_reason(on, device)   # one row, not one a batch
             reasons += [skip] if skip else []
-            cases += [measure.case(src, loop_name, r.name, b, p, n, max_batch=batches[-1], seed=args.seed,
+            for c in (measure.case(src, loop_name, r.name, b, p, n, max_batch=batches[-1], seed=args.seed,
                                    compile=False if args.no_compile else None, kernel=on)
-                      for p in prompts for n in outputs for b in (batches[:1] if skip else batches)]
+                      for p in prompts for n in outputs for b in (batches[:1] if skip else batches)):
+                cases.append({**c, "known": measure.skipped_row(c, skip)} if skip else c)   # no worker for a skip
     if len(reasons) == len(recipes) * len(loop_names):
         raise UserError(f"nothing to measure for {src['name']}: {'; '.join(dict.fromkeys(reasons))}")
     return src, cases

@@ -60,7 +60,7 @@ def task(case: dict, device, job: dict) -> dict:
     why = quant.unsupported(r, device) or loop_reason(case, r) or quant.kernel_reason(case["shape"].get("kernel"),
                                                                                      device)
     if why:
-        return {**row, "status": "skipped", "message": why}
+        return skipped_row(case, why)
     ceilings = _ceilings(job.get("ceilings") or {}, device)      # before the session takes the GPU's memory
     session = _session(case, r, device)
     batch = case["shape"]["batch"]
@@ -112,6 +112,12 @@ def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
     if loop_name == "hf" and r.kv == "fp8":
         return "the hf loop keeps the KV cache in the model's dtype (transformers' StaticCache): no fp8 cache"
     return None
+
+
+def skipped_row(case: dict, why: str) -> dict:
+    """The row of a case that cannot run here, and why (the parent makes it without a worker: tcperf.runner's
+    `known` rows)."""
+    return {**_base(case, quant.get(case["precision"])), "status": "skipped", "message": why}
 
 
 def _base(case: dict, r: quant.GenRecipe) -> dict:
