@@ -18,9 +18,11 @@ weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 
 int4 at every M (int4_kernel): one group of K a step, the tile dequantised to bf16 eight weights a 32-bit word
 (DEQUANT_ASM: a LOP3 with the magic number of 128.0 makes two nibbles bf16 at once, packed FMAs take 136 off and
 scale and shift), then a Tensor Core tl.dot, M padded to 16 at one row. The first int4 GEMV widened each nibble to
-fp32 and multiplied on the CUDA cores: 17-24 instructions a weight byte in its loop (SASS for sm_90), issue-bound
-at 36-57% of the copy bandwidth; this loop is 6.4-8.8 (the int8 GEMV's, which reaches 87-96% on wide layers: 6.5-
-7.6). Narrow layers split K over SPLIT programs (split_k), whose fp32 sums torch adds.
+fp32 and multiplied on the CUDA cores: 19-25 instructions a weight byte in its loop (SASS for sm_90), issue-bound
+at 36-57% of the copy bandwidth; this loop is 6.6-10.2 at 16 rows (the int8 GEMV's, which reaches 87-96% on wide
+layers: 4.2-5.4; scripts/sass_loop.py counts them). The int4 loop is not issue-bound: on an H100 its tl.dot path,
+not the dequantising, holds it at a third of the copy bandwidth (benchmarks/int4_probe.py). Narrow layers split K
+over SPLIT programs (split_k), whose fp32 sums torch adds.
 
 BLOCK_M comes from M (1, 16, 32, 64: the "M bucket"); N and K (and BLOCK_M above one row) key triton.autotune over
 a few configurations (GEMV_CONFIGS at M = 1: 6; MM_CONFIGS: 4; INT4_CONFIGS: 4; ~1 s of compiling each), each

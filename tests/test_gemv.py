@@ -201,6 +201,20 @@ def test_kernels_compile_for_hopper_and_ampere(cc):
     assert "mma" in _ptx(gemv.int8_kernel, gemv.MM_CONFIGS[-1], cc, BLOCK_M=16, UPCAST=False)
 
 
+def test_sass_loop_counts_instructions_a_byte_without_a_gpu(capsys):
+    """scripts/sass_loop.py on the int4 kernel's widest configuration (sm_90 SASS through Triton's nvdisasm): its loop
+    sits between the int8 GEMV's 4-6 instructions a weight byte and the first int4 GEMV's 19-25."""
+    from tcperf import gemv
+    if gemv.INTERPRETING:
+        pytest.skip("TRITON_INTERPRET is set in this process")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import sass_loop
+    config = gemv.INT4_CONFIGS[-1]
+    per_byte = sass_loop.report("int4_kernel", gemv.int4_kernel, config, config.kwargs["BLOCK_N"] * 64, 90,
+                                GROUP=128, BLOCK_M=16, SPLIT=1, UPCAST=False)
+    assert 4 < per_byte < 12 and "HGMMA" in capsys.readouterr().out, per_byte
+
+
 def test_int4_splits_k_where_columns_alone_leave_multiprocessors_idle():
     """Llama-3.1-8B's layers (N, groups of 128) on 132 SMs: o and down 8 shares, qkv 4, gate+up and the output
     layer 1; a share keeps 4 groups (Llama-3.2-1B's o: 16 groups, 4 shares)."""
