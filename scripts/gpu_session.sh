@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests testfiles ceilings run fidelity suites models overhead lab
-#                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, their tests) ttt
+#                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, multitests) ttt
 #                                            (run: `tcperf run` on a fresh store of its own, cold when it comes first)
 #                                            smoke (two advise runs through the CLI) generate
 #                                            workload (its GPU tests, the speed of light, advise on a BERT stream)
@@ -56,6 +56,7 @@ for s in "$@"; do
         steptiming) stage steptiming ${STEP_LIMIT:-300} python3 benchmarks/step_timing.py --out "$OUT/files" ${STEP_ARGS:-} ;;
         ttt)      stage ttt ${TTT_LIMIT:-560} bash -c "python3 -m pytest -m gpu -p no:cacheprovider -rs --timeout 240 tests/test_train_to_target.py; python3 benchmarks/train_to_target_gpu.py --out \"$OUT/files/ttt\" --db \"$TCPERF_DB\" ${TTT_ARGS:-}" ;;
         comm)     stage comm ${COMM_LIMIT:-300} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 120 ;;
+        multitests) stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         ddp)      stage ddp ${DDP_LIMIT:-580} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 540 ;;
         multi)    stage comm ${COMM_LIMIT:-170} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 75
                   stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-}
