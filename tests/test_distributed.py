@@ -150,6 +150,22 @@ def test_exposed_share_on_a_synthetic_trace_is_exact():
     assert overlap.exposed_share(shuffled, steps=2, step_ms=0.1) == figures
 
 
+def test_a_profile_without_communication_is_unmeasured_not_zero(monkeypatch):
+    """Two ranks whose profiles hold no communication kernel (as 2 H200s' did): the figures are unmeasured, not 0.0."""
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_reduce", lambda t: t.mul_(2))           # two ranks that saw the same
+    row = {"mean_ms": 40.0, "metrics": {}}
+    monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: TRACE[:4])
+    parallel.exposed_comm(row, None, torch.device("cpu"))
+    assert row["metrics"]["exposed_comm_share"] is not None and row["metrics"]["profiled_comm_kernels"] == 2
+    monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: [k for k in TRACE if not overlap.is_comm(k.name)])
+    row = {"mean_ms": 40.0, "metrics": {}}
+    parallel.exposed_comm(row, None, torch.device("cpu"))
+    m = row["metrics"]
+    assert m["exposed_comm_share"] is None and m["comm_ms"] is None and m["profiled_comm_kernels"] == 0
+    assert "none of them communication" in m["exposed_note"]
+
+
 def test_scaling_efficiency_is_against_the_same_recipe_on_one_gpu():
     one = {"shape": {"model": "gpt2", "mode": "train", "batch": 4}, "precision": "amp_bf16",
            "metrics": {"throughput": 100.0}}
@@ -245,7 +261,9 @@ def test_models_nproc_2_on_a_cpu(db_path, capsys):
     m = ddp["metrics"]
     assert m["throughput"] == pytest.approx(2 * m["items_per_step"] / (ddp["mean_ms"] * 1e-3))
     assert m["scaling_efficiency"] == pytest.approx(m["throughput"] / (2 * one["metrics"]["throughput"]))
-    assert 0 <= m["exposed_comm_share"] <= 1 and m["exposed_steps"] == parallel.PROFILED_STEPS
+    assert m["exposed_comm_share"] is not None and 0 <= m["exposed_comm_share"] <= 1, m
+    assert m["exposed_steps"] == parallel.PROFILED_STEPS
+    assert m["profiled_comm_kernels"] > 0       # gloo's all-reduce operators, on both ranks
     assert m["accuracy"]["gap"] < 1e-4          # the same batch on both ranks: the one-GPU losses
     assert m["parallel_options"] == {"gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
     assert "2 ranks · ddp" in capsys.readouterr().out

@@ -199,6 +199,8 @@ def scaling_lines(rows: list[dict]) -> str:
                  "no one-GPU row to compare with"]
         if share is not None:
             parts.append(f"exposed communication {share:.1%} of a step ({m.get('exposed_basis')})")
+        elif m.get("exposed_note"):
+            parts.append(f"exposed communication {m['exposed_note']}")
         if m.get("parallel_options"):
             parts.append(", ".join(f"{k}={v}" for k, v in m["parallel_options"].items()))
         lines.append(f"  {r['precision']}: " + "; ".join(parts))

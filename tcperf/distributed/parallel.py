@@ -200,19 +200,29 @@ def _totals(row: dict, items: int | None, device) -> None:
 # --- exposed communication ------------------------------------------------------------------------------------------
 def exposed_comm(row: dict, step, device) -> None:
     """engine.measure's probe: the step under torch.profiler (WARM_PROFILED steps, then PROFILED_STEPS recorded),
-    the exposed communication of tcperf.distributed.overlap averaged over those steps and over the ranks."""
+    the exposed communication of tcperf.distributed.overlap averaged over those steps and over the ranks. Ranks that
+    communicate and show no communication kernel in the profile leave the figures unmeasured (None, with the
+    reason): 0.0 would claim a step that waits on nothing."""
     kernels = profiled_kernels(step, device)
     figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.get("mean_ms"))
-    mine = [figures["comm_ms"], figures["exposed_comm_ms"]]
+    seen = sum(overlap.is_comm(k.name) for k in kernels)
+    mine = [figures["comm_ms"], figures["exposed_comm_ms"], seen, len(kernels)]
     both = torch.tensor(mine, dtype=torch.float64, device=device)
     dist.all_reduce(both)                       # gloo has no AVG: a sum over the ranks, then / n
-    comm_ms, exposed_ms = (both / dist.get_world_size()).tolist()
+    n = dist.get_world_size()
+    comm_ms, exposed_ms, comm_seen, all_seen = (both / n).tolist()
     step_ms = row.get("mean_ms")
+    basis = "GPU kernels" if device.type == "cuda" else "CPU events (gloo runs on its own threads)"
+    counts = {"exposed_steps": PROFILED_STEPS, "exposed_basis": basis,
+              "profiled_kernels": round(all_seen * n), "profiled_comm_kernels": round(comm_seen * n)}
+    if n > 1 and comm_seen == 0:
+        row["metrics"].update(comm_ms=None, exposed_comm_ms=None, exposed_comm_share=None, **counts,
+                              exposed_note=f"not measured: the profile held {counts['profiled_kernels']} "
+                                           f"{'kernels' if device.type == 'cuda' else 'events'}, none of them "
+                                           "communication")
+        return
     row["metrics"].update(comm_ms=comm_ms, exposed_comm_ms=exposed_ms, rank0_exposed_comm_ms=mine[1],
-                          exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None,
-                          exposed_steps=PROFILED_STEPS,
-                          exposed_basis="GPU kernels" if device.type == "cuda"
-                          else "CPU events (gloo runs on its own threads)")
+                          exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None, **counts)
 
 
 def profiled_kernels(step, device) -> list[overlap.Kernel]:
@@ -222,7 +232,10 @@ def profiled_kernels(step, device) -> list[overlap.Kernel]:
     gpu = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
     dist.barrier()
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=WARM_PROFILED, active=PROFILED_STEPS)) as p:
+    # repeat=1: one cycle. With the default (0) the schedule starts a new warm-up after the last recorded step, and
+    # p.events() returned that new cycle's empty profile: every exposed share read 0.0 until 2026-11-26.
+    plan = schedule(wait=0, warmup=WARM_PROFILED, active=PROFILED_STEPS, repeat=1)
+    with profile(activities=activities, schedule=plan) as p:
         for i in range(WARM_PROFILED + PROFILED_STEPS):
             step()
             if gpu and i == WARM_PROFILED + PROFILED_STEPS - 1:
