@@ -117,15 +117,20 @@ def norm(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype)
 
 
-def hand_loop(model: str, context: int = 256, steps: int = 200) -> dict:
-    """The hand step compiled (CUDA graphs, coordinate-descent tuning), warmed up, then `steps` steps each timed with
-    CUDA events; the step's bytes are the weights (the tied head once) and the KV cache read at context / 2."""
+HAND_OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+
+
+def hand_loop(model: str, context: int = 256, steps: int = 200, options: dict | None = None) -> dict:
+    """The hand step compiled (CUDA graphs, coordinate-descent tuning, or `options`), warmed up, then `steps` steps
+    each timed with CUDA events; the step's bytes are the weights (the tied head once) and the KV cache read at
+    context / 2. `agrees`: the compiled step's next token equals the eager step's."""
     a = CONFIGS[model]
     torch._dynamo.reset()
     net = HandStep(a, context, torch.device("cuda"))
-    step = torch.compile(net, fullgraph=True, options={"triton.cudagraphs": True, "coordinate_descent_tuning": True})
+    step = torch.compile(net, fullgraph=True, options=options or HAND_OPTIONS)
     tok, pos = torch.ones(1, 1, dtype=torch.long, device="cuda"), torch.tensor([context // 2], device="cuda")
     t0 = time.perf_counter()
+    agrees = bool((net(tok, pos) == step(tok, pos)).all())      # buffers only: no autograd either way
     for _ in range(5):
         tok = step(tok, pos).clone()
     torch.cuda.synchronize()
@@ -145,7 +150,7 @@ def hand_loop(model: str, context: int = 256, steps: int = 200) -> dict:
     torch.cuda.empty_cache()
     return {"model": model, "median_ms": med, "iqr_ms": ms[3 * len(ms) // 4] - ms[len(ms) // 4],
             "tokens_s": 1e3 / med, "gbps": (weights + kv) / (med * 1e-3) / 1e9, "bytes": weights + kv,
-            "compile_s": compile_s}
+            "compile_s": compile_s, "agrees": agrees}
 
 
 # --- checks -----------------------------------------------------------------------------------------------------
