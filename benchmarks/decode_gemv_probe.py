@@ -3,12 +3,16 @@ of the copy bandwidth, its linear layers 67%).
 
 Inductor turns a one-row matmul into a reduction kernel of its own (mul + sum, the RMS norm fused in front) only
 under coordinate-descent tuning (torch/_inductor/decomposition.py, `mm`); without it the GEMV is cuBLAS's. The hand
-decode step of generate_gpu.py (torch only, CUDA graphs) is compiled three ways and timed in one process:
+decode step of generate_gpu.py (torch only, CUDA graphs) is compiled four ways and timed in one process:
 
   decomposed   coordinate-descent tuning, the one-row matmuls as Inductor reductions (what tcperf and gpt-fast run)
   cublas       no coordinate-descent tuning: cuBLAS GEMVs, Inductor's other kernels untuned
   tuned+cublas coordinate-descent tuning with aten.mm left out of Inductor's decompositions: cuBLAS GEMVs and tuned
                kernels around them
+  decomposed+pdl  decomposed, and Inductor's programmatic dependent launch (triton.enable_pdl, Hopper): a kernel
+               starts while the one before it drains and waits (griddepcontrol.wait) only where it reads that
+               kernel's output, so the next GEMV's set-up overlaps the last one's tail (skipped where this torch
+               has no such option)
 
     python benchmarks/decode_gemv_probe.py [--models llama-1b,llama-8b] [--out DIR]
 
@@ -31,7 +35,7 @@ import triton
 from generate_gpu import HAND_OPTIONS, hand_loop  # beside this script
 
 VARIANTS = {"decomposed": HAND_OPTIONS, "cublas": {"triton.cudagraphs": True},
-            "tuned+cublas": HAND_OPTIONS}
+            "tuned+cublas": HAND_OPTIONS, "decomposed+pdl": {**HAND_OPTIONS, "triton.enable_pdl": True}}
 
 
 @contextlib.contextmanager
@@ -70,6 +74,9 @@ def main() -> int:
     print(f"copy {copy:,.0f} GB/s", flush=True)
     for model in a.models.split(","):
         for name, options in VARIANTS.items():
+            if not all(hasattr(torch._inductor.config.triton, k.split(".")[1]) for k in options if "." in k):
+                print(f"{model:9} {name:13} skipped: this torch's Inductor has no {sorted(options)}", flush=True)
+                continue
             with mm_not_decomposed(name == "tuned+cublas"):
                 r = hand_loop(model, options=options)
             r.update(variant=name, share=r["gbps"] / copy)
