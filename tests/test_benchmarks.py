@@ -163,3 +163,12 @@ def test_workload_gpu_pools_an_eager_recipes_processes():
     assert cost["ms"] == pytest.approx(347.5 / 60)        # the median of every pass, not one process's
     assert "3 processes: 5.58, 9.42, 5.79" in bench.steady_cell(row, 60)
     assert bench.pooled(rows[:1]) is rows[0]
+
+
+def test_ddp_benchmark_plain_loops_train_as_tcperfs_recipes():
+    """Each row's plain loop compiles and fuses its optimizer exactly where tcperf's recipe for the row does: the
+    plain loops were fused on every row while tcperf's rungs below `fused` were not (2 H200s, 2026-11-26)."""
+    from tcperf import recipes
+    for row in load("ddp_gpu").ROWS:
+        rec = recipes.get(row.recipe)
+        assert (row.fused, row.compile) == (rec.fused, rec.compile), row
