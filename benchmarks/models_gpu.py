@@ -13,7 +13,9 @@ on an H100) and >= 1.12x the best rung up to step_graph in the same call; GPT-2 
 rung faster than the plain hand loops timed in the same call after the ladder, at the model's own batch
 (benchmarks/hand_loops.py: amp_bf16 (+ channels_last) + torch.compile + fused AdamW, and the same with the whole
 step in one CUDA graph). Only rows whose training check passed count. The rungs past step_graph (autotune,
-chunked_ce, batch: tcperf.recipes) are each one thing on top of it; --profile shows where each one's step goes.
+chunked_ce, batch: tcperf.recipes) are each one thing on top of it; --profile shows where each one's step goes, by
+kernel kind (tcperf.kernels.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer, copies,
+elementwise, reductions, communication), and under a missed target the best rung's kinds: what holds it.
 Writes models_gpu.json (the run, every row, the checks and the wall time) under --out (default ./out); the store
 is --db (default OUT/models.db). --quick: the small configurations of ResNet-50 and GPT-2 on every rung (a smoke
 test of every GPU code path: compile, CUDA graphs, fp8, int8; the figures mean nothing). The full plan runs past
@@ -36,6 +38,7 @@ from rich.console import Console
 from hand_loops import WINDOWS, plain_loop  # beside this script
 from tcperf import env, ladder, recipes
 from tcperf.commands.models import print_ladder
+from tcperf.kernels import kinds_line
 from tcperf.runner import TimingConfig
 from tcperf.store import Store
 
@@ -92,6 +95,8 @@ def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep
             print(f"    profile: step {r.get('mean_ms') or 0:.2f} ms, kernels {m['kernel_ms']:.2f} ms (GPU busy "
                   f"{m.get('gpu_busy') or 0:.0%}), matmul/conv {m.get('matmul_ms') or 0:.2f} ms, Tensor Core share "
                   f"{m.get('tc_share') or 0:.0%}", flush=True)
+            if m.get("kernel_kinds"):
+                print(f"      by kind, a step: {kinds_line(m['kernel_kinds'])}", flush=True)
             for k in m.get("kernels") or []:
                 print(f"      {k['time_us'] / 3e3:7.2f} ms a step (of 3 profiled)  {k['name'][:110]}", flush=True)
 
@@ -125,7 +130,8 @@ def checks(rows: list[dict], gpu: str) -> dict:
             "throughput": value,
             "unit": best["metrics"].get("unit"), "target": least, "meets": least is not None and value >= least,
             "before": before["precision"] if before else None, "gain": gain, "gain_target": gain_least,
-            "meets_gain": gain is not None and gain >= gain_least}
+            "meets_gain": gain is not None and gain >= gain_least,
+            "kinds": best["metrics"].get("kernel_kinds"), "gpu_busy": best["metrics"].get("gpu_busy")}
     return out
 
 
@@ -139,6 +145,12 @@ def check_lines(found: dict, gpu: str) -> list[str]:
                 f"{c['gain_target']:.2f}x: {'meets' if c['meets_gain'] else 'BELOW'}" if c["gain"] else "")
         lines.append(f"check {name}: {c['throughput']:,.0f} {c['unit']} ({c['recipe']}, batch {c['batch']}, training "
                      f"check passed); {target}{gain}")
+        missed = (c["target"] is not None and not c["meets"]) or (c["gain"] is not None and not c["meets_gain"])
+        if missed and c.get("kinds"):
+            busy = f", GPU busy {c['gpu_busy']:.0%}" if c.get("gpu_busy") else ""
+            lines.append(f"  what holds it, {c['recipe']}'s step by kernel kind{busy}: {kinds_line(c['kinds'])}")
+        elif missed:
+            lines.append("  what holds it: run with --profile for the best rung's step by kernel kind")
     return lines
 
 

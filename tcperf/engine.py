@@ -380,7 +380,8 @@ def _profile(row: dict, step, device, step_ms: float) -> None:
     try:
         found = profile(step, device)
         row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
-                              matmul_ms=found["matmul_ms"], gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
+                              matmul_ms=found["matmul_ms"], kernel_kinds=found["kinds"],
+                              gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
     except Exception as e:       # the profiler failing leaves the timing standing
         row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
                                       "tensor_core": False}]

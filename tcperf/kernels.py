@@ -58,6 +58,58 @@ def classify(name: str) -> tuple[bool, str]:
 
 _MATMUL = re.compile(r"gemm|gemv|conv|cudnn|cutlass|xmma|nvjet|flash|fmha|attention|rnn|lstm", re.IGNORECASE)
 
+# What a kernel does, by its name: the first kind whose pattern matches decides. Library kernels say it in their
+# names (cuDNN's bn_bw_*, ATen's cunn_SoftMaxBackward, multi_tensor_apply's FusedAdamMathFunctor); Inductor's say
+# which operations they fused (triton_poi_fused_add_max_pool2d_with_indices_backward_63), so its kernels are read
+# by those words alone: "convolution" in a pointwise kernel's name is the bias or ReLU fused after one, not the
+# convolution (only templates, triton_tem_*, are matmuls; a one-row `mm` decomposed into a reduction is one too).
+KINDS = ("matmul", "attention", "normalization", "pooling", "softmax/loss", "optimizer", "copies", "elementwise",
+         "reductions", "communication", "other")
+_KIND_RULES = (
+    ("communication", r"nccl|gloo"),
+    ("attention", r"flash|fmha|attention|sdpa"),
+    ("softmax/loss", r"softmax|logsumexp|nll_loss|cross_entropy"),
+    ("normalization", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|rms_?norm|rsqrt|var_mean"),
+    ("pooling", r"pool"),
+    ("optimizer", r"adam|sgd|multi_tensor_apply|fused_optim"),
+    ("matmul", r"^triton_tem|(?<![a-z])b?mm(?![a-z])|addmm|tinygemm|int[48]_kernel|splitkreduce"),
+)
+_KINDS = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in _KIND_RULES]
+_LATE_KINDS = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in (
+    ("copies", r"copy|memcpy|memset|transpose|permute|catarray|index|embedding|scatter|gather"),
+    ("elementwise", r"elementwise|triton_poi|pointwise|fill"),
+    ("reductions", r"reduce|triton_red|triton_per|sum|mean|norm|max|min"),
+)]
+
+
+def kind(name: str) -> str:
+    """One of KINDS for a kernel name: the profile's "where the time goes" (tcperf.generate.parts groups these
+    into a decode step's parts)."""
+    for k, pattern in _KINDS:
+        if pattern.search(name):
+            return k
+    if not name.startswith("triton_") and _MATMUL.search(name):
+        return "matmul"
+    for k, pattern in _LATE_KINDS:
+        if pattern.search(name):
+            return k
+    return "other"
+
+
+def by_kind(kernels: list[dict], calls: int) -> dict[str, float]:
+    """profile_kernels' kernels -> ms a call in each kind that has any, the longest first."""
+    ms: dict[str, float] = {}
+    for k in kernels:
+        ms[kind(k["name"])] = ms.get(kind(k["name"]), 0.0) + k["time_us"] / calls / 1e3
+    return dict(sorted(ms.items(), key=lambda item: -item[1]))
+
+
+def kinds_line(kinds: dict[str, float]) -> str:
+    """'matmul 21.3 ms (52%), normalization 6.10 (15%), ...' for a profile's kernel kinds."""
+    total = sum(kinds.values()) or 1.0
+    return ", ".join(f"{k} {v:.3g} ms ({v / total:.0%})" if i == 0 else f"{k} {v:.3g} ({v / total:.0%})"
+                     for i, (k, v) in enumerate(kinds.items()))
+
 
 def is_matmul(name: str) -> bool:
     """True for the matrix-multiply class of kernels (GEMMs, convolutions, attention, cuDNN RNNs, on Tensor Cores
@@ -119,13 +171,14 @@ TOP = 5
 def profile(fn, device: torch.device, calls: int = 3) -> dict:
     """The one Tensor Core share measurement: fn run a few times under the profiler -> {tc_share (of kernel time),
     top (the TOP longest kernels: name, time_us, tensor_core), kernel_ms and matmul_ms (a call's kernel time, all
-    and matrix-multiply only)}. Kernel benchmarks and model steps (tcperf.worker, tcperf.engine) both take it."""
+    and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind)}. Kernel benchmarks and model steps (tcperf.worker, tcperf.engine) both take it."""
     kernels = profile_kernels(fn, device, calls=calls)
     top = [{"name": k["name"][:160], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
            for k in kernels[:TOP]]
     matmul = sum(k["time_us"] for k in kernels if is_matmul(k["name"]))
     return {"tc_share": tensor_core_share(kernels), "top": top,
-            "kernel_ms": sum(k["time_us"] for k in kernels) / 1e3 / calls, "matmul_ms": matmul / 1e3 / calls}
+            "kernel_ms": sum(k["time_us"] for k in kernels) / 1e3 / calls, "matmul_ms": matmul / 1e3 / calls,
+            "kinds": by_kind(kernels, calls)}
 
 
 def gpu_busy(kernel_ms: float | None, step_ms: float | None) -> float | None:

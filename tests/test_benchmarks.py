@@ -140,6 +140,23 @@ def test_models_gpu_states_each_target_for_the_gpu_and_the_gain_over_the_rungs_b
                for x in lines)
 
 
+def test_models_gpu_says_what_holds_a_missed_target_by_kernel_kind():
+    bench = load("models_gpu")
+    kinds = {"matmul": 21.3, "normalization": 6.1, "elementwise": 5.2, "pooling": 2.0}
+    rows = [{"precision": "step_graph", "status": "ok", "shape": {"model": "resnet50", "mode": "train", "batch": 256},
+             "metrics": {"throughput": 6_600.0, "unit": "img/s", "kernel_kinds": kinds, "gpu_busy": 0.97}}]
+    lines = bench.check_lines(bench.checks(rows, "NVIDIA H200"), "NVIDIA H200")
+    assert "BELOW" in lines[0]
+    assert lines[1] == ("  what holds it, step_graph's step by kernel kind, GPU busy 97%: matmul 21.3 ms (62%), "
+                        "normalization 6.1 (18%), elementwise 5.2 (15%), pooling 2 (6%)")
+    del rows[0]["metrics"]["kernel_kinds"]
+    lines = bench.check_lines(bench.checks(rows, "NVIDIA H200"), "NVIDIA H200")
+    assert lines[1] == "  what holds it: run with --profile for the best rung's step by kernel kind"
+    rows.append({**rows[0], "precision": "batch", "metrics": {"throughput": 7_600.0, "unit": "img/s"}})
+    lines = bench.check_lines(bench.checks(rows, "NVIDIA H200"), "NVIDIA H200")     # both targets met
+    assert len(lines) == 1 and "BELOW" not in lines[0]
+
+
 def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
     bench = load("workload_gpu")
     assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"

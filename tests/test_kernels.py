@@ -197,3 +197,68 @@ def test_cupti_is_let_go_after_a_profile_unless_the_process_said_otherwise(monke
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     kernels.detach_after_profiling()
     assert os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+# Kernel names from profiles of ResNet-50, GPT-2 and Llama decode steps (H100/H200, torch 2.11, docs/results/raw/)
+# and the kind each belongs to. Inductor's names list what they fused: a pointwise kernel after a convolution says
+# "convolution" and is not one.
+KINDS_SEEN = {
+    "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT": "matmul",
+    "sm90_xmma_dgrad_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x64x64": "matmul",
+    "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>": "matmul",
+    "void splitKreduce_kernel<32, 16, int, float>": "matmul",
+    "gemv2T_kernel_val<int, int, __nv_bfloat16>": "matmul",
+    "triton_red_fused__to_copy_mm_t_view_8": "matmul",              # Inductor's one-row int8 GEMV
+    "triton_tem_fused_mm_0": "matmul",
+    "int8_kernel": "matmul",
+    "void at::native::tinygemm_m16n8k16_chunk_kernel<...>": "matmul",
+    "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0":
+        "attention",
+    "triton_poi_fused_add_max_pool2d_with_indices_max_pool2d_with_indices_backward_63": "pooling",
+    "void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float": "normalization",
+    "triton_red_fused__native_batch_norm_legit_functional_convolution_backward_threshold_backward_12":
+        "normalization",
+    "triton_red_fused_add_mean_mul_pow_rsqrt_2": "normalization",   # an RMS norm as Inductor fuses it
+    "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16": "normalization",
+    "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<8, c10::BFloat16, float": "softmax/loss",
+    "triton_red_fused__softmax__to_copy_clamp_exp_logsumexp_neg_prepare_softmax_online_scatter_add_sub_0":
+        "softmax/loss",
+    "void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>, FusedAdamMathFunctor": "optimizer",
+    "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)":
+        "copies",
+    "void at::native::vectorized_elementwise_kernel<8, at::native::bfloat16_copy_kernel_cuda(at::Tensor": "copies",
+    "void at::native::indexing_backward_kernel<c10::BFloat16>": "copies",
+    "Memcpy DtoD (Device -> Device)": "copies",
+    "triton_poi_fused_convolution_relu_3": "elementwise",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >": "elementwise",
+    "triton_per_fused_argmax_4": "reductions",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps": "reductions",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL": "communication",
+    "some_kernel_nobody_named": "other",
+}
+
+
+def test_each_kernel_falls_into_its_kind():
+    from tcperf.kernels import KINDS, kind
+    assert {name: kind(name) for name in KINDS_SEEN} == KINDS_SEEN
+    assert set(KINDS_SEEN.values()) == set(KINDS)
+
+
+def test_recorded_tensor_core_kernels_are_matmul_or_attention():
+    from tcperf.kernels import kind
+    tensor_core = [n for n, _ in RECORDED if is_tensor_core(n)]
+    assert len(tensor_core) > 150
+    assert not [n for n in tensor_core if kind(n) not in ("matmul", "attention")]
+
+
+def test_a_profile_by_kind_adds_up_a_calls_time_and_reads_as_one_line():
+    from tcperf.kernels import by_kind, kinds_line
+    found = [{"name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "calls": 6, "time_us": 6000.0},
+             {"name": "triton_poi_fused_convolution_relu_3", "calls": 3, "time_us": 1500.0},
+             {"name": "void cudnn::bn_bw_1C11_kernel_new<float>", "calls": 3, "time_us": 2400.0},
+             {"name": "triton_poi_fused_add_7", "calls": 3, "time_us": 600.0}]
+    kinds = by_kind(found, calls=3)
+    assert kinds == {"matmul": pytest.approx(2.0), "normalization": pytest.approx(0.8),
+                     "elementwise": pytest.approx(0.7)}
+    assert list(kinds) == ["matmul", "normalization", "elementwise"]          # the longest first
+    assert kinds_line(kinds) == "matmul 2 ms (57%), normalization 0.8 (23%), elementwise 0.7 (20%)"

@@ -29,16 +29,17 @@ from .. import kernels
 CALLS = 10          # decode steps profiled: a step is ~1-10 ms, so the profile costs well under a second
 TOP = 5             # the longest kernels kept by name
 PARTS = ("linear", "attention", "other")
-_ATTENTION = re.compile(r"flash|fmha|attention|sdpa|softmax|bmm", re.IGNORECASE)
-_LINEAR = re.compile(r"tinygemm|int[48]_kernel|addmm|(?<![a-z])mm(?![a-z])", re.IGNORECASE)  # beside is_matmul's
+_INDUCTOR_ATTENTION = re.compile(r"softmax|(?<![a-z])bmm(?![a-z])", re.IGNORECASE)   # SDPA as Inductor lowers it
 
 
 def part(name: str) -> str:
-    """The part a kernel's time counts in: attention first (its kernels are matmuls too), then linear: the
-    libraries' matmuls (tcperf.kernels.is_matmul: cuBLAS, CUTLASS) and the kernels named above."""
-    if _ATTENTION.search(name):
+    """The part a kernel's time counts in, from its kind (tcperf.kernels.kind, the one reading of kernel names):
+    attention (and, in a decode step, the softmax and batched matmuls Inductor makes of it), linear (every other
+    matmul: cuBLAS, tinygemm, tcperf.gemv's, Inductor's one-row `mm`), other."""
+    k = kernels.kind(name)
+    if k == "attention" or _INDUCTOR_ATTENTION.search(name):
         return "attention"
-    return "linear" if _LINEAR.search(name) or kernels.is_matmul(name) else "other"
+    return "linear" if k == "matmul" else "other"
 
 
 def parts_of(found: list[dict], calls: int, step_ms: float, weight_bytes: float,
