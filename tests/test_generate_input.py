@@ -3,8 +3,6 @@ encoder, a mistyped name on an offline machine and a factory in a loop that cann
 exit 2 with nothing stored; int4 runs on transformers' loop at batches 2 and 4 (the lm_head's strided input); a case
 that fails makes the exit status 1 and says which."""
 import json
-import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -19,7 +17,6 @@ from tcperf.commands import generate as command
 from tcperf.errors import UserError
 from tcperf.store import Store
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=128,
             pad_token_id=0, bos_token_id=0, eos_token_id=0)
 FACTORIES = {
@@ -54,13 +51,15 @@ def refused(tmp_path, capsys, *argv) -> str:
     return err[0]
 
 
-def generate(tmp_path, *argv) -> tuple[int, dict, str]:
-    """The command in a subprocess, tiny lengths: (exit status, its JSON, stderr)."""
-    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", str(tmp_path / "r.db"), "--json",
-           "--plot-dir", str(tmp_path), "--prompt", "4", "--output", "3", "--rep-ms", "1", *argv]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
-    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
+def generate(tmp_path, capsys, *argv) -> tuple[int, dict, str]:
+    """The command in this process, as refused() runs it (its cases still run in worker processes), tiny lengths:
+    (exit status, its JSON, stderr). A `python -m tcperf` of its own cost each test 3-5 s more on 2 cores, importing
+    torch, transformers and matplotlib again; `python -m tcperf` itself is tested in test_cli_core."""
+    capsys.readouterr()
+    rc = cli.main(["generate", "--device", "cpu", "--db", str(tmp_path / "r.db"), "--json", "--plot-dir",
+                   str(tmp_path), "--prompt", "4", "--output", "3", "--rep-ms", "1", *argv])
+    out, err = capsys.readouterr()
+    return rc, json.loads(out) if out.strip() else {}, err
 
 
 def test_bert_config_folder_is_not_a_causal_lm(tmp_path, capsys):
@@ -96,8 +95,8 @@ def test_plain_loop_refuses_a_transformers_factory(folder, capsys):
     assert "nothing to measure" in line and "this factory's model runs in the hf loop (--loop hf)" in line
 
 
-def test_plain_loop_row_is_skipped_beside_the_hf_loop(folder):
-    rc, out, err = generate(folder, f"{folder / 'gpt2.py'}:factory", "--precision", "bf16", "--kv", "bf16",
+def test_plain_loop_row_is_skipped_beside_the_hf_loop(folder, capsys):
+    rc, out, err = generate(folder, capsys, f"{folder / 'gpt2.py'}:factory", "--precision", "bf16", "--kv", "bf16",
                             "--batch", "1,2", "--loop", "plain,hf")
     assert rc == 0, err[-2000:]
     rows = {(r["shape"]["loop"], r["shape"]["batch"]): r for r in out["results"] if r["op"] == "generate"}
@@ -106,10 +105,10 @@ def test_plain_loop_row_is_skipped_beside_the_hf_loop(folder):
     assert rows[("hf", 1)]["status"] == rows[("hf", 2)]["status"] == "ok"
 
 
-def test_int4_runs_on_the_transformers_loop_at_batch_2_and_4(tmp_path):
+def test_int4_runs_on_the_transformers_loop_at_batch_2_and_4(tmp_path, capsys):
     from transformers import LlamaConfig
     LlamaConfig(**{**TINY, "hidden_size": 64, "num_key_value_heads": 1}).save_pretrained(tmp_path / "llama")
-    rc, out, err = generate(tmp_path, str(tmp_path / "llama"), "--loop", "hf", "--precision", "int4wo-32",
+    rc, out, err = generate(tmp_path, capsys, str(tmp_path / "llama"), "--loop", "hf", "--precision", "int4wo-32",
                             "--kv", "bf16", "--batch", "1,2,4")
     assert rc == 0, err[-2000:]
     rows = {r["shape"]["batch"]: r for r in out["results"] if r["op"] == "generate"}
@@ -171,15 +170,15 @@ def test_default_is_the_headline_and_sweep_is_everything(capsys):
     assert "Expected time: half an hour" in " ".join(capsys.readouterr().out.split())
 
 
-def test_default_run_prints_the_headline(tmp_path):
-    """One run, printed; its rows read back from the store (the rows --json prints, as generate() reads them)."""
+def test_default_run_prints_the_headline(tmp_path, capsys):
+    """One run, printed, in this process as generate() runs it; its rows read back from the store (the rows --json
+    prints, as generate() reads them)."""
     db = str(tmp_path / "r.db")
-    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", db, "--plot-dir", str(tmp_path),
-           "--prompt", "4", "--output", "3", "--rep-ms", "1"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": ROOT})
-    assert done.returncode == 0, done.stderr[-2000:]
+    capsys.readouterr()
+    rc = cli.main(["generate", "--device", "cpu", "--db", db, "--plot-dir", str(tmp_path), "--prompt", "4", "--output",
+                   "3", "--rep-ms", "1"])
+    text, err = capsys.readouterr()
+    assert rc == 0, err[-2000:]
     rows = [r for r in Store.open(db).results(Store.open(db).run()["id"]) if r["op"] == "generate"]
     assert {r["precision"] for r in rows} == {"bf16", "int8wo", "int4wo-128"}
-    text = done.stdout
     assert "Batch 1, tiny" in text and "int8wo:" in text and "not judged on random weights" in text
