@@ -3,8 +3,6 @@ full forward, the int8 / int4 / fp8 layers' error bounds, the accuracy check, an
 sweep, bad input exiting 2, and the command end to end (plain and transformers' loops) on the tiny model."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -189,16 +187,20 @@ def test_bad_input_exits_2(argv, says, capsys, tmp_path):
 
 
 # --- end to end through the CLI ---------------------------------------------------------------------------------
-def _generate(tmp_path, *argv) -> dict:
-    cmd = [sys.executable, "-m", "tcperf", "generate", "--device", "cpu", "--db", str(tmp_path / "r.db"), "--json",
-           "--plot-dir", str(tmp_path), "--prompt", "8", "--output", "4", "--rep-ms", "1", *argv]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout)
+def _generate(tmp_path, capsys, *argv) -> dict:
+    """The command in this process (its cases run in worker processes all the same): a `python -m tcperf` of its
+    own cost each test 5-7 s more on 2 cores, importing torch and the rest again. `python -m tcperf generate` itself
+    is run by test_generate_text's table test."""
+    capsys.readouterr()
+    rc = cli.main(["generate", "--device", "cpu", "--db", str(tmp_path / "r.db"), "--json", "--plot-dir",
+                   str(tmp_path), "--prompt", "8", "--output", "4", "--rep-ms", "1", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 0, err[-2000:]
+    return json.loads(out)
 
 
-def test_cli_plain_loop_end_to_end(tmp_path):
-    out = _generate(tmp_path, "tiny", "--loop", "plain", "--precision", "bf16,int4wo-32", "--kv", "bf16,fp8",
+def test_cli_plain_loop_end_to_end(tmp_path, capsys):
+    out = _generate(tmp_path, capsys, "tiny", "--loop", "plain", "--precision", "bf16,int4wo-32", "--kv", "bf16,fp8",
                     "--batch", "1,2,4")
     rows = [r for r in out["results"] if r["op"] == "generate"]
     assert {(r["precision"], r["shape"]["batch"]) for r in rows} == \
@@ -216,8 +218,8 @@ def test_cli_plain_loop_end_to_end(tmp_path):
     assert out["plots"] == [str(tmp_path / "generate-tiny.png")] and os.path.getsize(out["plots"][0]) > 0
 
 
-def test_cli_transformers_loop_end_to_end(tmp_path):
-    out = _generate(tmp_path, "tiny", "--loop", "hf", "--precision", "bf16,int8wo", "--kv", "bf16,fp8",
+def test_cli_transformers_loop_end_to_end(tmp_path, capsys):
+    out = _generate(tmp_path, capsys, "tiny", "--loop", "hf", "--precision", "bf16,int8wo", "--kv", "bf16,fp8",
                     "--batch", "1,2")
     rows = {(r["precision"], r["shape"]["batch"]): r for r in out["results"] if r["op"] == "generate"}
     assert rows[("bf16", 1)]["status"] == "ok" and rows[("int8wo", 2)]["status"] in ("ok", "wrong")

@@ -3,20 +3,17 @@ against its own dequantised weights catches a wrong dequantisation (int4 scales 
 fed scales one group off. The model check: the model tcperf trains (tcperf.generate.trained, the CPU size, trained
 once for the session) gives int8 weight-only perplexity within its limit of bf16's, and `tcperf generate stdlib`
 judges each precision with it; random weights are not judged; a kernel bug is not timed and exits 1."""
-import os
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from tcperf import cli
 from tcperf import quant as core_quant
 from tcperf.commands import generate as command
 from tcperf.generate import loop, measure, quant, trained
 from tcperf.generate import model as plain
 from tcperf.store import Store
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _int4_layer(group: int = 32) -> core_quant.Int4WeightOnlyLinear:
@@ -106,17 +103,19 @@ def test_training_forward_matches_the_cached_forward(stdlib):
     torch.testing.assert_close(free, cached, rtol=1e-4, atol=1e-4)
 
 
-def test_cli_judges_each_precision_on_the_trained_model(stdlib):
-    """One run, printed as a table; its rows read back from the store (the rows --json prints: tests/test_generate)."""
+def test_cli_judges_each_precision_on_the_trained_model(stdlib, capsys):
+    """One run, printed as a table; its rows read back from the store (the rows --json prints: tests/test_generate).
+    The command runs in this process (its cases in worker processes all the same): a `python -m tcperf` of its own
+    cost 5-7 s more on 2 cores; test_generate_text's table test still runs `python -m tcperf generate`."""
     folder, _ = stdlib
     db = folder / "r.db"
-    cmd = [sys.executable, "-m", "tcperf", "generate", trained.NAME, "--device", "cpu", "--db", str(db),
-           "--precision", "bf16,int8wo,int4wo-128", "--prompt", "8", "--output", "4", "--rep-ms", "1"]
-    env = {**os.environ, "PYTHONPATH": ROOT}
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "Training" not in done.stderr                   # the session's weights beside the store: not again
-    assert "torchao's README" in done.stdout and "parameters" in done.stdout and "Batch 1, stdlib" in done.stdout
+    capsys.readouterr()
+    rc = cli.main(["generate", trained.NAME, "--device", "cpu", "--db", str(db), "--precision",
+                   "bf16,int8wo,int4wo-128", "--prompt", "8", "--output", "4", "--rep-ms", "1"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err[-2000:]
+    assert "Training" not in err                           # the session's weights beside the store: not again
+    assert "torchao's README" in out and "parameters" in out and "Batch 1, stdlib" in out
     store = Store.open(str(db))
     rows = {r["precision"]: r for r in store.results(store.run()["id"]) if r["op"] == "generate"}
     assert set(rows) == {"bf16", "int8wo", "int4wo-128"}
