@@ -65,14 +65,14 @@ _MATMUL = re.compile(r"gemm|gemv|conv|cudnn|cutlass|xmma|nvjet|flash|fmha|attent
 # convolution (only templates, triton_tem_*, are matmuls; a one-row `mm` decomposed into a reduction is one too).
 KINDS = ("matmul", "attention", "normalization", "pooling", "softmax/loss", "optimizer", "copies", "elementwise",
          "reductions", "communication", "other")
-_KIND_RULES = (
+_KIND_RULES = (   # a kernel that fused a matmul with a norm (bf16 decode: add_mean_mm_mul_pow_rsqrt) is the matmul's
     ("communication", r"nccl|gloo"),
     ("attention", r"flash|fmha|attention|sdpa"),
+    ("matmul", r"^triton_tem|(?<![a-z])b?mm(?![a-z])|addmm|tinygemm|int[48]_kernel|splitkreduce"),
     ("softmax/loss", r"softmax|logsumexp|nll_loss|cross_entropy"),
     ("normalization", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|rms_?norm|rsqrt|var_mean"),
     ("pooling", r"pool"),
     ("optimizer", r"adam|sgd|multi_tensor_apply|fused_optim"),
-    ("matmul", r"^triton_tem|(?<![a-z])b?mm(?![a-z])|addmm|tinygemm|int[48]_kernel|splitkreduce"),
 )
 _KINDS = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in _KIND_RULES]
 _LATE_KINDS = [(kind, re.compile(p, re.IGNORECASE)) for kind, p in (
@@ -100,7 +100,8 @@ def by_kind(kernels: list[dict], calls: int) -> dict[str, float]:
     """profile_kernels' kernels -> ms a call in each kind that has any, the longest first."""
     ms: dict[str, float] = {}
     for k in kernels:
-        ms[kind(k["name"])] = ms.get(kind(k["name"]), 0.0) + k["time_us"] / calls / 1e3
+        which = kind(k["name"])
+        ms[which] = ms.get(which, 0.0) + k["time_us"] / calls / 1e3
     return dict(sorted(ms.items(), key=lambda item: -item[1]))
 
 
@@ -171,7 +172,8 @@ TOP = 5
 def profile(fn, device: torch.device, calls: int = 3) -> dict:
     """The one Tensor Core share measurement: fn run a few times under the profiler -> {tc_share (of kernel time),
     top (the TOP longest kernels: name, time_us, tensor_core), kernel_ms and matmul_ms (a call's kernel time, all
-    and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind)}. Kernel benchmarks and model steps (tcperf.worker, tcperf.engine) both take it."""
+    and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind)}. Kernel benchmarks and model
+    steps (tcperf.worker, tcperf.engine) both take it."""
     kernels = profile_kernels(fn, device, calls=calls)
     top = [{"name": k["name"][:160], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
            for k in kernels[:TOP]]

@@ -277,6 +277,7 @@ def test_a_decode_steps_kernels_fall_into_linear_attention_and_the_rest():
              "triton_red_fused__softmax_bmm_3": "attention", "triton_poi_fused_add_mul_rsqrt_2": "other",
              "triton_per_fused_argmax_4": "other", "void at::native::vectorized_elementwise_kernel<4>": "other"}
     assert {n: parts.part(n) for n in names} == names
+    assert parts.part("triton_red_fused__to_copy_add_mean_mm_mul_pow_rsqrt_0") == "linear"   # bf16: norm + GEMV
     found = [{"name": n, "calls": 20, "time_us": 200.0} for n in names]       # 10 kernels x 20 us a step
     p = parts.parts_of(found, 10, step_ms=0.25, weight_bytes=0.3e9, bandwidth_gbs=3000)
     assert p["linear_ms"] == pytest.approx(0.1) and p["attention_ms"] == pytest.approx(0.04)

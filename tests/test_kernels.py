@@ -209,6 +209,7 @@ KINDS_SEEN = {
     "void splitKreduce_kernel<32, 16, int, float>": "matmul",
     "gemv2T_kernel_val<int, int, __nv_bfloat16>": "matmul",
     "triton_red_fused__to_copy_mm_t_view_8": "matmul",              # Inductor's one-row int8 GEMV
+    "triton_red_fused__to_copy_add_mean_mm_mul_pow_rsqrt_0": "matmul",  # bf16 decode: the RMS norm fused into a GEMV
     "triton_tem_fused_mm_0": "matmul",
     "int8_kernel": "matmul",
     "void at::native::tinygemm_m16n8k16_chunk_kernel<...>": "matmul",
