@@ -158,7 +158,8 @@ def test_a_profile_without_communication_is_unmeasured_not_zero(monkeypatch):
     monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: TRACE[:4])
     parallel.exposed_comm(row, None, torch.device("cpu"))
     assert row["metrics"]["exposed_comm_share"] is not None and row["metrics"]["profiled_comm_kernels"] == 2
-    monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: [k for k in TRACE if not overlap.is_comm(k.name)])
+    compute_only = [k for k in TRACE if not overlap.is_comm(k.name)]
+    monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: compute_only)
     row = {"mean_ms": 40.0, "metrics": {}}
     parallel.exposed_comm(row, None, torch.device("cpu"))
     m = row["metrics"]
