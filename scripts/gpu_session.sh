@@ -57,7 +57,7 @@ for s in "$@"; do
         ttt)      stage ttt ${TTT_LIMIT:-560} bash -c "python3 -m pytest -m gpu -p no:cacheprovider -rs --timeout 240 tests/test_train_to_target.py; python3 benchmarks/train_to_target_gpu.py --out \"$OUT/files/ttt\" --db \"$TCPERF_DB\" ${TTT_ARGS:-}" ;;
         comm)     stage comm ${COMM_LIMIT:-300} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 120 ;;
         multitests) stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
-        ddp)      stage ddp ${DDP_LIMIT:-580} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 540 ;;
+        ddp)      stage ddp ${DDP_LIMIT:-580} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 540 ${DDP_ARGS:-} ;;
         multi)    stage comm ${COMM_LIMIT:-170} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 75
                   stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-}
                   stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
