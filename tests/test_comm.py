@@ -197,3 +197,4 @@ def test_models_nproc_2_on_gpus(db_path):
         m = r["metrics"]       # both wrappers communicate every step: the profile must show it (2 H200s read 0.0)
         assert m["scaling_efficiency"] > 0 and m["profiled_comm_kernels"] > 0, m
         assert m["comm_ms"] > 0 and m["exposed_comm_share"] is not None, m
+        assert 0 < m["gpu_busy"] <= 1 and m["compute_ms"] > 0, m

@@ -144,6 +144,7 @@ def test_exposed_share_on_a_synthetic_trace_is_exact():
     assert figures["comm_ms"] == pytest.approx((30 + 40) / 2 / 1e3)           # 35 µs of communication a step
     assert figures["exposed_comm_ms"] == pytest.approx((17 + 30) / 2 / 1e3)    # 23.5 µs exposed a step
     assert figures["exposed_comm_share"] == pytest.approx(0.235)
+    assert figures["compute_ms"] == pytest.approx((40 + 20 + 3 + 55 + 5) / 2 / 1e3)  # the rest's union, a step
     assert overlap.exposed_share(TRACE[:3], steps=1, step_ms=0.1)["exposed_comm_share"] == 0
     assert overlap.exposed_share(TRACE, steps=2, step_ms=None)["exposed_comm_share"] is None
     shuffled = list(reversed(TRACE))                                          # order does not matter

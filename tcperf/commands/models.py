@@ -199,6 +199,8 @@ def scaling_lines(rows: list[dict]) -> str:
                  "no one-GPU row to compare with"]
         if share is not None:
             parts.append(f"exposed communication {share:.1%} of a step ({m.get('exposed_basis')})")
+            if m.get("gpu_busy") is not None:
+                parts.append(f"GPU busy {m['gpu_busy']:.0%} of a step (the rest waits on the host)")
         elif m.get("exposed_note"):
             parts.append(f"exposed communication {m['exposed_note']}")
         if m.get("parallel_options"):

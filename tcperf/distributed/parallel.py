@@ -39,6 +39,7 @@ import torch.distributed as dist
 
 from .. import engine, ladder, models, precision, recipes
 from .. import source
+from ..kernels import gpu_busy
 from ..errors import choices
 from . import launch, overlap
 
@@ -202,15 +203,16 @@ def exposed_comm(row: dict, step, device) -> None:
     """engine.measure's probe: the step under torch.profiler (WARM_PROFILED steps, then PROFILED_STEPS recorded),
     the exposed communication of tcperf.distributed.overlap averaged over those steps and over the ranks. Ranks that
     communicate and show no communication kernel in the profile leave the figures unmeasured (None, with the
-    reason): 0.0 would claim a step that waits on nothing."""
+    reason): 0.0 would claim a step that waits on nothing. gpu_busy (GPUs only): the share of a step in which some
+    kernel runs, computation or exposed communication; the rest the GPU waits on the host."""
     kernels = profiled_kernels(step, device)
     figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.get("mean_ms"))
     seen = sum(overlap.is_comm(k.name) for k in kernels)
-    mine = [figures["comm_ms"], figures["exposed_comm_ms"], seen, len(kernels)]
+    mine = [figures["comm_ms"], figures["exposed_comm_ms"], seen, len(kernels), figures["compute_ms"]]
     both = torch.tensor(mine, dtype=torch.float64, device=device)
     dist.all_reduce(both)                       # gloo has no AVG: a sum over the ranks, then / n
     n = dist.get_world_size()
-    comm_ms, exposed_ms, comm_seen, all_seen = (both / n).tolist()
+    comm_ms, exposed_ms, comm_seen, all_seen, compute_ms = (both / n).tolist()
     step_ms = row.get("mean_ms")
     basis = "GPU kernels" if device.type == "cuda" else "CPU events (gloo runs on its own threads)"
     counts = {"exposed_steps": PROFILED_STEPS, "exposed_basis": basis,
@@ -221,8 +223,10 @@ def exposed_comm(row: dict, step, device) -> None:
                                            f"{'kernels' if device.type == 'cuda' else 'events'}, none of them "
                                            "communication")
         return
+    busy = gpu_busy(compute_ms + exposed_ms, step_ms) if device.type == "cuda" else None
     row["metrics"].update(comm_ms=comm_ms, exposed_comm_ms=exposed_ms, rank0_exposed_comm_ms=mine[1],
-                          exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None, **counts)
+                          exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None,
+                          compute_ms=compute_ms, gpu_busy=busy, **counts)
 
 
 def profiled_kernels(step, device) -> list[overlap.Kernel]:
