@@ -15,7 +15,9 @@ caches never leak between recipes, a crash or OOM is recorded); the fp32 referen
 made once and handed to the later workers in a file. Speedups over fp32 and over the previous rung are filled in as
 each row arrives. `--batch auto` finds the largest batch that fits by doubling and bisection (out-of-memory caught,
 memory released) and reports throughput against batch. The `batch` rung (a recipe with fastest_batch) searches
-instead for the batch with the most items a second (`find_fastest_batch`), and its row is the full cell there.
+instead for the batch with the most items a second (`find_fastest_batch`), and its row is the full cell there; it
+searches on the fastest rung already climbed among BATCH_BASES (the whole-step graph, the chunked cross-entropy),
+named in the row's metrics.base_rung.
 
     results = climb(cells(["gpt2"], "train", LADDER, [16]), torch.device("cuda"))
 On an H200 (anchors.md): GPT-2 small training amp_bf16 ~326k tokens/s; ResNet-50 training best ~6,750 img/s.
@@ -67,11 +69,40 @@ def cells(model_names, mode: str, recipe_names, batches, **kw) -> list[dict]:
 def cell_task(case: dict, device, job: dict) -> dict:
     """The worker's entry point (tcperf.worker calls task(case, device, job))."""
     shape = case["shape"]
-    return measure_cell(shape["model"], shape["mode"], case["precision"], shape["batch"], device,
-                        config=case.get("config", "full"), steps=case.get("steps", DEFAULT_STEPS),
-                        seed=case.get("seed", 0), timing=job.get("timing"), ceilings=job.get("ceilings"),
-                        reference=case.get("reference"), oom_above=case.get("oom_above"),
-                        profile=bool(job.get("profile")))
+    recipe = batch_recipe(recipes.get(case["precision"]), case.get("base"))
+    result = measure_cell(shape["model"], shape["mode"], recipe, shape["batch"], device,
+                          config=case.get("config", "full"), steps=case.get("steps", DEFAULT_STEPS),
+                          seed=case.get("seed", 0), timing=job.get("timing"), ceilings=job.get("ceilings"),
+                          reference=case.get("reference"), oom_above=case.get("oom_above"),
+                          profile=bool(job.get("profile")))
+    if recipe.fastest_batch:
+        result["metrics"]["base_rung"] = recipe.over
+    return result
+
+
+# --- the batch rung's base --------------------------------------------------------------------------------------
+# The rungs the batch search may build on: the whole-step graph and the one-thing rungs on top of it that compile
+# in seconds. Not autotune: its compile (about 7 minutes on ResNet-50 on an H100) comes again at every batch tried.
+BATCH_BASES = tuple(name for name, r in recipes.RECIPES.items()
+                    if r.step_graph and not r.autotune and not r.fastest_batch)
+
+
+def batch_base(case: dict, done: list[dict]) -> str | None:
+    """The rung the batch search builds on for this cell: the fastest of BATCH_BASES that passed its check among the
+    rows already climbed (the issue's "fastest batch at the best rung"); None when none of them ran."""
+    ran = [r for r in done if group_key(r) == group_key(case) and r.get("status") == "ok"
+           and r["precision"] in BATCH_BASES and (r.get("metrics") or {}).get("throughput")]
+    return max(ran, key=lambda r: r["metrics"]["throughput"])["precision"] if ran else None
+
+
+def batch_recipe(rec, base: str | None):
+    """The batch rung `rec` built on `base`: base's recipe with the search on, named and ranked as `rec`; `rec` as
+    it is for anything else."""
+    if not rec.fastest_batch or not base or base == rec.over:
+        return rec
+    on = recipes.get(base)
+    return dataclasses.replace(on, name=rec.name, fastest_batch=True, over=base,
+                               about=f"{on.about}, at the batch with the most items a second")
 
 
 # --- one cell ---------------------------------------------------------------------------------------------------
@@ -307,7 +338,7 @@ def add_speedups(result: dict, earlier: list[dict]) -> None:
     fp32 = [r for r in same if r["precision"] == "fp32"]
     if fp32:
         m["speedup_fp32"] = mine / fp32[-1]["metrics"]["throughput"]
-    over = getattr(recipes.RECIPES.get(result["precision"]), "over", None)
+    over = m.get("base_rung") or getattr(recipes.RECIPES.get(result["precision"]), "over", None)
     prev = ([r for r in same if r["precision"] == over] or same)[-1]
     m.update(speedup_prev=mine / prev["metrics"]["throughput"], prev=prev["precision"])
     pays = pays_after(prev, result)
@@ -353,8 +384,10 @@ def climb(cases: list[dict], device, *, timeout: float = 600.0, timing: TimingCo
             on_result(r)
 
     with tempfile.TemporaryDirectory(prefix="tcperf-ladder-") as folder:
-        for _, group in groupby(cases, key=lambda c: c["precision"]):
+        for recipe, group in groupby(cases, key=lambda c: c["precision"]):
             to_run = [{**case, "known": skip_result(case, device)} for case in group]     # a skip starts no worker
+            if recipes.get(recipe).fastest_batch:
+                to_run = [{**case, "base": batch_base(case, done)} for case in to_run]
             run_cases([case if case["known"] else _with_reference(case, folder) for case in to_run],
                       torch.device(device), timeout=timeout, timing=timing, profile=profile, pad=pad,
                       on_result=finish, extra=extra)

@@ -465,3 +465,26 @@ def test_a_rung_on_top_of_another_is_compared_with_it_and_says_when_its_compile_
     slower = row("autotune", 41.0, 90.0)
     ladder.add_speedups(slower, done[:2])
     assert "pays_after_steps" not in slower["metrics"]                                # never pays
+
+
+def test_the_batch_rung_searches_at_the_fastest_rung_it_may_repeat():
+    """Issue 35's "fastest batch at the best rung": on GPT-2 the chunked cross-entropy beat the whole-step graph
+    (414k against 399k tokens/s on an H100) while the batch search ran on the graph alone. Autotune is not a base:
+    its compile comes again at each batch tried."""
+    def row(name, value, status="ok", batch=16):
+        return {"precision": name, "status": status, "shape": {"model": "gpt2", "mode": "train", "batch": batch},
+                "metrics": {"throughput": value}}
+    case = ladder.cell_case("gpt2", "train", "batch", 16)
+    done = [row("fused", 400.0), row("step_graph", 399.0), row("autotune", 430.0), row("chunked_ce", 414.0),
+            row("chunked_ce", 500.0, batch=32), row("chunked_ce", 520.0, status="wrong")]
+    assert ladder.batch_base(case, done) == "chunked_ce"
+    assert ladder.batch_base(case, done[:3]) == "step_graph" and ladder.batch_base(case, done[:1]) is None
+    rung = recipes.get("batch")
+    on = ladder.batch_recipe(rung, "chunked_ce")
+    assert (on.name, on.fastest_batch, on.chunked_ce, on.step_graph, on.over) == ("batch", True, True, True,
+                                                                                 "chunked_ce")
+    assert ladder.batch_recipe(rung, "step_graph") is rung and ladder.batch_recipe(rung, None) is rung
+    assert ladder.batch_recipe(recipes.get("chunked_ce"), "step_graph") is recipes.get("chunked_ce")
+    found = {**row("batch", 430.0), "metrics": {"throughput": 430.0, "base_rung": "chunked_ce"}}
+    ladder.add_speedups(found, done[:4])
+    assert found["metrics"]["prev"] == "chunked_ce" and found["metrics"]["speedup_prev"] == pytest.approx(430 / 414)
