@@ -4,7 +4,9 @@ calls on copies of the layer whose weights add up to twice the L2 cache, so each
 (before 2026-11-26 22:30 UTC one copy was replayed, and layers under the L2's size read from it):
 
     words S   the weights' words, scales and zeros alone, S groups a load (64 S bytes a row), two loads ahead
-    load      the kernel's own loads (words, scales, zeros and x) with its prefetch, XORed into an int32
+    load      the kernel's own loads (words, scales, zeros and x in the kernel's column order) with its prefetch,
+              XORed into accumulators shaped as the tiles (until 2026-11-27 each step's x was summed, a reduction
+              the kernel does not do)
     dequant   load + DEQUANT_ASM, its bf16x2 pairs XORed (no tl.dot: no trip into the MMA's operand layout)
     full      tcperf.gemv.int4_kernel as shipped (dequant + tl.dot)
 
@@ -37,10 +39,13 @@ def probe_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_q
     WORDS: tl.constexpr = GROUP // 8
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)
-    k_of_c = tl.arange(0, GROUP)
+    c = tl.arange(0, GROUP)                                            # x read as the kernel reads it
+    nibble = (c % 8) // 2 + 4 * (c % 2)
+    k_of_c = (c // 8) * 8 + 2 * (nibble // 2) + 1 - nibble % 2
     n_ok, m_ok = offs_n < N, offs_m < M
     first, last = _share(K, GROUP, SPLIT)
     acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.int32)
+    x_acc = tl.zeros((BLOCK_M, GROUP), dtype=tl.int32)                # x kept alive elementwise, summed once
     w0, s0, z0, x0 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
                                  stride_xm, stride_qn, stride_sn, WORDS, GROUP)
     w1, s1, z1, x1 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, first + 1, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
@@ -48,17 +53,17 @@ def probe_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_q
     for g in range(first, last):
         w2, s2, z2, x2 = _int4_group(x_ptr, q_ptr, s_ptr, z_ptr, g + 2, last, offs_n, offs_m, k_of_c, n_ok, m_ok,
                                      stride_xm, stride_qn, stride_sn, WORDS, GROUP)
-        xs = tl.sum(x0.to(tl.int16, bitcast=True).to(tl.int32))
+        x_acc ^= x0.to(tl.int16, bitcast=True).to(tl.int32)
         if DEQUANT:
             p0, p1, p2, p3 = _dequant_pairs(w0, s0, z0)
             acc ^= p0 ^ p1 ^ p2 ^ p3
         else:
             sz = s0.to(tl.int16, bitcast=True).to(tl.int32) ^ z0.to(tl.int16, bitcast=True).to(tl.int32)
             acc ^= w0 ^ sz[:, None]
-        acc += xs
         w0, s0, z0, x0 = w1, s1, z1, x1
         w1, s1, z1, x1 = w2, s2, z2, x2
-    tl.store(y_ptr + tl.program_id(1) * N + offs_n, tl.sum(acc, axis=1).to(tl.float32), mask=n_ok)
+    y = tl.sum(acc, axis=1) + tl.sum(tl.sum(x_acc, axis=1), axis=0)
+    tl.store(y_ptr + tl.program_id(1) * N + offs_n, y.to(tl.float32), mask=n_ok)
 
 
 @triton.jit
