@@ -97,6 +97,9 @@ def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep
                   f"{m.get('tc_share') or 0:.0%}", flush=True)
             if m.get("kernel_kinds"):
                 print(f"      by kind, a step: {kinds_line(m['kernel_kinds'])}", flush=True)
+            for which, group in list((m.get("kernel_leaders") or {}).items())[:6]:
+                names = "; ".join(f"{k['ms']:.2f} ms {k['name'][:70]}" for k in group)
+                print(f"        {which}: {names}", flush=True)
             for k in m.get("kernels") or []:
                 print(f"      {k['time_us'] / 3e3:7.2f} ms a step (of 3 profiled)  {k['name'][:110]}", flush=True)
 

@@ -381,6 +381,7 @@ def _profile(row: dict, step, device, step_ms: float) -> None:
         found = profile(step, device)
         row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
                               matmul_ms=found["matmul_ms"], kernel_kinds=found["kinds"],
+                              kernel_leaders=found["leaders"],
                               gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
     except Exception as e:       # the profiler failing leaves the timing standing
         row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,

@@ -105,6 +105,18 @@ def by_kind(kernels: list[dict], calls: int) -> dict[str, float]:
     return dict(sorted(ms.items(), key=lambda item: -item[1]))
 
 
+def leaders(kernels: list[dict], calls: int, each: int = 2) -> dict[str, list[dict]]:
+    """profile_kernels' kernels -> the `each` longest kernels of every kind ({name, ms a call}), kinds in by_kind's
+    order: which kernels a kind's time is, so that "copies 4 ms" names the copy to remove."""
+    out: dict[str, list[dict]] = {}
+    for k in sorted(kernels, key=lambda k: -k["time_us"]):
+        group = out.setdefault(kind(k["name"]), [])
+        if len(group) < each:
+            group.append({"name": k["name"][:120], "ms": round(k["time_us"] / calls / 1e3, 4)})
+    order = by_kind(kernels, calls)
+    return {which: out[which] for which in order}
+
+
 def kinds_line(kinds: dict[str, float]) -> str:
     """'matmul 21.3 ms (52%), normalization 6.10 (15%), ...' for a profile's kernel kinds."""
     total = sum(kinds.values()) or 1.0
@@ -172,7 +184,8 @@ TOP = 5
 def profile(fn, device: torch.device, calls: int = 3) -> dict:
     """The one Tensor Core share measurement: fn run a few times under the profiler -> {tc_share (of kernel time),
     top (the TOP longest kernels: name, time_us, tensor_core), kernel_ms and matmul_ms (a call's kernel time, all
-    and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind)}. Kernel benchmarks and model
+    and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind), leaders (each kind's longest
+    kernels, leaders)}. Kernel benchmarks and model
     steps (tcperf.worker, tcperf.engine) both take it."""
     kernels = profile_kernels(fn, device, calls=calls)
     top = [{"name": k["name"][:160], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
@@ -180,7 +193,7 @@ def profile(fn, device: torch.device, calls: int = 3) -> dict:
     matmul = sum(k["time_us"] for k in kernels if is_matmul(k["name"]))
     return {"tc_share": tensor_core_share(kernels), "top": top,
             "kernel_ms": sum(k["time_us"] for k in kernels) / 1e3 / calls, "matmul_ms": matmul / 1e3 / calls,
-            "kinds": by_kind(kernels, calls)}
+            "kinds": by_kind(kernels, calls), "leaders": leaders(kernels, calls)}
 
 
 def gpu_busy(kernel_ms: float | None, step_ms: float | None) -> float | None:

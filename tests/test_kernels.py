@@ -263,3 +263,17 @@ def test_a_profile_by_kind_adds_up_a_calls_time_and_reads_as_one_line():
                      "elementwise": pytest.approx(0.7)}
     assert list(kinds) == ["matmul", "normalization", "elementwise"]          # the longest first
     assert kinds_line(kinds) == "matmul 2 ms (57%), normalization 0.8 (23%), elementwise 0.7 (20%)"
+
+
+def test_each_kinds_longest_kernels_are_named_in_the_kinds_order():
+    from tcperf.kernels import leaders
+    found = [{"name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "calls": 6, "time_us": 6000.0},
+             {"name": "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "calls": 3,
+              "time_us": 2700.0},
+             {"name": "triton_poi_fused__to_copy_9", "calls": 3, "time_us": 900.0},
+             {"name": "triton_poi_fused__to_copy_4", "calls": 3, "time_us": 300.0},
+             {"name": "triton_poi_fused_add_7", "calls": 3, "time_us": 600.0}]
+    got = leaders(found, calls=3)
+    assert list(got) == ["matmul", "copies", "elementwise"]                 # by_kind's order: 2, 1.3, 0.2 ms
+    assert [k["name"] for k in got["copies"]] == [found[1]["name"], "triton_poi_fused__to_copy_9"]   # two a kind
+    assert got["copies"][0]["ms"] == pytest.approx(0.9)
