@@ -91,7 +91,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             loss, grad = chunk_fn(h, w, b, t, count)                     # grad: d loss / d logits, (c, V)
             total = total + loss
             grads_h.append(grad @ w)                                     # (c, d)
-            grad_w += grad.t() @ h                                       # (V, d), summed in fp32
+            grad_w = _add_product(grad_w, grad.t(), h)                   # (V, d), summed in fp32
             if grad_b is not None:
                 grad_b += grad.sum(0)
         ctx.save_for_backward(torch.cat(grads_h).to(hidden.dtype), grad_w, *([grad_b] if bias is not None else []))
@@ -113,14 +113,34 @@ def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def _chunk(h, w, b, t, count):
-    """One chunk: (summed loss, d loss / d logits in the matmul's dtype); its logits made here, dropped on return."""
+    """One chunk: (summed loss, d loss / d logits in the matmul's dtype); its logits made here, dropped on return.
+    Written so that torch.compile makes it two kernels, each one pass over the logits: the row reductions (the
+    log-sum-exp and the target's logit, picked by comparing a column index, not gathered) and the gradient
+    (softmax minus the one-hot, scaled and cast in the same pass). On an H100 (2026-11-27) the version with
+    gather and scatter_add_ took three passes and an fp32 copy: 5.3 ms a GPT-2 step against about 1.7 for two."""
     wide = F.linear(h, w, b)                              # (c, V): bf16 under autocast, as the plain head's
     wide = wide.to(torch.promote_types(wide.dtype, torch.float32))   # log-softmax in fp32, as autocast does it
-    valid = t != IGNORE
-    index = t.clamp(min=0)[:, None]                       # (c, 1): an ignored position picks class 0, masked below
-    loss = ((torch.logsumexp(wide, dim=1) - wide.gather(1, index)[:, 0]) * valid).sum()
-    grad = torch.softmax(wide, dim=1).scatter_add_(1, index, -torch.ones_like(wide[:, :1]))
-    return loss, (grad * (valid[:, None].to(wide.dtype) / count)).to(h.dtype)
+    valid = (t != IGNORE).to(wide.dtype)
+    hit = torch.arange(wide.shape[1], device=wide.device)[None, :] == t[:, None]   # (c, V); IGNORE hits nothing
+    lse = torch.logsumexp(wide, dim=1)
+    picked = torch.where(hit, wide, 0.0).sum(dim=1)       # the target's logit
+    loss = ((lse - picked) * valid).sum()
+    grad = (torch.exp(wide - lse[:, None]) - hit.to(wide.dtype)) * (valid / count)[:, None]
+    return loss, grad.to(h.dtype)
+
+
+def _add_product(total: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """total + a @ b, total wider than a and b (fp32 against bf16): on a GPU in the matmul's epilogue (addmm's
+    out_dtype, torch >= 2.8), else a matmul and an add. The add alone read and wrote GPT-2's (50304, 768) fp32
+    sum once a chunk: 1.28 ms of a 39 ms step on an H100 (2026-11-27)."""
+    if total.dtype == a.dtype:
+        return torch.addmm(total, a, b)
+    if total.is_cuda:
+        try:
+            return torch.addmm(total, a, b, out_dtype=total.dtype)
+        except (RuntimeError, TypeError):   # torch without addmm's out_dtype, or a dtype pair cuBLAS has not
+            pass
+    return total + a @ b
 
 
 @functools.cache

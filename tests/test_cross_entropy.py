@@ -76,3 +76,29 @@ def test_the_rung_compiles():
     plain, _ = _gpt2_losses("fp32", steps=2)
     mine, _ = _gpt2_losses(compiled, steps=2)
     assert mine == pytest.approx(plain, rel=1e-4)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_compiled_chunks_and_the_fp32_sum_in_the_epilogue_equal_the_plain_head():
+    """bf16 autocast on CUDA, each chunk compiled, grad_w summed by addmm's out_dtype: the loss and the gradients
+    within bf16 rounding of F.cross_entropy on the whole logits."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    h = torch.randn(4096, 256, device="cuda", generator=gen, requires_grad=True)
+    w = (torch.randn(5003, 256, device="cuda", generator=gen) * 0.05).requires_grad_()
+    t = torch.randint(0, 5003, (4096,), device="cuda", generator=gen)
+    t[::97] = cross_entropy.IGNORE
+    total = torch.randn(5003, 256, device="cuda")
+    a = torch.randn(5003, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    summed = cross_entropy._add_product(total, a, b)
+    assert summed.dtype == torch.float32
+    torch.testing.assert_close(summed, total + a.float() @ b.float(), rtol=2e-3, atol=2e-2)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        mine = cross_entropy.linear_cross_entropy(h, w, None, t, chunks=4, fused=True)
+        ref = F.cross_entropy(F.linear(h, w), t)
+    assert mine.item() == pytest.approx(ref.item(), rel=2e-3)
+    got, want = torch.autograd.grad(mine, [h, w]), torch.autograd.grad(ref, [h, w])
+    for g, r in zip(got, want):
+        assert (g - r).norm() / r.norm() < 2e-2
