@@ -57,6 +57,18 @@ def test_a_lead_within_the_rounds_spread_is_a_tie():
     assert v["pick"] == "eager"
 
 
+def test_a_recipe_slower_in_every_round_is_beaten_though_its_stalls_widen_the_spread():
+    """ConvNeXt-T's runoff on an H100 (2026-11-27), times verbatim: fp16+compile 1% behind in four rounds and 9% and
+    22% behind in two. The stalls made the spread 5.9% and the tie went to the simpler, stalling recipe."""
+    times = {"bf16+cuda_graphs": [4.3197, 4.3348, 4.3356, 4.3350, 4.3359, 4.3333],
+             "fp16+compile": [4.3692, 4.3726, 4.7420, 4.3709, 4.3674, 5.2677],
+             "fp16+cuda_graphs": [4.5334, 4.5318, 4.5323, 4.5301, 4.5288, 4.5279]}
+    rank = {"fp16+compile": (1, 0), "bf16+cuda_graphs": (2, 0), "fp16+cuda_graphs": (2, 0)}
+    v = runoff.decide(times, rank)
+    assert v["pick"] == "bf16+cuda_graphs" and v["tied"] == []
+    assert not runoff.beats(times["bf16+cuda_graphs"][:3], times["fp16+compile"][:3])   # 3 rounds: too few to say
+
+
 def test_rounds_interleave_and_rotate():
     calls = []
     timers = {n: (lambda ms, n=n: calls.append(n) or 1.0) for n in "ABC"}

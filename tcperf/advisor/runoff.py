@@ -8,8 +8,13 @@ recipe of the round alike; the runoff ranks on the ratio of each recipe to the f
     advantage of A over B = median over the rounds of (B's time / A's time) - 1
     its spread            = the interquartile range of those ratios (how much the rounds disagree)
 
-A recipe beats another only when its advantage exceeds max(TIE, spread); recipes within that are a tie, and a tie
-goes to the simpler recipe (eager before torch.compile before CUDA graphs; plain precision before mixed, fp8, int8).
+A recipe beats another when its advantage exceeds max(TIE, spread), or when it was faster in every round (at least
+MIN_ROUNDS) and the other's mean ratio, its stalls included, is more than TIE behind; recipes within that are a
+tie, and a tie goes to the simpler recipe (eager before torch.compile before CUDA graphs; plain precision before
+mixed, fp8, int8). The second way is for a recipe that stalls: ConvNeXt-T's fp16 + compile (no CUDA graphs, its
+launches paced by the host) ran 1.0% behind bf16 + CUDA graphs in four rounds of six and 9% and 22% behind in the
+other two (an H100, 2026-11-27); the stalls widened the spread to 5.9%, which made a tie of it, and the tie went to
+the simpler, stalling recipe, which a plain loop then ran 8.6% slower.
 
     verdict = decide({"bf16+cuda_graphs": [2.52, 2.55, ...], "fp16+cuda_graphs": [2.60, ...]}, rank)
     verdict["pick"], verdict["margin"], verdict["spread"]       # 'bf16+cuda_graphs', 0.031, 0.008
@@ -22,6 +27,7 @@ from ..timing import _quantile
 
 ROUNDS = 6
 TIE = 0.015             # advantages below 1.5% are never called, whatever the spread
+MIN_ROUNDS = 4          # faster in every one of at least 4 rounds: 1 chance in 16 of it happening by luck
 MIN_WINDOW_MS = 200.0
 MAX_WINDOW_MS = 1000.0
 STEPS_A_WINDOW = 10
@@ -62,6 +68,15 @@ def significant(adv: float, spread: float) -> bool:
     return adv > max(TIE, spread)
 
 
+def beats(faster: list[float], slower: list[float]) -> bool:
+    """True when `faster` is significantly faster than `slower` (the module's docstring: a median advantage beyond
+    the rounds' spread, or faster in every round with the other's mean ratio more than TIE behind)."""
+    if significant(*advantage(faster, slower)):
+        return True
+    ratios = [s / f for f, s in zip(faster, slower)]
+    return len(ratios) >= MIN_ROUNDS and min(ratios) > 1 and statistics.fmean(ratios) - 1 > TIE
+
+
 def decide(times: dict[str, list[float]], rank: dict[str, tuple]) -> dict:
     """The pick among the recipes timed in every round: the simplest (lowest `rank`) of those the fastest does not
     beat significantly. The result says the pick, its median time, its margin over the runner-up with the spread,
@@ -72,7 +87,7 @@ def decide(times: dict[str, list[float]], rank: dict[str, tuple]) -> dict:
     rounds = min(len(times[n]) for n in names)
     t = {n: times[n][:rounds] for n in names}
     fastest = min(names, key=lambda n: statistics.median(t[n]))
-    tied = [n for n in names if not significant(*advantage(t[fastest], t[n]))]
+    tied = [n for n in names if not beats(t[fastest], t[n])]
     pick = min(tied, key=lambda n: (rank.get(n, (99,)), statistics.median(t[n])))
     others = {n: advantage(t[pick], t[n]) for n in names if n != pick}
     runner = min(others, key=lambda n: others[n][0]) if others else None
