@@ -22,7 +22,10 @@ test of every GPU code path: compile, CUDA graphs, fp8, int8; the figures mean n
 one 10-minute device call (torch.compile of the full models is most of it): on an H200 (2026-11-25) ResNet-50 and
 GPT-2 training on fp32, amp_bf16, channels_last, compile, fused and step_graph took 309 s, and their hand loops
 94 s more; split it with --models and --recipes, e.g. --models gpt2 --modes train --recipes
-step_graph,chunked_ce,batch.
+step_graph,chunked_ce,batch. Both models' best rungs and hand loops in one call (issue 35), without ResNet-50's
+batch search (a compile of minutes for each batch it tries): --modes train --recipes step_graph,chunked_ce,gpt2:batch
+--profile (on an H100, 2026-11-27: GPT-2's three rungs, search and hand loops 270 s; ResNet-50's rung and hand loops
+about 150 s).
 """
 from __future__ import annotations
 
@@ -138,6 +141,20 @@ def checks(rows: list[dict], gpu: str) -> dict:
     return out
 
 
+def only_rungs(plans: dict, text: str) -> dict:
+    """plans (mode -> model -> rungs) cut to --recipes: a rung for every model, or MODEL:RUNG for that model's only
+    (ResNet-50's batch search takes minutes a batch: `step_graph,chunked_ce,gpt2:batch` leaves it out)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    models = {m for plan in plans.values() for m in plan}
+    mine = {tuple(t.split(":", 1)) for t in items if t.split(":", 1)[0] in models}
+    shared = [t for t in items if t.split(":", 1)[0] not in models]
+    every = set(recipes.parse_list(",".join(shared))) if shared else set()
+    for _, rung in mine:
+        recipes.get(rung)                              # a mistyped rung: one line, exit 2
+    return {mode: {m: [r for r in names if r in every or (m, r) in mine] for m, names in plan.items()}
+            for mode, plan in plans.items()}
+
+
 def check_lines(found: dict, gpu: str) -> list[str]:
     """The checks in words: the value, the rung (its training check passed), the target for this GPU, the gain."""
     lines = []
@@ -202,7 +219,8 @@ def main() -> int:
                     "before it is recorded as timeout and the ladder goes on (ResNet-50's autotune rung compiled for "
                     "over 8 minutes on an H100)")
     ap.add_argument("--no-hand", action="store_true", help="skip the hand loops after the ladder")
-    ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph")
+    ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph; "
+                    "MODEL:RUNG for one model's plan only, e.g. step_graph,chunked_ce,gpt2:batch")
     ap.add_argument("--profile", action="store_true", help="profile each cell after its timing: GPU busy, Tensor "
                     "Core share, matmul time, the largest kernels (what holds a rung below its target)")
     args = ap.parse_args()
@@ -221,9 +239,7 @@ def main() -> int:
     try:
         plans = QUICK if args.quick else FULL
         if args.recipes:
-            keep = set(recipes.parse_list(args.recipes))
-            plans = {mode: {m: [r for r in names if r in keep] for m, names in plan.items()}
-                     for mode, plan in plans.items()}
+            plans = only_rungs(plans, args.recipes)
         rows = run_ladders(store, run_id, plans, "small" if args.quick else "full",
                            device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
                            args.modes.split(","), profile=args.profile, timeout=args.timeout)

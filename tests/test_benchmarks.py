@@ -157,6 +157,17 @@ def test_models_gpu_says_what_holds_a_missed_target_by_kernel_kind():
     assert len(lines) == 1 and "BELOW" not in lines[0]
 
 
+def test_models_gpu_keeps_a_rung_for_one_model_only():
+    bench = load("models_gpu")
+    plans = {"train": {"resnet50": ["fp32", "step_graph", "chunked_ce", "batch"],
+                       "gpt2": ["fp32", "step_graph", "chunked_ce", "batch"]}}
+    cut = bench.only_rungs(plans, "step_graph,chunked_ce,gpt2:batch")
+    assert cut == {"train": {"resnet50": ["step_graph", "chunked_ce"], "gpt2": ["step_graph", "chunked_ce", "batch"]}}
+    assert bench.only_rungs(plans, "gpt2:fp32") == {"train": {"resnet50": [], "gpt2": ["fp32"]}}
+    with pytest.raises(Exception, match="batchh"):
+        bench.only_rungs(plans, "gpt2:batchh")
+
+
 def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
     bench = load("workload_gpu")
     assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"
