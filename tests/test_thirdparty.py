@@ -10,7 +10,10 @@ What these tests prove:
 - a model that kills its process (os._exit) or hangs under autocast costs only its own recipe: amp_bf16 ends as
   "error" / "timeout", fp32 is still measured, reported "ok" and stored in the results store.
 
-The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded).
+The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded). The third-party models
+run `python -m tcperf advise` in a subprocess, as a user does; the tiny MLPs of outputs.py and killers.py call the
+CLI's main in this process (their recipes still run in worker processes of their own, as always): a `python -m
+tcperf` of its own costs 4-5 s on 2 cores (importing torch and tcperf again) and told those tests nothing more.
 """
 import json
 import sqlite3
@@ -20,24 +23,33 @@ from pathlib import Path
 
 import pytest
 
+from tcperf import cli
+
 ROOT = Path(__file__).resolve().parents[1]
 FACTORIES = ROOT / "tests" / "thirdparty"
 TIMEOUT_S = 540          # one whole `tcperf advise` run; pytest's own limit is 600 s
 # Marked slow: over ~20 s on 2 CPU cores (each recipe runs in its own worker process, which imports torch).
 
 
-def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: float = TIMEOUT_S):
-    """Run `tcperf advise tests/thirdparty/<target> --device cpu --json`; check what every run must satisfy and
-    return (the parsed JSON, {recipe: status}, the store's path, stdout)."""
+def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: float = TIMEOUT_S, capfd=None):
+    """Run `tcperf advise tests/thirdparty/<target> --device cpu --json` (with capfd: the CLI's main in this process,
+    its stdout and stderr, the workers' included, read at the file descriptors); check what every run must satisfy
+    and return (the parsed JSON, {recipe: status}, the store's path, stdout)."""
     db = tmp_path / "t.db"
-    cmd = [sys.executable, "-m", "tcperf", "advise", str(FACTORIES / target), "--mode", mode, "--device", "cpu",
-           "--db", str(db), "--json", *options]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    where = f"{' '.join(cmd[2:])}\n--- stderr (tail) ---\n{proc.stderr[-4000:]}\n--- stdout (head) ---\n{proc.stdout[:2000]}"
-    assert proc.returncode == 0, f"exit status {proc.returncode}: {where}"
-    assert "Traceback" not in proc.stderr, where
+    argv = ["advise", str(FACTORIES / target), "--mode", mode, "--device", "cpu", "--db", str(db), "--json", *options]
+    if capfd is None:
+        proc = subprocess.run([sys.executable, "-m", "tcperf", *argv], capture_output=True, text=True,
+                              timeout=timeout, cwd=ROOT)
+        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        capfd.readouterr()
+        returncode = cli.main(argv)
+        stdout, stderr = capfd.readouterr()
+    where = f"{' '.join(argv)}\n--- stderr (tail) ---\n{stderr[-4000:]}\n--- stdout (head) ---\n{stdout[:2000]}"
+    assert returncode == 0, f"exit status {returncode}: {where}"
+    assert "Traceback" not in stderr, where
     try:
-        data = json.loads(proc.stdout)
+        data = json.loads(stdout)
     except json.JSONDecodeError as e:
         pytest.fail(f"stdout is not JSON ({e}): {where}")
     assert {"run", "recipes", "verdict"} <= set(data), f"keys {sorted(data)}"
@@ -46,7 +58,7 @@ def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: f
         assert {"recipe", "status"} <= set(r), r
     statuses = {r["recipe"]: r["status"] for r in data["recipes"]}
     assert statuses.get("fp32") == "ok", f"fp32 strict: {statuses}\n{where}"
-    return data, statuses, db, proc.stdout
+    return data, statuses, db, stdout
 
 
 def no_errors(statuses: dict) -> None:
@@ -96,8 +108,8 @@ def test_timm_convnext_infer(tmp_path):
 # --- outputs in containers ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("factory, mode", [("factory_tuple", "infer"), ("factory_dataclass", "infer"),
                                            ("factory_dict", "infer"), ("factory_dataclass", "train")])
-def test_container_outputs(tmp_path, factory, mode):
-    _, statuses, _, _ = advise(f"outputs.py:{factory}", tmp_path, mode=mode)
+def test_container_outputs(tmp_path, capfd, factory, mode):
+    _, statuses, _, _ = advise(f"outputs.py:{factory}", tmp_path, mode=mode, capfd=capfd)
     no_errors(statuses)
 
 
@@ -105,16 +117,17 @@ def test_container_outputs(tmp_path, factory, mode):
 KILLER_OPTIONS = ("--timeout", "30", "--recipes", "fp32,amp_bf16")
 
 
-def test_crash_under_autocast_costs_only_its_recipe(tmp_path):
-    _, statuses, db, _ = advise("killers.py:factory_crash", tmp_path, *KILLER_OPTIONS)
+def test_crash_under_autocast_costs_only_its_recipe(tmp_path, capfd):
+    _, statuses, db, _ = advise("killers.py:factory_crash", tmp_path, *KILLER_OPTIONS, capfd=capfd)
     assert statuses.get("amp_bf16") == "error", statuses
     assert ("fp32", "ok") in stored(db)
 
 
 @pytest.mark.slow
-def test_hang_under_autocast_times_out(tmp_path):
+def test_hang_under_autocast_times_out(tmp_path, capfd):
     """--timeout 8, not 30: the hang waits it out (36 s of the suite at 30, 23 s at 15, 2 cores). The timeout is
     per call, a worker's start-up apart: fp32's longest (the probe's first forward) takes about 1.3 s."""
-    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, "--timeout", "8", *KILLER_OPTIONS[2:])
+    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, "--timeout", "8", *KILLER_OPTIONS[2:],
+                                capfd=capfd)
     assert statuses.get("amp_bf16") == "timeout", statuses
     assert ("fp32", "ok") in stored(db)
