@@ -10,10 +10,12 @@ What these tests prove:
 - a model that kills its process (os._exit) or hangs under autocast costs only its own recipe: amp_bf16 ends as
   "error" / "timeout", fp32 is still measured, reported "ok" and stored in the results store.
 
-The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded). The third-party models
-run `python -m tcperf advise` in a subprocess, as a user does; the tiny MLPs of outputs.py and killers.py call the
-CLI's main in this process (their recipes still run in worker processes of their own, as always): a `python -m
-tcperf` of its own costs 4-5 s on 2 cores (importing torch and tcperf again) and told those tests nothing more.
+The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded). BERT in training, ViT
+and ConvNeXt run `python -m tcperf advise` in a subprocess, as a user does; the tiny MLPs of outputs.py and
+killers.py call the CLI's main in this process (their recipes still run in worker processes of their own, as
+always): a `python -m tcperf` of its own costs 4-5 s on 2 cores (importing torch and tcperf again) and told those
+tests nothing more. BERT in inference runs tcperf.advise in this process without workers (each would import
+transformers again).
 """
 import json
 import sqlite3
@@ -22,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tcperf import cli
 
@@ -81,11 +84,25 @@ def test_hf_bert_train(tmp_path):
     no_errors(statuses)
 
 
-@pytest.mark.slow
-def test_hf_bert_infer(tmp_path):
+def test_hf_bert_infer_every_cpu_recipe_on_its_model_output():
+    """BERT in inference, through tcperf.advise in this process (isolate=False: no worker, which would import
+    transformers again, 5-6 s each on 2 cores; the CLI in a subprocess took 23 s): every CPU recipe (the whole-model
+    fp16 and bf16 casts too, which training skips) on keyword inputs with a padding mask, fp32 "ok", none ending in
+    error; the ModelOutput's logits are the one output compared. BERT through the CLI is test_hf_bert_train."""
     pytest.importorskip("transformers")
-    _, statuses, _, _ = advise("hf_bert.py:factory_infer", tmp_path)
+    import tcperf
+    from tcperf import accuracy, source
+    spec = source.load_spec(f"{FACTORIES / 'hf_bert.py'}:factory_infer")
+    out = spec.model.eval()(*spec.args, **spec.kwargs)
+    assert type(out).__name__ == "SequenceClassifierOutput" and not torch.is_tensor(out)
+    ref = accuracy.check_outputs(out)
+    assert len(ref) == 1 and torch.equal(ref[0], out.logits.detach().float()) and accuracy.degenerate(ref) is None
+    advice = tcperf.advise(spec.model, spec.kwargs, device="cpu", isolate=False)
+    statuses = {r.recipe: r.status for r in advice.recipes}
+    assert statuses.get("fp32") == "ok" and {"amp_bf16", "fp16", "bf16"} <= set(statuses), statuses
     no_errors(statuses)
+    assert all(r.error is not None and 0 < r.error < advice.tolerance for r in advice.recipes
+               if r.recipe in ("amp_bf16", "fp16", "bf16") and r.status == "ok"), advice.recipes
 
 
 # --- torchvision ViT: a zero-initialised head, so a constant reference --------------------------------------------
