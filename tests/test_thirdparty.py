@@ -10,7 +10,12 @@ What these tests prove:
 - a model that kills its process (os._exit) or hangs under autocast costs only its own recipe: amp_bf16 ends as
   "error" / "timeout", fp32 is still measured, reported "ok" and stored in the results store.
 
-The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded).
+The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded). BERT in training, ViT
+and ConvNeXt run `python -m tcperf advise` in a subprocess, as a user does; the tiny MLPs of outputs.py and
+killers.py call the CLI's main in this process (their recipes still run in worker processes of their own, as
+always): a `python -m tcperf` of its own costs 4-5 s on 2 cores (importing torch and tcperf again) and told those
+tests nothing more. BERT in inference runs tcperf.advise in this process without workers (each would import
+transformers again).
 """
 import json
 import sqlite3
@@ -19,6 +24,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from tcperf import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTORIES = ROOT / "tests" / "thirdparty"
@@ -26,18 +34,25 @@ TIMEOUT_S = 540          # one whole `tcperf advise` run; pytest's own limit is 
 # Marked slow: over ~20 s on 2 CPU cores (each recipe runs in its own worker process, which imports torch).
 
 
-def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: float = TIMEOUT_S):
-    """Run `tcperf advise tests/thirdparty/<target> --device cpu --json`; check what every run must satisfy and
-    return (the parsed JSON, {recipe: status}, the store's path, stdout)."""
+def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: float = TIMEOUT_S, capfd=None):
+    """Run `tcperf advise tests/thirdparty/<target> --device cpu --json` (with capfd: the CLI's main in this process,
+    its stdout and stderr, the workers' included, read at the file descriptors); check what every run must satisfy
+    and return (the parsed JSON, {recipe: status}, the store's path, stdout)."""
     db = tmp_path / "t.db"
-    cmd = [sys.executable, "-m", "tcperf", "advise", str(FACTORIES / target), "--mode", mode, "--device", "cpu",
-           "--db", str(db), "--json", *options]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    where = f"{' '.join(cmd[2:])}\n--- stderr (tail) ---\n{proc.stderr[-4000:]}\n--- stdout (head) ---\n{proc.stdout[:2000]}"
-    assert proc.returncode == 0, f"exit status {proc.returncode}: {where}"
-    assert "Traceback" not in proc.stderr, where
+    argv = ["advise", str(FACTORIES / target), "--mode", mode, "--device", "cpu", "--db", str(db), "--json", *options]
+    if capfd is None:
+        proc = subprocess.run([sys.executable, "-m", "tcperf", *argv], capture_output=True, text=True,
+                              timeout=timeout, cwd=ROOT)
+        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        capfd.readouterr()
+        returncode = cli.main(argv)
+        stdout, stderr = capfd.readouterr()
+    where = f"{' '.join(argv)}\n--- stderr (tail) ---\n{stderr[-4000:]}\n--- stdout (head) ---\n{stdout[:2000]}"
+    assert returncode == 0, f"exit status {returncode}: {where}"
+    assert "Traceback" not in stderr, where
     try:
-        data = json.loads(proc.stdout)
+        data = json.loads(stdout)
     except json.JSONDecodeError as e:
         pytest.fail(f"stdout is not JSON ({e}): {where}")
     assert {"run", "recipes", "verdict"} <= set(data), f"keys {sorted(data)}"
@@ -46,7 +61,7 @@ def advise(target: str, tmp_path, *options: str, mode: str = "infer", timeout: f
         assert {"recipe", "status"} <= set(r), r
     statuses = {r["recipe"]: r["status"] for r in data["recipes"]}
     assert statuses.get("fp32") == "ok", f"fp32 strict: {statuses}\n{where}"
-    return data, statuses, db, proc.stdout
+    return data, statuses, db, stdout
 
 
 def no_errors(statuses: dict) -> None:
@@ -69,11 +84,25 @@ def test_hf_bert_train(tmp_path):
     no_errors(statuses)
 
 
-@pytest.mark.slow
-def test_hf_bert_infer(tmp_path):
+def test_hf_bert_infer_every_cpu_recipe_on_its_model_output():
+    """BERT in inference, through tcperf.advise in this process (isolate=False: no worker, which would import
+    transformers again, 5-6 s each on 2 cores; the CLI in a subprocess took 23 s): every CPU recipe (the whole-model
+    fp16 and bf16 casts too, which training skips) on keyword inputs with a padding mask, fp32 "ok", none ending in
+    error; the ModelOutput's logits are the one output compared. BERT through the CLI is test_hf_bert_train."""
     pytest.importorskip("transformers")
-    _, statuses, _, _ = advise("hf_bert.py:factory_infer", tmp_path)
+    import tcperf
+    from tcperf import accuracy, source
+    spec = source.load_spec(f"{FACTORIES / 'hf_bert.py'}:factory_infer")
+    out = spec.model.eval()(*spec.args, **spec.kwargs)
+    assert type(out).__name__ == "SequenceClassifierOutput" and not torch.is_tensor(out)
+    ref = accuracy.check_outputs(out)
+    assert len(ref) == 1 and torch.equal(ref[0], out.logits.detach().float()) and accuracy.degenerate(ref) is None
+    advice = tcperf.advise(spec.model, spec.kwargs, device="cpu", isolate=False)
+    statuses = {r.recipe: r.status for r in advice.recipes}
+    assert statuses.get("fp32") == "ok" and {"amp_bf16", "fp16", "bf16"} <= set(statuses), statuses
     no_errors(statuses)
+    assert all(r.error is not None and 0 < r.error < advice.tolerance for r in advice.recipes
+               if r.recipe in ("amp_bf16", "fp16", "bf16") and r.status == "ok"), advice.recipes
 
 
 # --- torchvision ViT: a zero-initialised head, so a constant reference --------------------------------------------
@@ -96,8 +125,8 @@ def test_timm_convnext_infer(tmp_path):
 # --- outputs in containers ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("factory, mode", [("factory_tuple", "infer"), ("factory_dataclass", "infer"),
                                            ("factory_dict", "infer"), ("factory_dataclass", "train")])
-def test_container_outputs(tmp_path, factory, mode):
-    _, statuses, _, _ = advise(f"outputs.py:{factory}", tmp_path, mode=mode)
+def test_container_outputs(tmp_path, capfd, factory, mode):
+    _, statuses, _, _ = advise(f"outputs.py:{factory}", tmp_path, mode=mode, capfd=capfd)
     no_errors(statuses)
 
 
@@ -105,16 +134,17 @@ def test_container_outputs(tmp_path, factory, mode):
 KILLER_OPTIONS = ("--timeout", "30", "--recipes", "fp32,amp_bf16")
 
 
-def test_crash_under_autocast_costs_only_its_recipe(tmp_path):
-    _, statuses, db, _ = advise("killers.py:factory_crash", tmp_path, *KILLER_OPTIONS)
+def test_crash_under_autocast_costs_only_its_recipe(tmp_path, capfd):
+    _, statuses, db, _ = advise("killers.py:factory_crash", tmp_path, *KILLER_OPTIONS, capfd=capfd)
     assert statuses.get("amp_bf16") == "error", statuses
     assert ("fp32", "ok") in stored(db)
 
 
 @pytest.mark.slow
-def test_hang_under_autocast_times_out(tmp_path):
+def test_hang_under_autocast_times_out(tmp_path, capfd):
     """--timeout 8, not 30: the hang waits it out (36 s of the suite at 30, 23 s at 15, 2 cores). The timeout is
     per call, a worker's start-up apart: fp32's longest (the probe's first forward) takes about 1.3 s."""
-    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, "--timeout", "8", *KILLER_OPTIONS[2:])
+    _, statuses, db, _ = advise("killers.py:factory_hang", tmp_path, "--timeout", "8", *KILLER_OPTIONS[2:],
+                                capfd=capfd)
     assert statuses.get("amp_bf16") == "timeout", statuses
     assert ("fp32", "ok") in stored(db)
