@@ -114,10 +114,11 @@ def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
 
 def _chunk(h, w, b, t, count):
     """One chunk: (summed loss, d loss / d logits in the matmul's dtype); its logits made here, dropped on return.
-    Written so that torch.compile makes it two kernels, each one pass over the logits: the row reductions (the
-    log-sum-exp and the target's logit, picked by comparing a column index, not gathered) and the gradient
-    (softmax minus the one-hot, scaled and cast in the same pass). On an H100 (2026-11-27) the version with
-    gather and scatter_add_ took three passes and an fp32 copy: 5.3 ms a GPT-2 step against about 1.7 for two."""
+    Written so that torch.compile fuses all of it: the row reductions (the log-sum-exp and the target's logit,
+    picked by comparing a column index, not gathered) and the gradient (softmax minus the one-hot, scaled and cast
+    in the same expression; scatter_add_ is a mutation Inductor does not fuse). On an H100 (2026-11-27) the version
+    with gather and scatter_add_ spent 5.3 ms of a GPT-2 step in two kernels and an fp32 copy; this one is one
+    kernel of 2.34 ms."""
     wide = F.linear(h, w, b)                              # (c, V): bf16 under autocast, as the plain head's
     wide = wide.to(torch.promote_types(wide.dtype, torch.float32))   # log-softmax in fp32, as autocast does it
     valid = (t != IGNORE).to(wide.dtype)

@@ -185,8 +185,7 @@ def profile(fn, device: torch.device, calls: int = 3) -> dict:
     """The one Tensor Core share measurement: fn run a few times under the profiler -> {tc_share (of kernel time),
     top (the TOP longest kernels: name, time_us, tensor_core), kernel_ms and matmul_ms (a call's kernel time, all
     and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind), leaders (each kind's longest
-    kernels, leaders)}. Kernel benchmarks and model
-    steps (tcperf.worker, tcperf.engine) both take it."""
+    kernels, leaders)}. Kernel benchmarks and model steps (tcperf.worker, tcperf.engine) both take it."""
     kernels = profile_kernels(fn, device, calls=calls)
     top = [{"name": k["name"][:160], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
            for k in kernels[:TOP]]
