@@ -23,9 +23,22 @@ def run(*cases, timeout=60.0):
     return {r["op"].split(":")[-1].lower(): r for r in results}
 
 
-def test_good_case_is_checked_then_timed():
-    r = run(case("GOOD"))["good"]
-    assert r["status"] == "ok" and r["error"] < 1e-12
+@pytest.fixture(scope="module")
+def apart():
+    """GOOD in fp32, bf16 and fp64 through run_cases as it groups by default (a worker a precision), and what
+    on_result saw: shared by the three tests below, which only read it (each ran the same workers again: 2-4 s on
+    2 cores)."""
+    seen = []
+    rows = run_cases([case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")], CPU, timing=FAST,
+                     on_result=seen.append)
+    return rows, seen
+
+
+def test_good_case_is_checked_then_timed(apart):
+    rows, seen = apart
+    assert seen == rows
+    r = next(x for x in rows if x["precision"] == "fp32")
+    assert r["op"].split(":")[-1].lower() == "good" and r["status"] == "ok" and r["error"] < 1e-12
     assert r["n"] >= 5 and len(r["samples"]) == r["n"] and r["median_ms"] > 0
     assert r["gbps"] > 0
 
@@ -66,20 +79,20 @@ def test_unsupported_precision_is_skipped_with_reason():
     assert r["status"] == "skipped" and "CUDA GPU" in r["message"]
 
 
-def test_precisions_run_in_separate_workers_without_leaking():
+def test_precisions_run_in_separate_workers_without_leaking(apart):
     """Each precision group gets a fresh process: tf32 flags set by one cannot reach the next."""
-    cases = [case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")]
-    results = run_cases(cases, CPU, timing=FAST)
+    results, _ = apart
     assert sorted(r["precision"] for r in results) == ["bf16", "fp32", "fp64"]
     assert all(r["status"] == "ok" for r in results)
 
 
-def test_task_key_runs_every_precision_in_one_worker_and_each_case_says_where_its_time_went():
+def test_task_key_runs_every_precision_in_one_worker_and_each_case_says_where_its_time_went(apart):
     """`tcperf run`'s grouping: one worker start-up (the first result carries it), whatever the precision; each
-    case stores the seconds of its phases, and they fit inside its wall time."""
+    case stores the seconds of its phases, and they fit inside its wall time. The default grouping (`apart`): a
+    start-up a precision."""
     cases = [case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")]
     shared = run_cases(cases, CPU, timing=FAST, group_by=task_key)
-    apart = run_cases(cases, CPU, timing=FAST)
+    apart, _ = apart
     assert [r["precision"] for r in shared] == ["fp32", "bf16", "fp64"] and all(r["status"] == "ok" for r in shared)
     assert sum("worker_start_s" in r["metrics"] for r in shared) == 1
     assert sum("worker_start_s" in r["metrics"] for r in apart) == 3
