@@ -85,6 +85,18 @@ def test_picks_outside_the_grid_are_timed_once():
     assert [(h.recipe, h.runs, h.keep) for h in hands] == [("bf16+fp32[lm_head]", "bf16", ("lm_head",))]
 
 
+def test_the_hand_grid_times_the_advisors_contenders_before_a_deadline_can_cut_them():
+    from tcperf.advisor.measure import RecipeResult
+    advice = _advice("cuda_graphs")          # BERT training on an H100, 2026-11-27: the advisor's ms a step
+    advice.recipes += [RecipeResult(n, "ok", timing={"mean_ms": ms}) for n, ms in
+                       (("tf32+compile", 27.7), ("step_graph", 9.22), ("amp_fp16+cuda_graphs", 9.91))]
+    advice.recipes.append(RecipeResult("fp8+step_graph", "skipped"))
+    grid = ["fp32+compile", "tf32+compile", "fp8+step_graph", "amp_fp16+cuda_graphs", "cuda_graphs", "step_graph"]
+    hands = ag.contenders_first([ag.Hand(n, n) for n in grid], [advice])
+    assert [h.recipe for h in hands] == ["cuda_graphs", "step_graph", "amp_fp16+cuda_graphs", "tf32+compile",
+                                         "fp32+compile", "fp8+step_graph"]
+
+
 def test_checks_ratio_and_repeats():
     hand = [{"recipe": "compile", "ms": 1.0, "passes": True}, {"recipe": "cuda_graphs", "ms": 1.02, "passes": True},
             {"recipe": "tf32", "ms": 2.0, "passes": True}]

@@ -409,7 +409,8 @@ def _rates(table: dict):
 
 @pytest.mark.parametrize("table, start, expect, asked", [
     ({16: 180, 32: 200, 64: 201, 48: 205}, 16, 48, [16, 32, 64, 48]),      # up, stop under 1% more, midpoint
-    ({64: 100, 128: 90, 32: 120, 16: 119, 48: 110}, 64, 32, [64, 128, 32, 16, 48]),   # no double helps: halves
+    ({64: 100, 128: 90, 32: 120, 16: 117, 48: 110}, 64, 32, [64, 128, 32, 16, 48]),   # no double helps: halves
+    ({64: 100, 128: 90, 32: 120, 16: 119, 48: 110}, 64, 16, [64, 128, 32, 16, 48]),   # 32 not 1% ahead of 16
     ({8: 50, 16: 60}, 8, 16, [8, 16, 32, 24]),                             # 32 does not fit: 24 might
     ({}, 8, None, [8]),                                                    # the start does not fit
 ])
@@ -428,9 +429,17 @@ def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch():
     assert r["status"] == "ok", r["message"]
     ok = [p for p in m["batch_curve"] if p["status"] == "ok"]
     assert r["shape"]["batch"] == 2 and "(fastest)" in m["label"]           # the row climbs batch 2's ladder
-    assert m["batch"] == max(ok, key=lambda p: p["throughput"])["batch"]     # CPU timings: whichever was fastest
+    assert m["batch"] == ladder.fastest(ok)                                 # CPU timings: whichever was fastest
     assert all(p["status"] == "oom" for p in m["batch_curve"] if p["batch"] > 4)
     assert m["accuracy"] and r["precision"] == "fp32_batch"          # checked against fp32 at the batch found
+
+
+def test_a_larger_batch_is_the_fastest_only_when_it_is_at_least_gain_faster():
+    gpt2_h100 = {16: 443_699, 32: 476_038, 64: 495_675, 128: 506_340, 192: 507_173}     # 2026-11-27, call 5
+    curve = [{"batch": b, "status": "ok", "throughput": r} for b, r in gpt2_h100.items()]
+    curve.append({"batch": 256, "status": "oom", "throughput": None})
+    assert [p["batch"] for p in ladder.by_speed(curve)] == [128, 192, 64, 32, 16]
+    assert ladder.fastest(curve) == 128 and ladder.fastest(curve[:2]) == 32 and ladder.fastest(curve[5:]) is None
 
 
 def test_the_batch_rung_falls_back_a_batch_when_the_full_cell_at_the_fastest_runs_out_of_memory(monkeypatch):
