@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import gc
 import json
+import logging
 import math
 import os
 import time
@@ -34,6 +35,8 @@ import torch
 from . import accuracy, env, peaks, recipes, stream, workload
 from .source import import_files, load_source, on_device
 from .spec import Spec, callable_model, tensor_inputs
+
+log = logging.getLogger(__name__)   # progress a worker's parent reads when it kills it (runner: last logged)
 
 TASK = "recipe"
 TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
@@ -169,6 +172,8 @@ def reference(spec: Spec, mode: str, device, steps: int = accuracy.DEFAULT_STEPS
     """fp32 strict on the spec: the outputs to compare (inference), or the losses of `steps` steps and of
     NOISE_RUNS perturbed runs (training)."""
     fp32 = recipes.get("fp32")
+    log.info("fp32 strict's reference (%s%s)", mode, f", {steps} steps and {accuracy.NOISE_RUNS} noise runs"
+             if mode == "train" else "")
     if mode == "train":
         losses, _ = train_losses(_prepare(spec, fp32, mode, device), steps)
         noise = [train_losses(_prepare(spec, fp32, mode, device, perturb=i + 1), steps)[0]

@@ -25,6 +25,7 @@ On an H200 (anchors.md): GPT-2 small training amp_bf16 ~326k tokens/s; ResNet-50
 from __future__ import annotations
 
 import dataclasses
+import logging
 import tempfile
 from itertools import groupby
 
@@ -32,6 +33,8 @@ import torch
 
 from . import accuracy, engine, models, recipes, source
 from .runner import TimingConfig, run_cases
+
+log = logging.getLogger(__name__)   # progress a worker's parent reads when it kills it (runner: last logged)
 
 TASK = "model_cell"
 DEFAULT_STEPS = accuracy.DEFAULT_STEPS   # training steps the accuracy check compares
@@ -210,6 +213,7 @@ def probe(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw:
     quick = {**kw, "timing": {**timing, "rep_ms": min(100.0, timing.get("rep_ms", 100.0))}, "profile": False,
              "reference": None}
     point = {"batch": batch, "status": "oom", "throughput": None}
+    log.info("%s %s: probing batch %d", model, mode, batch)
     try:
         r = measure_cell(model, mode, rec, batch, device, **quick, check=False)
         point.update(status=r["status"], throughput=r["metrics"].get("throughput"),
@@ -219,6 +223,7 @@ def probe(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw:
     finally:
         _release(device)
     curve.append(point)
+    log.info("%s %s: batch %d %s, %s items/s", model, mode, batch, point["status"], point["throughput"])
     return point
 
 
@@ -307,6 +312,7 @@ def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[di
 
 def _full_cell(model: str, mode: str, rec, found: int, batch: int, device, kw: dict) -> dict:
     same = {**kw, "reference": kw.get("reference") if found == batch else None}   # fp32 made at the found batch
+    log.info("%s %s: the full cell at batch %d (fp32's reference there, the check)", model, mode, found)
     return measure_cell(model, mode, rec, found, device, **same)
 
 

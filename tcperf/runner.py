@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .worker import LOG_MARK
+
 STARTUP_TIMEOUT = 300.0   # importing torch and creating a CUDA context, before the first case
 
 
@@ -201,7 +203,7 @@ class _Worker:
         except queue.Empty:
             self.proc.kill()
             return {"event": "failed", "i": current, "status": "timeout",
-                    "message": f"no answer within {limit:.0f} s: worker killed"}
+                    "message": f"no answer within {limit:.0f} s: worker killed{self.last_logged()}"}
         if line is None:
             return self._death(current)
         return json.loads(line)
@@ -213,6 +215,12 @@ class _Worker:
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
         return {"event": "failed", "i": current, "status": status, "exit": rc,
                 "message": f"worker died ({exit_text(rc)}): {last}"[:400]}
+
+    def last_logged(self) -> str:
+        """'; last logged: ...', the last line of tcperf's progress log (worker.LOG_FORMAT) in the worker's stderr:
+        where a killed worker was (a batch probe, fp32's reference, ...); '' when it logged nothing."""
+        lines = [x for x in self.stderr_tail().splitlines() if x.startswith(LOG_MARK)]
+        return f"; last logged: {lines[-1][len(LOG_MARK):].strip()[:240]}" if lines else ""
 
     def stderr_tail(self, chars: int = 4000) -> str:
         self.stderr.seek(0, os.SEEK_END)

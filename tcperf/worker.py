@@ -31,6 +31,8 @@ import traceback
 
 from . import tasks
 
+LOG_MARK = "tcperf log:"      # this worker's lines of tcperf's progress log in its stderr begin so (_log_progress)
+
 
 def measure_case(case: dict, device, job: dict) -> dict:
     """Correctness first, then timing, then (optionally) the kernels that ran and the padded shape's time."""
@@ -181,6 +183,7 @@ def main() -> None:
     _end_with_parent()
     channel = os.fdopen(os.dup(1), "w", buffering=1)   # the protocol keeps the real stdout ...
     os.dup2(2, 1)                                       # ... and anything else printed goes to stderr
+    _log_progress()
     job = json.loads(sys.stdin.readline())
     for path in reversed(job.get("sys_path", [])):
         if path not in sys.path:
@@ -210,6 +213,18 @@ def main() -> None:
             result["metrics"]["worker_start_s"] = started
         _emit(channel, {"event": "result", "i": i, "result": result})
     _emit(channel, {"event": "done"})
+
+
+def _log_progress() -> None:
+    """tcperf's progress log (logging.getLogger("tcperf...").info: a batch probe, fp32's reference) to stderr,
+    each line marked, so that the parent can say where a worker it killed was (runner._Worker.last_logged)."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{LOG_MARK} %(asctime)s %(message)s", "%H:%M:%S"))
+    log = logging.getLogger("tcperf")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
 
 
 def _await_case() -> dict | None:

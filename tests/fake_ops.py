@@ -1,5 +1,6 @@
 """Operations that misbehave on purpose, for the runner's tests. Workers import them as 'fake_ops:NAME'
 (the tests folder is on the sys.path the parent passes to its workers)."""
+import logging
 import os
 import time
 
@@ -28,6 +29,7 @@ class Scale(Op):
         if self.bug == "crash":
             os._exit(3)                       # the process dies with no Python error
         if self.bug == "hang":
+            logging.getLogger("tcperf.fake_ops").info("preparing n=%d, about to hang", shape["n"])
             time.sleep(3600)
         if self.bug == "oom":
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB (simulated)")

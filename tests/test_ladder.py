@@ -420,8 +420,9 @@ def test_the_fastest_batch_search(table, start, expect, asked):
     assert found == expect and seen == asked and set(rates) == set(asked)
 
 
-def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch():
+def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch(caplog):
     import dataclasses
+    caplog.set_level("INFO", logger="tcperf")
     rung = dataclasses.replace(recipes.RECIPES["fp32"], name="fp32_batch", fastest_batch=True)
     r = ladder.measure_cell("gpt2", "train", rung, 2, "cpu", config="small", steps=2, timing={"rep_ms": 10},
                             oom_above=4)
@@ -432,6 +433,9 @@ def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch():
     assert m["batch"] == ladder.fastest(ok)                                 # CPU timings: whichever was fastest
     assert all(p["status"] == "oom" for p in m["batch_curve"] if p["batch"] > 4)
     assert m["accuracy"] and r["precision"] == "fp32_batch"          # checked against fp32 at the batch found
+    said = caplog.text                   # the progress a killed worker's parent reports (runner: last logged)
+    assert "gpt2 train: probing batch 2" in said and f"the full cell at batch {m['batch']}" in said
+    assert "fp32 strict's reference (train, 2 steps and 2 noise runs)" in said
 
 
 def test_a_larger_batch_is_the_fastest_only_when_it_is_at_least_gain_faster():

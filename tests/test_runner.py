@@ -65,6 +65,7 @@ def test_crash_is_recorded_and_the_group_goes_on():
 def test_hang_past_timeout_is_recorded():
     r = run(case("HANG"), case("GOOD"), timeout=3.0)
     assert r["hang"]["status"] == "timeout" and "3 s" in r["hang"]["message"]
+    assert "about to hang" in r["hang"]["message"]          # where it was: the last line tcperf's log gave
     assert r["good"]["status"] == "ok"
 
 
