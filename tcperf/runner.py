@@ -217,7 +217,7 @@ class _Worker:
                 "message": f"worker died ({exit_text(rc)}): {last}"[:400]}
 
     def last_logged(self) -> str:
-        """'; last logged: ...', the last line of tcperf's progress log (worker.LOG_FORMAT) in the worker's stderr:
+        """'; last logged: ...', the last line of tcperf's progress log (worker.LOG_MARK) in the worker's stderr:
         where a killed worker was (a batch probe, fp32's reference, ...); '' when it logged nothing."""
         lines = [x for x in self.stderr_tail().splitlines() if x.startswith(LOG_MARK)]
         return f"; last logged: {lines[-1][len(LOG_MARK):].strip()[:240]}" if lines else ""
