@@ -187,8 +187,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
            over="step_graph", modes=("train",),
            about="the best rung from the whole-step graph on (autotune aside: it would compile again at every "
-                 "batch) at the batch with the most items a second (searched by doubling from the model's own, "
-                 "then halving, then one midpoint)"),
+                 "batch) at the batch with the most items a second, a larger one only where it is at least 1% faster "
+                 "(searched by doubling from the model's own, then halving, then one midpoint)"),
     Recipe("fp8", "amp_bf16", compile=True, fp8=True, needs="linear", tolerance=0.25,
            about="nn.Linear layers in fp8"),
     Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), needs="linear", tolerance=0.25,
