@@ -10,7 +10,7 @@ in one run, printed as ladder tables, checked against the targets.
 Targets (issue 35), printed beside the hand loops: ResNet-50 training best rung >= 7,500 img/s on an H200 (>= 6,450
 on an H100) and >= 1.12x the best rung up to step_graph in the same call; GPT-2 small training (16 x 1024) best rung
 >= 500k tokens/s on an H200 and >= 1.15x the best rung up to step_graph; amp_bf16 >= 320k on an H200; each best
-rung faster than the plain hand loops timed in the same call after the ladder, at the model's own batch
+rung faster than the plain hand loops timed in the same call before the ladder, at the model's own batch
 (benchmarks/hand_loops.py: amp_bf16 (+ channels_last) + torch.compile + fused AdamW, and the same with the whole
 step in one CUDA graph). Only rows whose training check passed count. The rungs past step_graph (autotune,
 chunked_ce, batch: tcperf.recipes) are each one thing on top of it; --profile shows where each one's step goes, by
@@ -30,6 +30,7 @@ about 150 s).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -39,7 +40,7 @@ import torch
 from rich.console import Console
 
 from hand_loops import WINDOWS, plain_loop  # beside this script
-from tcperf import env, ladder, recipes
+from tcperf import env, ladder, models, recipes
 from tcperf.commands.models import print_ladder
 from tcperf.kernels import kinds_line
 from tcperf.runner import TimingConfig
@@ -145,9 +146,9 @@ def only_rungs(plans: dict, text: str) -> dict:
     """plans (mode -> model -> rungs) cut to --recipes: a rung for every model, or MODEL:RUNG for that model's only
     (ResNet-50's batch search takes minutes a batch: `step_graph,chunked_ce,gpt2:batch` leaves it out)."""
     items = [t.strip() for t in text.split(",") if t.strip()]
-    models = {m for plan in plans.values() for m in plan}
-    mine = {tuple(t.split(":", 1)) for t in items if t.split(":", 1)[0] in models}
-    shared = [t for t in items if t.split(":", 1)[0] not in models]
+    planned = {m for plan in plans.values() for m in plan}
+    mine = {tuple(t.split(":", 1)) for t in items if t.split(":", 1)[0] in planned}
+    shared = [t for t in items if t.split(":", 1)[0] not in planned]
     every = set(recipes.parse_list(",".join(shared))) if shared else set()
     for _, rung in mine:
         recipes.get(rung)                              # a mistyped rung: one line, exit 2
@@ -174,35 +175,55 @@ def check_lines(found: dict, gpu: str) -> list[str]:
     return lines
 
 
-def hand_loops(rows: list[dict], device, models_wanted, config: str) -> dict:
-    """Each model's hand loops (HAND: one build and compile each, WINDOWS windows) against the ladder's best
-    training rung; a hand loop is judged by its best window, as the ladder's rung by its mean."""
+def hand_loops(device, models_wanted, config: str) -> dict:
+    """Each model's hand loops (HAND: one build and compile each, WINDOWS windows of items/s) at its own batch,
+    timed before the ladder: a rung that runs past the call's time cannot take the comparison with it (GPT-2's
+    batch rung did on an H100, 2026-11-27), and the loops get the GPU before the ladder has warmed it.
+    -> {model: {"batch": ..., "times": {label: [items/s a window]}}}"""
     out = {}
     for name, loops in HAND.items():
-        best = max((r for r in rows if r["shape"].get("model") == name and r["shape"].get("mode") == "train"
-                    and r["status"] == "ok"), key=lambda r: r["metrics"]["throughput"], default=None)
-        if name not in models_wanted or best is None:
+        if name not in models_wanted:
             continue
-        batch = best["shape"]["batch"]
+        batch = QUICK_BATCH if config == "small" else models.config(models.get(name), config)["batch"]   # mode_cases'
         times = {}
         for label, how in loops.items():
             try:
                 times[label] = plain_loop(name, config, batch, how, HAND_STEPS, device, windows=WINDOWS)
             except Exception as e:                       # recorded for this loop, the others go on
                 print(f"  hand {name} {label}: {type(e).__name__}: {e}"[:200], flush=True)
-            torch.cuda.empty_cache()
-        hand = {label: max(v) for label, v in times.items() if v}
-        if not hand:
+            release()
+            if label in times:
+                print(f"hand {name} train b={batch} {label}: " + ", ".join(f"{x:,.0f}" for x in times[label]),
+                      flush=True)
+        out[name] = {"batch": batch, "times": times}
+    return out
+
+
+def release() -> None:
+    """What a hand loop leaves in this process goes before the ladder's workers need the GPU's memory: its compiled
+    graphs (Dynamo's caches hold the model) and the allocator's cached blocks."""
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def against_hand(rows: list[dict], timed: dict) -> dict:
+    """Each model's best training rung (its check passing) against its best hand loop, judged by its best window,
+    as the ladder's rung by its mean; printed."""
+    out = {}
+    for name, t in timed.items():
+        best = max((r for r in rows if r["shape"].get("model") == name and r["shape"].get("mode") == "train"
+                    and r["status"] == "ok"), key=lambda r: r["metrics"]["throughput"], default=None)
+        hand = {label: max(v) for label, v in t["times"].items() if v}
+        if best is None or not hand:
             continue
         top = max(hand, key=hand.get)
         mine = best["metrics"]["throughput"]
-        out[name] = {"best_rung": best["precision"], "rung": mine, "hand": times, "hand_best": top,
-                     "ratio": mine / hand[top], "batch": batch, "unit": best["metrics"].get("unit")}
-        for label, v in times.items():
-            print(f"hand {name} train b={batch} {label}: " + ", ".join(f"{x:,.0f}" for x in v), flush=True)
-        ran_at = best["metrics"].get("batch") or batch       # the batch rung runs at the batch it found
+        out[name] = {"best_rung": best["precision"], "rung": mine, "hand": t["times"], "hand_best": top,
+                     "ratio": mine / hand[top], "batch": t["batch"], "unit": best["metrics"].get("unit")}
+        ran_at = best["metrics"].get("batch") or best["shape"]["batch"]   # the batch rung runs at the one it found
         print(f"{name}: best rung {best['precision']} (batch {ran_at}) {mine:,.0f} / best hand loop ({top}, batch "
-              f"{batch}) {hand[top]:,.0f} = "
+              f"{t['batch']}) {hand[top]:,.0f} = "
               f"{mine / hand[top]:.3f} (target > 1.0: {'meets' if mine > hand[top] else 'BELOW'})", flush=True)
     return out
 
@@ -218,7 +239,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a cell may take, compiling included, "
                     "before it is recorded as timeout and the ladder goes on (ResNet-50's autotune rung compiled for "
                     "over 8 minutes on an H100)")
-    ap.add_argument("--no-hand", action="store_true", help="skip the hand loops after the ladder")
+    ap.add_argument("--no-hand", action="store_true", help="skip the hand loops (timed before the ladder)")
     ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph; "
                     "MODEL:RUNG for one model's plan only, e.g. step_graph,chunked_ce,gpt2:batch")
     ap.add_argument("--profile", action="store_true", help="profile each cell after its timing: GPU busy, Tensor "
@@ -235,20 +256,20 @@ def main() -> int:
     run_id = store.start_run("models", "python benchmarks/models_gpu.py" + (" --quick" if args.quick else ""),
                              environment)
     t0 = time.time()
+    config = "small" if args.quick else "full"
+    timed = {} if args.no_hand or "train" not in args.modes else hand_loops(device, args.models.split(","), config)
     status = "interrupted"
     try:
         plans = QUICK if args.quick else FULL
         if args.recipes:
             plans = only_rungs(plans, args.recipes)
-        rows = run_ladders(store, run_id, plans, "small" if args.quick else "full",
-                           device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
+        rows = run_ladders(store, run_id, plans, config, device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
                            args.modes.split(","), profile=args.profile, timeout=args.timeout)
         status = "done"
     finally:
         store.finish_run(run_id, status)
     print_ladder(rows, Console(width=200))
-    hand = {} if args.no_hand or "train" not in args.modes else hand_loops(
-        rows, device, args.models.split(","), "small" if args.quick else "full")
+    hand = against_hand(rows, timed)
     gpu = environment["gpu"]["name"]
     report = {"run": store.run(run_id), "results": rows, "checks": checks(rows, gpu), "hand": hand,
               "wall_s": time.time() - t0, "ceilings": ceilings, "quick": args.quick}

@@ -168,6 +168,23 @@ def test_models_gpu_keeps_a_rung_for_one_model_only():
         bench.only_rungs(plans, "gpt2:batchh")
 
 
+def test_models_gpu_holds_the_best_passing_rung_against_the_hand_loops_timed_before_the_ladder(capsys):
+    bench = load("models_gpu")
+    rows = [{"precision": p, "status": st, "shape": {"model": "gpt2", "mode": "train", "batch": 16},
+             "metrics": {"throughput": v, "unit": "tokens/s", **m}}
+            for p, st, v, m in (("step_graph", "ok", 403_007.0, {}), ("chunked_ce", "ok", 440_070.0, {}),
+                                ("batch", "wrong", 510_000.0, {"batch": 128}))]
+    timed = {"gpt2": {"batch": 16, "times": {"compile + fused": [394_340.0, 391_998.0],
+                                             "compile + fused + step graph": [399_597.0, 396_081.0]}},
+             "resnet50": {"batch": 256, "times": {}}}                  # its loops failed: no comparison
+    found = bench.against_hand(rows, timed)
+    assert list(found) == ["gpt2"] and found["gpt2"]["best_rung"] == "chunked_ce"   # a failed check never counts
+    assert found["gpt2"]["hand_best"] == "compile + fused + step graph"
+    assert found["gpt2"]["ratio"] == pytest.approx(440_070 / 399_597)
+    assert "= 1.101 (target > 1.0: meets)" in capsys.readouterr().out
+    assert bench.against_hand(rows[2:], timed) == {}                   # no passing rung: nothing to hold
+
+
 def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
     bench = load("workload_gpu")
     assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"
