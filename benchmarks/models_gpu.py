@@ -263,8 +263,8 @@ def main() -> int:
         plans = QUICK if args.quick else FULL
         if args.recipes:
             plans = only_rungs(plans, args.recipes)
-        rows = run_ladders(store, run_id, plans, config, device, 50.0 if args.quick else args.rep_ms, ceilings, args.models.split(","),
-                           args.modes.split(","), profile=args.profile, timeout=args.timeout)
+        rows = run_ladders(store, run_id, plans, config, device, 50.0 if args.quick else args.rep_ms, ceilings,
+                           args.models.split(","), args.modes.split(","), profile=args.profile, timeout=args.timeout)
         status = "done"
     finally:
         store.finish_run(run_id, status)
