@@ -158,20 +158,18 @@ def _kernel(kernel: str, choices: tuple) -> str:
     return kernel
 
 
-@torch.library.custom_op("tcperf::unfused", mutates_args=())
-def _unfused(x: torch.Tensor) -> torch.Tensor:
-    """x, copied by an op Inductor cannot see into: the int8 GEMV after it is compiled alone. Fused, Inductor pulls
-    the producer of x (RMSNorm, SiLU(gate) x up) into the GEMV's reduction, where every program recomputes it over
-    all of K. Llama-3.1-8B's int8 weight-only decode at batch 1 on an H100 (2026-11-26, tcperf generate llama-8b
-    --precision int8wo): 180, 220 and 223 tokens/s fused, 237, 248 and 249 with this copy (bf16: 170); its linear
-    kernels read the weights at 48-60% of the copy bandwidth fused, 68-73% apart. A copy of one activation row costs
-    a few microseconds a layer."""
-    return x.clone()
-
-
-@_unfused.register_fake
-def _(x):
-    return torch.empty_like(x)
+def apart(x: torch.Tensor) -> torch.Tensor:
+    """x as a GEMV's input under torch.compile: stored where it is made (Inductor's force_stride_order realises it,
+    no copy), so the GEMV after it reads it instead of recomputing its producer. Left alone, Inductor pulls the
+    producer (RMSNorm, SiLU(gate) x up) into a one-row matmul's reduction, where every program recomputes it over all
+    of K: Llama-3.1-8B's int8 weight-only decode at batch 1 on an H100 (2026-11-26) ran at 180-223 tokens/s fused and
+    237-249 with the input copied apart by an opaque op (one more kernel a layer); Llama-3.2-1B's bf16 down projection
+    fused with SiLU x up read its weights at 58% of the copy bandwidth (2026-11-27). Eager, and under autograd (the
+    op has no derivative), x itself."""
+    if not torch.compiler.is_compiling() or torch.is_grad_enabled():
+        return x
+    from torch._inductor import inductor_prims     # registers the op; imported when first compiled, not before
+    return inductor_prims.force_stride_order(x, x.stride())
 
 
 class Int8WeightOnlyLinear(QuantLinear):
@@ -181,7 +179,7 @@ class Int8WeightOnlyLinear(QuantLinear):
     2026-11-26 night, Llama-3.1-8B's decode layers against bf16's time: Inductor's 0.55 at batch 1 and 2.5 from
     batch 2, in the dynamic-batch graph a sweep compiles; tcperf.gemv's 0.57 at batch 1, 0.74 at 4; which a decode
     takes is tcperf.generate.quant.KERNELS's choice). Inductor's GEMV takes its input
-    through tcperf::unfused (_unfused), so that it compiles apart from the input's producer. The int8 values are
+    through apart(), so that it reads it instead of recomputing its producer. The int8 values are
     `w8`; `weight` is QuantLinear's stand-in."""
 
     def __init__(self, linear: nn.Linear, kernel: str = "inductor"):
@@ -193,7 +191,7 @@ class Int8WeightOnlyLinear(QuantLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "inductor":
-            return F.linear(torch.ops.tcperf.unfused(x), self.w8.to(x.dtype)) * self.scales
+            return F.linear(apart(x), self.w8.to(x.dtype)) * self.scales
         y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales)     # (M, N)
         return y.reshape(*x.shape[:-1], self.out_features)
 

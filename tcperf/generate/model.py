@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import choices
+from ..quant import apart
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class Attention(nn.Module):
 
     def forward(self, x, freqs_cis, mask, input_pos):
         a, (b, t, _) = self.a, x.shape
-        q, k, v = self.wqkv(x).split([a.n_head * a.head_dim, a.n_kv_head * a.head_dim,
+        q, k, v = self.wqkv(apart(x)).split([a.n_head * a.head_dim, a.n_kv_head * a.head_dim,
                                       a.n_kv_head * a.head_dim], dim=-1)
         q = apply_rotary_emb(q.view(b, t, a.n_head, a.head_dim), freqs_cis).transpose(1, 2)   # (B, H, T, hd)
         k = apply_rotary_emb(k.view(b, t, a.n_kv_head, a.head_dim), freqs_cis).transpose(1, 2)
@@ -121,7 +122,7 @@ class Attention(nn.Module):
         if self.kv_cache is not None:                                     # decoding; training attends over its T
             k, v = self.kv_cache.update(input_pos, k, v)                 # (B, kv heads, max_seq, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        return self.wo(y.transpose(1, 2).reshape(b, t, a.n_head * a.head_dim))
+        return self.wo(apart(y.transpose(1, 2).reshape(b, t, a.n_head * a.head_dim)))
 
 
 class FeedForward(nn.Module):
@@ -133,8 +134,8 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(a.intermediate, a.dim, bias=False)
 
     def forward(self, x):
-        gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(F.silu(gate) * up)
+        gate, up = self.w13(apart(x)).chunk(2, dim=-1)
+        return self.w2(apart(F.silu(gate) * up))
 
 
 class Block(nn.Module):
@@ -190,7 +191,7 @@ class Transformer(nn.Module):
         x = self.tok_embeddings(idx)
         for layer in self.layers:
             x = layer(x, freqs_cis, mask, input_pos)
-        return self.output(self.norm(x[:, -1:] if last_only else x))
+        return self.output(apart(self.norm(x[:, -1:] if last_only else x)))
 
 
 def build(a: ModelArgs, device, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Transformer:
