@@ -5,21 +5,23 @@
 
 What it runs, each `tcperf` command in its own process (the store is --db, default OUT/generate.db):
   1. `tcperf ceilings --precision bf16` when this GPU has no copy bandwidth stored yet (the figures are shares of it)
-  2. for each model (default Llama-3.1-8B's and Llama-3.2-1B's shapes, random weights): bf16, int8wo and int4wo-128
+  2. the hand loop below on each model in bf16 (torch only: a static KV cache, the decode step compiled with
+     mode="reduce-overhead", as gpt-fast does), timed with CUDA events; first, so that a call that runs out of time
+     keeps the comparison; its compiled code cached beside the store, as tcperf's is
+  3. for each model (default Llama-3.1-8B's and Llama-3.2-1B's shapes, random weights): bf16, int8wo and int4wo-128
      at batch 1, prompt 128, 128 new tokens (--quick: 32), the plain loop compiled; each passes the kernel check
      (every quantized layer against its own dequantised weights) before it is timed; --kernel: the weight-only
      layers' kernels (`tcperf generate --kernel`: default Inductor's fused GEMV and tinygemm, triton tcperf.gemv's)
-  3. `tcperf generate stdlib`: the model tcperf trains (once a machine, beside the store), each precision's
+  4. `tcperf generate stdlib`: the model tcperf trains (once a machine, beside the store), each precision's
      perplexity on held-out text against bf16's, within the limits from torchao's published table
-  4. the hand loop below on each model in bf16 (torch only: a static KV cache, the decode step compiled with
-     mode="reduce-overhead", as gpt-fast does), timed with CUDA events
   5. --sweep: the old crossing check, the bf16 step over batch 1..1024 (the eager step in a CUDA graph), and
      transformers' generate at batch 1
 Targets: at Llama-3.1-8B int8wo >= 1.7x and int4wo-128 >= 2.8x bf16's tokens/s; at Llama-3.2-1B bf16 >= 0.75 of
 the measured copy bandwidth; every kernel check passes; each precision's perplexity on the trained model within
 its limit of bf16's. Writes OUT/generate_gpu.json (every row, the checks, the hand loop, the wall time).
-Expected (not yet run; estimated from the compile times of 2026-11-25, 60-100 s a precision at 8B): about 6
-minutes on one H100 for both models, --quick (Llama-3.2-1B only, 32 tokens) about 2.5 minutes.
+Measured on one H100: 536 s (2026-11-26); cold, more than 575 s (2026-11-27: the six compiles 386 s, the two hand
+loops' 105 s). The compile caches beside the store (tcperf's and the hand loops') halve a second run's compiles:
+keep the store's folder, or carry it to the next machine. --quick (Llama-3.2-1B only, 32 tokens) about 2.5 minutes.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from tcperf import compile_cache
 from tcperf.generate import parts
 from tcperf.generate.model import CONFIGS
 from tcperf.store import Store
@@ -120,11 +123,17 @@ def norm(x: torch.Tensor) -> torch.Tensor:
 HAND_OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
 
 
-def hand_loop(model: str, context: int = 256, steps: int = 200, options: dict | None = None) -> dict:
+def hand_loop(model: str, context: int = 256, steps: int = 200, options: dict | None = None,
+              cache_folder: str | None = None) -> dict:
     """The hand step compiled (CUDA graphs, coordinate-descent tuning, or `options`), warmed up, then `steps` steps
     each timed with CUDA events; the step's bytes are the weights (the tied head once) and the KV cache read at
-    context / 2. `agrees`: the compiled step's next token equals the eager step's."""
+    context / 2. `agrees`: the compiled step's next token equals the eager step's. cache_folder: torch.compile's
+    products loaded from and saved to a file there (tcperf.compile_cache, as `tcperf generate` keeps its own beside
+    the store): a second run compiles in about half the time; the timed steps are the same."""
     a = CONFIGS[model]
+    cache = compile_cache.CompileCache(cache_folder, compile_cache.key_of(
+        device="cuda", hand=model, context=context, options=options or HAND_OPTIONS), f"hand-{model}")
+    cache.load()
     torch._dynamo.reset()
     net = HandStep(a, context, torch.device("cuda"))
     step = torch.compile(net, fullgraph=True, options=options or HAND_OPTIONS)
@@ -135,6 +144,7 @@ def hand_loop(model: str, context: int = 256, steps: int = 200, options: dict | 
         tok = step(tok, pos).clone()
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
+    cached = cache.save()
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
     ev[0].record()
     for e in ev[1:]:
@@ -150,7 +160,7 @@ def hand_loop(model: str, context: int = 256, steps: int = 200, options: dict | 
     torch.cuda.empty_cache()
     return {"model": model, "median_ms": med, "iqr_ms": ms[3 * len(ms) // 4] - ms[len(ms) // 4],
             "tokens_s": 1e3 / med, "gbps": (weights + kv) / (med * 1e-3) / 1e9, "bytes": weights + kv,
-            "compile_s": compile_s, "agrees": agrees}
+            "compile_s": compile_s, "compile_cache": cached, "agrees": agrees}
 
 
 # --- checks -----------------------------------------------------------------------------------------------------
@@ -217,6 +227,10 @@ def main() -> int:
         tcperf(db, "ceilings", "--precision", "bf16", "--size", "4096" if a.quick else "8192")
     bandwidth = Store.open(db).ceilings(gpu).get("bandwidth")
     print(f"ceilings: {Store.open(db).ceilings(gpu)}  ({time.time() - t0:.0f} s)", flush=True)
+    # the hand loops first: a call that runs out of time keeps the comparison (2026-11-27: the six cold compiles
+    # took 386 s and a 575 s call ended before the hand loop); each compiles in about a minute, cached beside the store
+    hands = {m: hand_loop(m, cache_folder=os.path.dirname(os.path.abspath(db))) for m in models}
+    print(f"hand loops done ({time.time() - t0:.0f} s)", flush=True)
     by_model = {}
     for model in models:
         by_model[model] = generate(db, os.path.join(a.out, model), model, "--precision", PRECISIONS, "--kv", "bf16",
@@ -227,7 +241,6 @@ def main() -> int:
                       "--batch", "1", "--prompt", "64", "--output", "16", "--loop", "plain", "--no-compile",
                       "--rep-ms", "100")
     print(f"stdlib done ({time.time() - t0:.0f} s)", flush=True)
-    hands = {m: hand_loop(m) for m in models}
     extra = sweep(db, a.out) if a.sweep else []
     results = {"gpu": gpu, "quick": a.quick, "ceilings": Store.open(db).ceilings(gpu),
                "checks": checks(by_model, stdlib, hands, bandwidth), "rows": by_model, "stdlib": stdlib,
