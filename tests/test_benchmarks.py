@@ -217,3 +217,28 @@ def test_ddp_benchmark_plain_loops_train_as_tcperfs_recipes():
     for row in load("ddp_gpu").ROWS:
         rec = recipes.get(row.recipe)
         assert (row.fused, row.compile) == (rec.fused, rec.compile), row
+
+
+def test_fp8_width_sweep_finds_the_narrowest_width_from_which_fp8_pays():
+    """fp8 counts only where it is MARGIN faster at that width and every wider one; a failed fp8 row is not faster."""
+    bench = load("fp8_width_gpu")
+    t = lambda c, f: {"compile": c, "fp8": f}                                     # noqa: E731
+    assert bench.crossover({768: t(100, 90), 2048: t(100, 104), 4096: t(100, 120), 8192: t(100, 130)}) == 2048
+    assert bench.crossover({768: t(100, 110), 2048: t(100, 102), 4096: t(100, 120)}) == 4096   # 2048 within margin
+    assert bench.crossover({768: t(100, 110), 4096: t(100, None)}) is None       # fp8 failed at the widest
+    assert bench.throughputs([{"precision": "compile", "status": "ok", "metrics": {"throughput": 5.0}},
+                              {"precision": "fp8", "status": "wrong", "metrics": {"throughput": 9.0}}]) == \
+        {"compile": 5.0, "fp8": None}
+    assert bench.lines({768: t(100, 90), 4096: t(100, 120)})[-1] == "fp8 pays (>= 3% faster) from width 4096 on"
+    assert bench.config_of(2048, 2, 8) == "full:dim=2048,heads=32,layers=2,batch=8"
+
+
+@pytest.mark.parametrize("args, words", [(["--widths", "768,1000"], "multiples of 64"),
+                                         (["--widths", "x"], "multiples of 64"),
+                                         (["--layers", "0"], "positive whole numbers")])
+def test_fp8_width_sweep_bad_arguments_are_one_line_before_any_gpu(monkeypatch, capsys, args, words):
+    bench = load("fp8_width_gpu")
+    monkeypatch.setattr(sys, "argv", ["fp8_width_gpu.py", *args])
+    assert bench.main() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
