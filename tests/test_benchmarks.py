@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p.stem for p in BENCHMARKS.glob("*.py"))
@@ -242,3 +243,25 @@ def test_fp8_width_sweep_bad_arguments_are_one_line_before_any_gpu(monkeypatch, 
     assert bench.main() == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0], err
+
+
+def test_decode_attention_probe_reference_is_grouped_query_attention_over_the_unmasked_cache():
+    """The probe's float32 reference agrees with SDPA's math backend on the CPU (GQA, the mask's first half)."""
+    bench = load("decode_attention_probe")
+    q, k, v, mask = bench.inputs(2, 16, torch.device("cpu"))
+    want = bench.reference(q, k, v, mask)
+    got = bench.sdpa(torch.nn.attention.SDPBackend.MATH)(q, k, v, mask).float()
+    assert got.shape == (2, bench.HEADS, 1, bench.HEAD_DIM)
+    assert float((got - want).norm() / want.norm()) < 1e-2
+    k2 = k.clone()
+    k2[:, :, 16 // 2 + 1:] = 100.0                       # past the mask: no effect
+    assert torch.allclose(bench.reference(q, k2, v, mask), want)
+
+
+@pytest.mark.parametrize("args", [["--batches", "0"], ["--context", "a"]])
+def test_decode_attention_probe_bad_arguments_are_one_line(monkeypatch, capsys, args):
+    bench = load("decode_attention_probe")
+    monkeypatch.setattr(sys, "argv", ["decode_attention_probe.py", *args])
+    assert bench.main() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "positive whole numbers" in err[0], err
