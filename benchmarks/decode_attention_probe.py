@@ -13,7 +13,7 @@ replayed (triton.testing.do_bench_cudagraph, so launches cost what they cost ins
 
     python3 benchmarks/decode_attention_probe.py [--batches 1,8] [--context 256,1024] [--out DIR]
 
-Prints us a call, the bytes' share of a copy timed in the same call, and the error; writes
+Prints us a call, the bytes' share of a copy timed in the same call (tcperf.peaks.measure_now), and the error; writes
 OUT/decode_attention_probe.json. A variant this torch lacks or refuses is a row saying why.
 """
 from __future__ import annotations
@@ -26,6 +26,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from tcperf import peaks
 from tcperf.errors import UserError
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 64          # Llama-3.2-1B's attention
@@ -94,14 +95,6 @@ def variants() -> dict:
             "compiled": compiled_math(), "flex": flex()}
 
 
-def copy_gbps() -> float:
-    import triton
-    src = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200)
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
 def one(name: str, fn, batch: int, context: int, copy: float) -> dict:
     import triton
     q, k, v, mask = inputs(batch, context, torch.device("cuda"))
@@ -146,7 +139,7 @@ def main() -> int:
         print("decode_attention_probe.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     os.makedirs(a.out, exist_ok=True)
-    copy = copy_gbps()
+    copy = peaks.measure_now(torch.device("cuda"))["bandwidth"] or float("nan")     # tcperf's copy, now
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy, "rows": []}
     print(f"copy {copy:,.0f} GB/s", flush=True)
     fns = variants()
