@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from tcperf import peaks
+from tcperf.commands.common import positive_ints
 from tcperf.errors import UserError
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 64          # Llama-3.2-1B's attention
@@ -113,17 +114,6 @@ def one(name: str, fn, batch: int, context: int, copy: float) -> dict:
         return {**row, "status": "error", "why": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:150]}"}
 
 
-def positive(text: str, name: str) -> list[int]:
-    """'1,8' -> [1, 8]; UserError for anything but positive whole numbers."""
-    try:
-        values = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise UserError(f"{name} takes positive whole numbers, e.g. 1,8; got {text!r}")
-    return values
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", default="1,8")
@@ -131,7 +121,8 @@ def main() -> int:
     p.add_argument("--out", default="out")
     a = p.parse_args()
     try:
-        batches, contexts = positive(a.batches, "--batches"), positive(a.context, "--context")
+        batches = positive_ints(a.batches, "--batches", "1,8")
+        contexts = positive_ints(a.context, "--context", "256,1024")
     except UserError as e:
         print(f"decode_attention_probe.py: {e}", file=sys.stderr)
         return 2
