@@ -76,11 +76,15 @@ HAND = {  # model -> the plain loops the best training rung is held against (han
 HAND_STEPS = 40
 
 
+def own_batch(name: str, config: str) -> int:
+    """The batch a model's rungs and hand loops run at: QUICK_BATCH in the small configuration, else its own."""
+    return QUICK_BATCH if config == "small" else models.config(models.get(name), config)["batch"]
+
+
 def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
     """Every model's cells for one mode, ordered by rung: one worker per recipe serves all the models."""
-    batches = [QUICK_BATCH] if config == "small" else None
     cases = [c for name, names in plan.items() if name in models_wanted
-             for c in ladder.cells([name], mode, names, batches, config=config)]
+             for c in ladder.cells([name], mode, names, [own_batch(name, config)], config=config)]
     rank = {name: i for i, name in enumerate(recipes.LADDER)}
     return sorted(cases, key=lambda c: rank[c["precision"]])
 
@@ -184,7 +188,7 @@ def hand_loops(device, models_wanted, config: str) -> dict:
     for name, loops in HAND.items():
         if name not in models_wanted:
             continue
-        batch = QUICK_BATCH if config == "small" else models.config(models.get(name), config)["batch"]   # mode_cases'
+        batch = own_batch(name, config)
         times = {}
         for label, how in loops.items():
             try:

@@ -265,3 +265,14 @@ def test_decode_attention_probe_bad_arguments_are_one_line(monkeypatch, capsys, 
     assert bench.main() == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "positive integers" in err[0], err
+
+
+def test_models_gpu_rungs_and_hand_loops_share_one_batch_rule():
+    """The ladder's cells and the hand loops beside them run at the same batch: own_batch, for both configurations."""
+    bench = load("models_gpu")
+    from tcperf import models
+    for config in ("small", "full"):
+        cases = bench.mode_cases("train", {"gpt2": ["amp_bf16"]}, config, ["gpt2"])
+        assert [c["shape"]["batch"] for c in cases] == [bench.own_batch("gpt2", config)]
+    assert bench.own_batch("gpt2", "small") == bench.QUICK_BATCH
+    assert bench.own_batch("gpt2", "full") == models.config(models.get("gpt2"), "full")["batch"]
