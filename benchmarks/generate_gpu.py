@@ -21,7 +21,8 @@ the measured copy bandwidth; every kernel check passes; each precision's perplex
 its limit of bf16's. Writes OUT/generate_gpu.json (every row, the checks, the hand loop, the wall time).
 Measured on one H100: 536 s (2026-11-26); cold, more than 575 s (2026-11-27: the six compiles 386 s, the two hand
 loops' 125 s); with the compile caches beside the store (tcperf's and the hand loops') and the stdlib model trained,
-352 s (2026-11-27, 08:08 UTC): keep the store's folder, or carry it to the next machine. --quick (Llama-3.2-1B only, 32 tokens) about 2.5 minutes.
+352 s (2026-11-27, 08:08 UTC): keep the store's folder, or carry it to the next machine. --quick (Llama-3.2-1B
+only, 32 tokens) about 2.5 minutes.
 """
 from __future__ import annotations
 
