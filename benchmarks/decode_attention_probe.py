@@ -13,7 +13,7 @@ replayed (triton.testing.do_bench_cudagraph, so launches cost what they cost ins
 
     python3 benchmarks/decode_attention_probe.py [--batches 1,8] [--context 256,1024] [--out DIR]
 
-Prints us a call, the bytes' share of a copy timed in the same call, and the error; writes
+Prints us a call, the bytes' share of a copy timed in the same call (tcperf.peaks.measure_now), and the error; writes
 OUT/decode_attention_probe.json. A variant this torch lacks or refuses is a row saying why.
 """
 from __future__ import annotations
@@ -26,6 +26,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from tcperf import peaks
+from tcperf.commands.common import positive_ints
 from tcperf.errors import UserError
 
 HEADS, KV_HEADS, HEAD_DIM = 32, 8, 64          # Llama-3.2-1B's attention
@@ -94,14 +96,6 @@ def variants() -> dict:
             "compiled": compiled_math(), "flex": flex()}
 
 
-def copy_gbps() -> float:
-    import triton
-    src = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200)
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
 def one(name: str, fn, batch: int, context: int, copy: float) -> dict:
     import triton
     q, k, v, mask = inputs(batch, context, torch.device("cuda"))
@@ -120,17 +114,6 @@ def one(name: str, fn, batch: int, context: int, copy: float) -> dict:
         return {**row, "status": "error", "why": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:150]}"}
 
 
-def positive(text: str, name: str) -> list[int]:
-    """'1,8' -> [1, 8]; UserError for anything but positive whole numbers."""
-    try:
-        values = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise UserError(f"{name} takes positive whole numbers, e.g. 1,8; got {text!r}")
-    return values
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", default="1,8")
@@ -138,7 +121,8 @@ def main() -> int:
     p.add_argument("--out", default="out")
     a = p.parse_args()
     try:
-        batches, contexts = positive(a.batches, "--batches"), positive(a.context, "--context")
+        batches = positive_ints(a.batches, "--batches", "1,8")
+        contexts = positive_ints(a.context, "--context", "256,1024")
     except UserError as e:
         print(f"decode_attention_probe.py: {e}", file=sys.stderr)
         return 2
@@ -146,7 +130,7 @@ def main() -> int:
         print("decode_attention_probe.py: needs a CUDA GPU", file=sys.stderr)
         return 2
     os.makedirs(a.out, exist_ok=True)
-    copy = copy_gbps()
+    copy = peaks.measure_now(torch.device("cuda"))["bandwidth"] or float("nan")     # tcperf's copy, now
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy, "rows": []}
     print(f"copy {copy:,.0f} GB/s", flush=True)
     fns = variants()

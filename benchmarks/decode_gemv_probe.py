@@ -17,7 +17,7 @@ decode step of generate_gpu.py (torch only, CUDA graphs) is compiled four ways a
     python benchmarks/decode_gemv_probe.py [--models llama-1b,llama-8b] [--out DIR]
 
 Prints each variant's step (median of 200 CUDA-event-timed steps, IQR), the weights' GB/s and its share of a copy
-timed in the same call (a 1 GiB tensor copied, triton.testing.do_bench), and whether its token equals the eager
+timed in the same call (tcperf's copy case, tcperf.peaks.measure_now), and whether its token equals the eager
 step's. Writes OUT/decode_gemv_probe.json.
 """
 from __future__ import annotations
@@ -30,9 +30,10 @@ import sys
 
 import torch
 import torch._inductor.config
-import triton
 
 from generate_gpu import HAND_OPTIONS, hand_loop  # beside this script
+
+from tcperf import peaks
 
 VARIANTS = {"decomposed": HAND_OPTIONS, "cublas": {"triton.cudagraphs": True},
             "tuned+cublas": HAND_OPTIONS, "decomposed+pdl": {**HAND_OPTIONS, "triton.enable_pdl": True}}
@@ -51,14 +52,6 @@ def mm_not_decomposed(on: bool):
             table[key] = saved
 
 
-def copy_gbps() -> float:
-    """A 1 GiB bf16 tensor copied: bytes read and written over do_bench's median."""
-    src = torch.randn(2**29, device="cuda", dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    ms = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200)
-    return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="llama-1b")
@@ -69,7 +62,7 @@ def main() -> int:
         return 2
     os.makedirs(a.out, exist_ok=True)
     torch._inductor.config.fx_graph_cache = False   # its key holds the options, not the decomposition table
-    copy = copy_gbps()
+    copy = peaks.measure_now(torch.device("cuda"))["bandwidth"] or float("nan")     # tcperf's copy, now
     report = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy, "rows": []}
     print(f"copy {copy:,.0f} GB/s", flush=True)
     for model in a.models.split(","):

@@ -25,6 +25,7 @@ import torch
 
 from models_gpu import run_ladders  # beside this script
 from tcperf import env, models
+from tcperf.commands.common import positive_ints
 from tcperf.errors import UserError
 from tcperf.store import Store
 
@@ -35,11 +36,8 @@ HEAD = 64                      # a head's width, as GPT-2's
 
 def widths_of(text: str) -> list[int]:
     """'768,2048' -> [768, 2048]: positive multiples of HEAD, in increasing order; UserError otherwise."""
-    try:
-        widths = sorted({int(t) for t in text.split(",") if t.strip()})
-    except ValueError:
-        widths = []
-    if not widths or any(w < HEAD or w % HEAD for w in widths):
+    widths = sorted(set(positive_ints(text, "--widths", "768,2048,4096")))
+    if any(w % HEAD for w in widths):
         raise UserError(f"bad --widths {text!r}; give widths that are multiples of {HEAD}, e.g. 768,2048,4096")
     return widths
 

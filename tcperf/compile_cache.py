@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import os
 from pathlib import Path
 
 import torch
 
 STATUSES = ("hit", "miss", "off")
+# The blob is mostly Triton's source and cubins: xz at preset 1 shrinks the eight files of 2026-11-27's
+# generate_gpu on an H100 (Llama-3.1-8B and 3.2-1B, three precisions, the hand loops) from 50.9 MB to 3.6 MB (14x)
+# in 3.8 s on 2 CPU cores; preset 6 reaches 22x at 20 times the time. Small enough to keep beside the store, or
+# to carry to a fresh machine.
+PRESET = 1
 
 
 def available() -> bool:
@@ -56,7 +62,7 @@ class CompileCache:
         self.on = folder is not None and available()
         digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
         slug = "".join(ch if ch.isalnum() or ch in "-+." else "_" for ch in label)[:60]
-        self.path = Path(folder or ".") / "compile-cache" / f"{slug}-{digest}.bin"
+        self.path = Path(folder or ".") / "compile-cache" / f"{slug}-{digest}.bin.xz"
         self.loaded = False
         self.start = _counts() if self.on else {}
 
@@ -66,7 +72,8 @@ class CompileCache:
         if not self.on or not self.path.exists():
             return False
         try:
-            self.loaded = torch.compiler.load_cache_artifacts(self.path.read_bytes()) is not None
+            blob = lzma.decompress(self.path.read_bytes())
+            self.loaded = torch.compiler.load_cache_artifacts(blob) is not None
         except Exception:               # noqa: BLE001 - a stale or broken file means compiling from scratch
             self.loaded = False
         return self.loaded
@@ -89,6 +96,6 @@ class CompileCache:
         if saved:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             part = self.path.with_suffix(f".{os.getpid()}.part")
-            part.write_bytes(saved[0])
+            part.write_bytes(lzma.compress(saved[0], preset=PRESET))
             os.replace(part, self.path)
         return status

@@ -42,8 +42,8 @@ def test_second_run_in_a_clean_inductor_cache_hits_the_file_beside_the_store(tmp
     """About 37 s on 2 CPU cores (2026-11-26): two compiles of the tiny decode step."""
     first = _worker(tmp_path, tmp_path / "inductor-1")
     assert first["status"] == "ok" and first["compile_cache"] == "miss", first
-    files = list((tmp_path / "compile-cache").glob("generate-bf16-plain-b1-*.bin"))
-    assert len(files) == 1 and files[0].stat().st_size > 0
+    files = list((tmp_path / "compile-cache").glob("generate-bf16-plain-b1-*.bin.xz"))
+    assert len(files) == 1 and files[0].read_bytes().startswith(b"\xfd7zXZ\x00")      # xz-compressed
     second = _worker(tmp_path, tmp_path / "inductor-2")            # a fresh /tmp, as on a new machine
     assert second["status"] == "ok" and second["compile_cache"] == "hit", second
 
@@ -63,6 +63,9 @@ def test_the_key_names_the_file_and_a_broken_file_is_a_miss_not_an_error(tmp_pat
     assert compile_cache.key_of(model="m")["torch"] == torch.__version__
     a.path.parent.mkdir()
     a.path.write_bytes(b"not a cache")
+    assert a.load() is False
+    import lzma
+    a.path.write_bytes(lzma.compress(b"not a cache either"))                # xz, but not torch's
     assert a.load() is False
 
 
