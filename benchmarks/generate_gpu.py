@@ -74,6 +74,7 @@ def generate(db: str, out: str, model: str, *argv: str) -> list[dict]:
             if "step_ms" in (m.get("parts") or {}):
                 print(f"      {parts.sentence(m['parts'])}; longest: " +
                       ", ".join(f"{k['part']} {k['us']:.0f} us x{k['launches']:g} {k['name'][:40]}"
+                                f"{' (' + k['launch'] + ')' if k.get('launch') else ''}"
                                 for k in m["parts"]["top"][:3]), flush=True)
     return rows
 

@@ -149,9 +149,10 @@ def detach_after_profiling() -> None:
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
-def profile_kernels(fn, device: torch.device, calls: int = 3) -> list[dict]:
+def profile_kernels(fn, device: torch.device, calls: int = 3, launch_configs: bool = False) -> list[dict]:
     """Run fn under torch.profiler; return [{name, calls, time_us, tensor_core}] for each CUDA kernel. What is
-    timed after it in the same process is slowed unless detach_after_profiling was called first."""
+    timed after it in the same process is slowed unless detach_after_profiling was called first. launch_configs: each
+    kernel also gets `launch_configs`, its distinct launch configurations (launch_configs_in)."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
@@ -165,7 +166,50 @@ def profile_kernels(fn, device: torch.device, calls: int = 3) -> list[dict]:
                                          "tensor_core": is_tensor_core(ev.name)})
         k["calls"] += 1
         k["time_us"] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+    if launch_configs:
+        configs = launch_configs_in(_chrome_trace(prof))
+        for name, k in kernels.items():
+            k["launch_configs"] = configs.get(name, [])
     return sorted(kernels.values(), key=lambda k: -k["time_us"])
+
+
+def _chrome_trace(prof) -> dict:
+    """The finished profile as Chrome's trace format (the one place torch.profiler gives each kernel's grid)."""
+    import json
+    import tempfile
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return json.load(f)
+
+
+def launch_configs_in(trace: dict) -> dict[str, list[dict]]:
+    """Each kernel's distinct launch configurations in a Chrome trace, by name: grid and block (x, y, z), registers
+    a thread, shared memory bytes. Two runs of the same compiled code that differ here ran differently tuned
+    kernels; the same here, the difference lies elsewhere (a Triton kernel's reduction block is not in it)."""
+    found: dict[str, list[dict]] = {}
+    for ev in trace.get("traceEvents", []):
+        if ev.get("cat") != "kernel":
+            continue
+        a = ev.get("args") or {}
+        config = {"grid": a.get("grid"), "block": a.get("block"), "registers": a.get("registers per thread"),
+                  "shared_bytes": a.get("shared memory")}
+        seen = found.setdefault(ev.get("name", ""), [])
+        if config not in seen:
+            seen.append(config)
+    return found
+
+
+def launch_text(configs: list[dict]) -> str:
+    """'grid 3072x1x1 block 128 regs 40' for a kernel's first configuration ('+1' more where it had others)."""
+    if not configs:
+        return ""
+    c = configs[0]
+    grid = "x".join(str(v) for v in c.get("grid") or []) or "?"
+    block = "x".join(str(v) for v in (c.get("block") or [])).removesuffix("x1").removesuffix("x1") or "?"
+    more = f" +{len(configs) - 1}" if len(configs) > 1 else ""
+    return f"grid {grid} block {block} regs {c.get('registers', '?')}{more}"
 
 
 def _is_runtime_event(name: str) -> bool:

@@ -284,6 +284,10 @@ def test_a_decode_steps_kernels_fall_into_linear_attention_and_the_rest():
     assert p["other_ms"] == pytest.approx(0.06) and p["gaps_ms"] == pytest.approx(0.05)
     assert p["floor_ms"] == pytest.approx(0.1) and p["linear_bw_share"] == pytest.approx(1.0)
     assert p["top"][0]["launches"] == 2 and len(p["top"]) == parts.TOP
+    assert p["top"][0]["launch"] == ""                                      # profiled without configurations
+    found[0]["launch_configs"] = [{"grid": [3072, 1, 1], "block": [128, 1, 1], "registers": 40}]
+    top = parts.parts_of(found, 10, step_ms=0.25, weight_bytes=0.3e9, bandwidth_gbs=3000)["top"]
+    assert top[0]["launch"] == "grid 3072x1x1 block 128 regs 40"
     line = parts.sentence(p)
     assert line.startswith("step 0.25 ms = linear 0.1 (the weights at 100% of the copy bandwidth) + attention")
 

@@ -5,6 +5,7 @@ cuDNN, flash / memory-efficient / cuDNN attention, cuDNN RNN, PyTorch's own kern
 print them. Add the names benchmarks/suites_gpu.py writes to kernels.txt on this project's H100/H200 to the two lists.
 """
 import pytest
+import torch
 
 from tcperf.kernels import classify, is_tensor_core, profile_kernels, tensor_core_share
 
@@ -277,3 +278,37 @@ def test_each_kinds_longest_kernels_are_named_in_the_kinds_order():
     assert list(got) == ["matmul", "copies", "elementwise"]                 # by_kind's order: 2, 1.3, 0.2 ms
     assert [k["name"] for k in got["copies"]] == [found[1]["name"], "triton_poi_fused__to_copy_9"]   # two a kind
     assert got["copies"][0]["ms"] == pytest.approx(0.9)
+
+
+def test_launch_configurations_are_read_per_kernel_from_the_chrome_trace():
+    """Each kernel's distinct grid/block/registers, by name, from the trace torch.profiler exports; other events
+    (CPU ops, runtime calls) are not kernels."""
+    from tcperf.kernels import launch_text, launch_configs_in
+
+    def kernel(name, grid, block, regs):
+        return {"cat": "kernel", "name": name, "args": {"grid": grid, "block": block, "registers per thread": regs,
+                                                         "shared memory": 0}}
+    trace = {"traceEvents": [kernel("triton_red_fused_mm_8", [16384, 1, 1], [64, 1, 1], 32),
+                             kernel("triton_red_fused_mm_8", [16384, 1, 1], [64, 1, 1], 32),
+                             kernel("triton_red_fused_mm_8", [8192, 1, 1], [128, 1, 1], 40),
+                             kernel("nvjet_hsh_x", [66, 2, 1], [384, 1, 1], 168),
+                             {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "args": {}},
+                             {"cat": "cpu_op", "name": "aten::mm"}]}
+    found = launch_configs_in(trace)
+    assert set(found) == {"triton_red_fused_mm_8", "nvjet_hsh_x"}
+    assert len(found["triton_red_fused_mm_8"]) == 2                           # the repeat counted once
+    assert launch_text(found["triton_red_fused_mm_8"]) == "grid 16384x1x1 block 64 regs 32 +1"
+    assert launch_text(found["nvjet_hsh_x"]) == "grid 66x2x1 block 384 regs 168"
+    assert launch_text([]) == ""
+
+
+def test_the_trace_export_is_read_back_on_a_cpu_profile():
+    """_chrome_trace exports a finished profile and reads it back (here a CPU one: ops, no kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tcperf.kernels import _chrome_trace, launch_configs_in
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.ones(8) @ torch.ones(8)
+    trace = _chrome_trace(prof)
+    assert any("aten::" in str(ev.get("name")) for ev in trace["traceEvents"])
+    assert launch_configs_in(trace) == {}

@@ -45,7 +45,7 @@ def part(name: str) -> str:
 def parts_of(found: list[dict], calls: int, step_ms: float, weight_bytes: float,
              bandwidth_gbs: float | None) -> dict:
     """profile_kernels' kernels over `calls` steps -> a step's ms in each part, the gaps, the byte floor, and the
-    TOP longest kernels (name, us a step, launches a step, part)."""
+    TOP longest kernels (name, us a step, launches a step, part, launch: its grid, block and registers)."""
     ms = dict.fromkeys(PARTS, 0.0)
     for k in found:
         ms[part(k["name"])] += k["time_us"] / calls / 1e3
@@ -55,13 +55,14 @@ def parts_of(found: list[dict], calls: int, step_ms: float, weight_bytes: float,
             "gaps_ms": max(0.0, step_ms - kernel_ms), "floor_ms": floor,
             "linear_bw_share": floor / ms["linear"] if floor and ms["linear"] else None,
             "top": [{"name": k["name"][:100], "us": k["time_us"] / calls, "launches": k["calls"] / calls,
-                     "part": part(k["name"])} for k in found[:TOP]]}
+                     "part": part(k["name"]), "launch": kernels.launch_text(k.get("launch_configs") or [])}
+                    for k in found[:TOP]]}
 
 
 def profile_step(step, token: torch.Tensor, pos: torch.Tensor, device: torch.device, step_ms: float,
                  weight_bytes: float, bandwidth_gbs: float | None) -> dict:
     """The warm decode step (step(token, pos), as the loop calls it) profiled CALLS times, sorted into parts."""
-    found = kernels.profile_kernels(lambda: step(token, pos), device, calls=CALLS)
+    found = kernels.profile_kernels(lambda: step(token, pos), device, calls=CALLS, launch_configs=True)
     return parts_of(found, CALLS, step_ms, weight_bytes, bandwidth_gbs)
 
 
