@@ -331,7 +331,7 @@ def test_verdict_picks_the_fastest_recipe_within_tolerance():
                     {"baseline": 0.0, "recommended": 0.9, "recommended_recipe": v["recommended"]}, v)
     text = str(advice)
     assert "Use amp_fp16+fp32[energy]: 3.57x faster" in text and "Tensor Core share" in text
-    assert "padded 2.00x" in text and "shape fix worth making: head" in text
+    assert "bf16, n 50257->50264: padded 2.00x" in text and "shape fix worth making: head" in text
     assert json.loads(advice.to_json())["verdict"]["recommended"] == v["recommended"]
 
 
