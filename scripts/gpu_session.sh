@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT.
+# One call on a lent GPU (the device tool): install, GPU tests and benchmarks, everything under $OUT. On a host of
+# several GPUs two sessions may run side by side, each with its own OUT and CUDA_VISIBLE_DEVICES:
+#   OUT=$OUT/a CUDA_VISIBLE_DEVICES=0,1 bash scripts/gpu_session.sh multi & OUT=$OUT/b CUDA_VISIBLE_DEVICES=2,3 ... & wait
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests testfiles ceilings run fidelity suites models overhead lab
 #                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, multitests) ttt
 #                                            (run: `tcperf run` on a fresh store of its own, cold when it comes first)
@@ -21,9 +23,21 @@ export MPLBACKEND=Agg
 # Wheels carried in .whl/ (the device tool's `carry`), installed beside the image's packages as the device README
 # says: torchao for fp8 training, and the store's sqlalchemy, alembic and mako in case the image lacks them
 # (pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl ...).
-if ls .whl/*.whl >/dev/null 2>&1; then
+# Installed once a machine for the wheels carried: two sessions started side by side (each on its own GPUs, with its
+# own OUT) take turns at the lock, and the second finds the stamp of the first.
+install_wheels() {
+    local stamp="/tmp/site/.installed-$(ls .whl | md5sum | cut -c1-12)"
+    [ -e "$stamp" ] && return 0
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+        .whl/*.whl && touch "$stamp"
+}
+if ls .whl/*.whl >/dev/null 2>&1; then
+    mkdir -p /tmp/site
+    if command -v flock >/dev/null 2>&1; then
+        ( flock 9 && install_wheels ) 9>/tmp/site.lock
+    else
+        install_wheels
+    fi && export PYTHONPATH="/tmp/site:$PYTHONPATH"
 fi
 tc() { python3 -m tcperf "$@"; }
 
