@@ -41,6 +41,7 @@ import torch.distributed as dist
 
 # beside this script: a command run with a timeout and killed whole, the report's parts, a rank, the clock
 from comm_gpu import child_json, free_port, join, loop_ms, recorder, slowest, tcperf
+from hand_loops import adamw  # beside this script: the plain loops' optimizer, as users write it
 
 WITHIN, TARGET = 0.03, 0.97
 WARMUP = {"gpu": 5, "cpu": 2}
@@ -100,7 +101,7 @@ def plain_step(row: Row, device, config: str):
     torch.backends.cudnn.benchmark = True
     model = ddp(model, device, row.compile) if row.parallel == "ddp" else fsdp2(model)
     runner = torch.compile(model) if row.compile else model
-    opt = torch.optim.AdamW(model.parameters(), **mod.OPTIMIZER, fused=row.fused and device.type == "cuda")
+    opt = adamw(model.parameters(), mod.OPTIMIZER, fused=row.fused and device.type == "cuda")
 
     def step():
         opt.zero_grad(set_to_none=True)
