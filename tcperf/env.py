@@ -85,11 +85,22 @@ def precision_support(device: torch.device) -> dict[str, str | None]:
     return {name: unsupported_reason(PRECISIONS[name], device) for name in KERNEL_PRECISIONS}
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (`taskset`, a container's cpuset) where the platform
+    tells, else the host's count. Two runs side by side on one host, each given its own block of cores, size their
+    workers to their own block."""
+    try:
+        return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
+    except (AttributeError, OSError):      # macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
+
+
 def collect(device: torch.device | str | None = None) -> dict:
     """The environment stored with every run."""
     device = parse_device(device) if not isinstance(device, torch.device) else device
     env = {"device": str(device), "libraries": libraries(), "platform": platform.platform(),
-           "cpu": {"model": cpu_model(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads()},
+           "cpu": {"model": cpu_model(), "cores": usable_cores(), "host_cores": os.cpu_count(),
+                   "torch_threads": torch.get_num_threads()},
            "precisions": precision_support(device)}
     if device.type == "cuda":
         env["gpu"] = gpu_facts(device)

@@ -175,3 +175,22 @@ def test_help_lists_every_command_without_importing_them():
     assert out.strip() == "[]"
     text = build_parser(only="").format_help()
     assert all(name in text for name in COMMANDS) and "the quick suite on this device" in text
+
+
+def test_usable_cores_are_the_affinity_a_run_was_given():
+    """Two advisors side by side on one host, each under `taskset` with its own block of cores, size their workers to
+    their own block: the count is the process's CPU affinity, and the environment stores it beside the host's."""
+    import torch
+    from tcperf import env
+    from tcperf.advisor.search import default_jobs
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity on this platform")
+    mine = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mine)})
+        assert env.usable_cores() == 1
+        assert default_jobs(torch.device("cuda")) == 1
+        assert env.collect("cpu")["cpu"]["cores"] == 1
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert env.usable_cores() == len(mine) and env.collect("cpu")["cpu"]["host_cores"] == os.cpu_count()

@@ -21,7 +21,6 @@ command, is already in the store: each recipe's row is stored as it arrives).
 from __future__ import annotations
 
 import copy
-import os
 import time
 
 import torch
@@ -102,7 +101,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
     jobs = jobs or default_jobs(device)
     with measure.Bench(mode, device, tol, check_steps, spec=None if target else spec, target=target,
                        timeout=timeout, isolate=isolate, on_result=got) as bench:
-        cores = str(max(1, (os.cpu_count() or 2) // jobs))     # each worker's share of the cores
+        cores = str(max(1, envmod.usable_cores() // jobs))     # each worker's share of the cores
         bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": cores, "OMP_NUM_THREADS": cores}
         bench.start_spares(SPARES_PER_JOB * jobs)   # while the probe looks at the model, the recipes' workers start
         plan = measure.candidates(mode, device, _with_baseline(recipes))

@@ -31,10 +31,10 @@ Plan below decides what to try next (no threads); Search runs it through the Poo
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 
+from .. import env
 from .. import recipes as recipemod
 from . import runoff
 from .measure import Bench, Item, RecipeResult
@@ -75,7 +75,7 @@ def default_jobs(device) -> int:
     """Workers preparing at once on a GPU machine: five for every eight cores, at most 10 (tracing is one core's
     work; Inductor's kernel compiles share the rest). On an H200 with 16 cores, a 134M decoder's grid took 62.8 s
     with 10 jobs and 75.5 s with 8, each from cold caches: the compiles took as long, fewer waited for a worker."""
-    cores = os.cpu_count() or 2
+    cores = env.usable_cores()
     return max(1, min(10, cores * 5 // 8)) if device.type == "cuda" else max(1, min(2, cores))
 
 
