@@ -290,3 +290,48 @@ def test_models_gpu_rungs_and_hand_loops_share_one_batch_rule():
         assert [c["shape"]["batch"] for c in cases] == [bench.own_batch("gpt2", config)]
     assert bench.own_batch("gpt2", "small") == bench.QUICK_BATCH
     assert bench.own_batch("gpt2", "full") == models.config(models.get("gpt2"), "full")["batch"]
+
+
+def _bandwidth_report(sections) -> str:
+    """Inductor's TORCHINDUCTOR_PROFILE_OUTPUT text, written with Inductor's own line format (torch's end_graph)."""
+    from torch._inductor.runtime.runtime_utils import create_bandwidth_info_str
+    lines = []
+    for graph, kernels in sections:
+        lines += ["====================", f"TRITON KERNELS BANDWIDTH INFO ({graph})"]
+        total = sum(ms for ms, _, _ in kernels)
+        lines += [create_bandwidth_info_str(ms, gb, gb / (ms / 1e3), suffix=f" \t {ms / total * 100:.2f}% \t {name}",
+                                            color=False) for ms, gb, name in kernels]
+        lines += [f"SUMMARY ({graph})", f"{total:.2f}ms   \t 1.00 GB\t 1.00GB/s", ""]
+    return "\n".join(lines)
+
+
+def test_inductor_bandwidth_reads_the_last_report_of_each_graph_and_weighs_kinds_against_copy():
+    """Each compiled graph writes a section every time it runs: the last one of each counts, once. A kind's gap is
+    the time its kernels take beyond what their bytes take at copy bandwidth."""
+    bench = load("inductor_bandwidth")
+    text = _bandwidth_report([
+        ("/tmp/fw.py", [(9.0, 1.0, "triton_red_fused__native_batch_norm_legit_functional_0")]),   # first run
+        ("/tmp/fw.py", [(2.0, 4.0, "triton_red_fused__native_batch_norm_legit_functional_0"),
+                        (0.5, 2.0, "triton_poi_fused_relu_threshold_backward_1")]),
+        ("/tmp/bw.py", [(1.0, 2.0, "triton_poi_fused_add_max_pool2d_with_indices_backward_2")])])
+    rows = bench.read_report(text)
+    assert [(r["graph"], r["ms"], r["gb"]) for r in rows] == [("fw.py", 2.0, 4.0), ("fw.py", 0.5, 2.0),
+                                                              ("bw.py", 1.0, 2.0)]
+    kinds = bench.summarize(rows, copy_gbs=4000.0)
+    norm = kinds["normalization"]
+    assert list(kinds)[0] == "normalization" and norm["kernels"] == 1
+    assert norm["ms_at_copy"] == pytest.approx(1.0) and norm["gap_ms"] == pytest.approx(1.0)
+    assert norm["copy_share"] == pytest.approx(0.5)
+    assert kinds["pooling"]["gap_ms"] == pytest.approx(0.5)
+    assert kinds["elementwise"]["gap_ms"] == 0.0          # 2 GB in 0.5 ms: at copy bandwidth, nothing to gain
+    assert [r["name"][-1] for r in bench.gaps(rows, 4000.0)] == ["0", "2", "1"]
+
+
+def test_inductor_bandwidth_counts_the_bytes_normalization_layers_take_in():
+    """Forward hooks count each normalization layer's input at the dtype it arrives in (autocast's), and leave."""
+    bench = load("inductor_bandwidth")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4),
+                                torch.nn.BatchNorm1d(4))
+    x = torch.randn(5, 8)
+    assert bench.norm_input_bytes(model, (x,), torch.bfloat16) == 5 * 16 * 2 + 5 * 4 * 2
+    assert all(not m._forward_hooks for m in model.modules())
