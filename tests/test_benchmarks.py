@@ -218,6 +218,8 @@ def test_ddp_benchmark_plain_loops_train_as_tcperfs_recipes():
     for row in load("ddp_gpu").ROWS:
         rec = recipes.get(row.recipe)
         assert (row.fused, row.compile) == (rec.fused, rec.compile), row
+        assert row.dynamic is False or row.name.endswith("-dynamic"), row   # compiled as tcperf compiles
+    assert recipes.get("fused").shapes == "static"          # tcperf's recipes: torch.compile(dynamic=False)
 
 
 def test_plain_loops_optimizer_is_foreach_unless_fused_is_asked_for():
