@@ -389,7 +389,7 @@ def test_idle_spares_hold_a_bounded_share_of_the_gpus_memory():
 
 def test_a_gpu_machine_prepares_five_recipes_for_every_eight_cores(monkeypatch):
     import torch
-    monkeypatch.setattr(search.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(search.env, "usable_cores", lambda: 16)     # the cores this process may use
     assert search.default_jobs(torch.device("cuda")) == 10 and search.default_jobs(torch.device("cpu")) == 2
-    monkeypatch.setattr(search.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(search.env, "usable_cores", lambda: 4)
     assert search.default_jobs(torch.device("cuda")) == 2
