@@ -14,12 +14,12 @@ The plain loop is what a user writes: torch.multiprocessing.spawn, one process a
 True, bucket_cap_mb=25, static_graph unless compiled) or FSDP2 (fully_shard on every block with
 MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), every block but the last resharded after forward, the
 root last), torch.compile(dynamic=False) of the wrapped model as tcperf's recipes compile (on two H200s at c41fb7d
-the plain FSDP2 loop compiled with the default read 1.43x slower than tcperf's step and no faster than eager), AdamW (fused where tcperf's recipe is, the `fused` rung; as users
-write it, foreach, below: until 2026-11-26 the plain loops were fused on every row, tcperf's rungs below `fused`
-were not, and the GPT-2 rows read 0.88-0.97 of the plain loop), autocast bf16 for forward and loss; WARMUP steps,
-then STEPS steps between two CUDA events, the slowest rank's mean (all_reduce MAX), the median of REPEATS. Only the
-model definitions and synthetic batches come from tcperf.models (so both sides train the same network); nothing
-of tcperf's measuring is used.
+the plain FSDP2 loop compiled with the default took 1.43x tcperf's step time, no faster than eager), AdamW (fused
+where tcperf's recipe is, the `fused` rung; as users write it, foreach, below: until 2026-11-26 the plain loops were
+fused on every row, tcperf's rungs below `fused` were not, and the GPT-2 rows read 0.88-0.97 of the plain loop),
+autocast bf16 for forward and loss; WARMUP steps, then STEPS steps between two CUDA events, the slowest rank's mean
+(all_reduce MAX), the median of REPEATS. Only the model definitions and synthetic batches come from tcperf.models
+(so both sides train the same network); nothing of tcperf's measuring is used.
 
     python benchmarks/ddp_gpu.py --out DIR [--db PATH] [--rows resnet50-ddp,gpt2-fsdp2] [--one-gpu]
     python benchmarks/ddp_gpu.py --check --out DIR     # CPU: gloo on 2 processes, small models, eager rows

@@ -191,7 +191,11 @@ def main() -> int:
     if not copy_gbs:
         print("inductor_bandwidth.py: this GPU's copy bandwidth could not be measured", file=sys.stderr)
         return 1
-    text, facts = profiled(a.model, batch, a.out, a.timeout)
+    try:
+        text, facts = profiled(a.model, batch, a.out, a.timeout)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as e:
+        print(f"inductor_bandwidth.py: the profiled step of {a.model} did not finish: {e}", file=sys.stderr)
+        return 1
     rows = read_report(text)
     kinds = summarize(rows, copy_gbs)
     norm = kinds.get("normalization")
