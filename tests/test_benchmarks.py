@@ -337,3 +337,24 @@ def test_inductor_bandwidth_counts_the_bytes_normalization_layers_take_in():
     x = torch.randn(5, 8)
     assert bench.norm_input_bytes(model, (x,), torch.bfloat16) == 5 * 16 * 2 + 5 * 4 * 2
     assert all(not m._forward_hooks for m in model.modules())
+
+
+def test_maxpool_probe_sliced_pooling_is_max_pool_and_a_wrong_one_is_caught():
+    """The stem's max-pool as the maximum of 9 strided views: the same output, and the same gradient wherever the
+    input is positive (after the stem's ReLU a zero's gradient is discarded); float32 for the gradient, where inputs
+    do not tie. A pooling that is not max-pool fails the check before anything is timed."""
+    probe = load("maxpool_probe")
+    cpu = torch.device("cpu")
+    exact, timed = probe.inputs(2, cpu, torch.float32), probe.inputs(2, cpu)
+    assert probe.check(probe.SlicedMaxPool2d(), exact, timed) is None
+    assert probe.check(torch.nn.MaxPool2d(3, 2, 1), exact, timed) is None
+    average = torch.nn.AvgPool2d(3, 2, 1)
+    assert "output" in probe.check(average, exact, timed)
+    assert probe.SlicedMaxPool2d()(timed[0]).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_maxpool_probe_bad_batch_is_one_line(monkeypatch, capsys):
+    probe = load("maxpool_probe")
+    monkeypatch.setattr(sys, "argv", ["maxpool_probe.py", "--batch", "0"])
+    assert probe.main() == 2
+    assert capsys.readouterr().err.strip() == "maxpool_probe.py: --batch takes a positive whole number"

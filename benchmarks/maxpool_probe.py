@@ -1,0 +1,154 @@
+"""Issue 35: ResNet-50's stem max-pool in training, three ways, forward and backward. In the whole-step graph on an
+H200 (2026-11-27, c41fb7d) the largest memory-bound kernel of the step was Inductor's
+`triton_poi_fused_add_max_pool2d_with_indices_max_pool2d_with_indices_backward`: 1.48 ms a step, where its bytes
+(two incoming gradients read, the input's gradient written, 256 x 64 x 112 x 112 bf16 channels_last) take about
+0.2 ms at copy bandwidth. Inductor lowers that backward as a gather over each input pixel's windows.
+
+    inductor   torch.compile of nn.MaxPool2d(3, 2, 1): the ladder's path (Inductor's lowering, both ways)
+    aten       the same module eager: ATen's max_pool2d_with_indices and its backward (NHWC kernels)
+    slices     torch.compile of the same pooling written as the maximum of the 9 strided views of the padded input:
+               no indices; the backward is where-masks and strided adds, which Inductor fuses as pointwise work
+
+The incoming gradient is the sum of two tensors, as in ResNet-50, where the stem's output feeds layer1's first block
+and its downsample. Each way is checked against nn.MaxPool2d in float32 before it is timed: the outputs equal, and
+the input's gradient equal where the input is positive (after the stem's ReLU many inputs are zero and tie; a tie's
+gradient lands on a zero that the ReLU's backward discards, so only positive inputs carry it). Timed with
+triton.testing.do_bench (median, L2 cleared), GB/s against the bytes each step must move (input read, output
+written, two gradients read, input gradient written, once each) and the copy bandwidth timed in the same process.
+
+    python3 benchmarks/maxpool_probe.py [--batch 256] [--out DIR]
+
+Written on 2026-11-27 after that session's device time was spent: its GPU path has not run yet (the pooling and
+its check run on the CPU in the tests). If `slices` or `aten` beats `inductor` in the step, the ladder gains a rung
+that swaps the stem's pooling.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+KERNEL, STRIDE, PAD = 3, 2, 1
+CHANNELS, SIZE = 64, 112          # ResNet-50's stem: 64 channels at 112 x 112 before the pooling
+
+
+class SlicedMaxPool2d(torch.nn.Module):
+    """nn.MaxPool2d(3, 2, 1) as the maximum of the 9 strided views of the input padded with -inf."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        padded = F.pad(x, (PAD, PAD, PAD, PAD), value=float("-inf"))
+        out_h = (x.shape[-2] + 2 * PAD - KERNEL) // STRIDE + 1
+        out_w = (x.shape[-1] + 2 * PAD - KERNEL) // STRIDE + 1
+        views = [padded[..., i:i + STRIDE * out_h:STRIDE, j:j + STRIDE * out_w:STRIDE]
+                 for i in range(KERNEL) for j in range(KERNEL)]
+        out = views[0]
+        for view in views[1:]:
+            out = torch.maximum(out, view)
+        return out
+
+
+def ways() -> dict:
+    """name -> the pooling module that way (compiled where it says)."""
+    pool = torch.nn.MaxPool2d(KERNEL, STRIDE, PAD)
+    return {"inductor": torch.compile(pool), "aten": pool, "slices": torch.compile(SlicedMaxPool2d())}
+
+
+def inputs(batch: int, device, dtype=torch.bfloat16, seed: int = 0):
+    """The stem's output after its ReLU (half of it zero), channels_last, and the two incoming gradients."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(batch, CHANNELS, SIZE, SIZE, generator=g, device=device).relu().to(dtype)
+    x = x.contiguous(memory_format=torch.channels_last)
+    out = (SIZE + 2 * PAD - KERNEL) // STRIDE + 1
+    grads = [torch.randn(batch, CHANNELS, out, out, generator=g, device=device).to(dtype)
+             .contiguous(memory_format=torch.channels_last) for _ in range(2)]
+    return x, grads
+
+
+def step(pool, x: torch.Tensor, grads: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forward and backward once: (output, the input's gradient)."""
+    x = x.detach().requires_grad_(True)
+    y = pool(x)
+    y.backward(grads[0] + grads[1])
+    return y.detach(), x.grad
+
+
+def check(pool, exact: tuple, timed: tuple, tol: float = 1e-5) -> str | None:
+    """None when `pool` agrees with nn.MaxPool2d, else why: on `exact`, float32 inputs (x, grads), the output and the
+    input's gradient where x > 0; on `timed`, the inputs it is timed on (bf16), the output exactly. Where a window's
+    largest inputs tie, torch.maximum splits the gradient between them and max-pool gives it to one: both are
+    gradients of the maximum, so the gradient is held to the reference in float32, where positive random inputs do
+    not tie (bf16's 8 bits of mantissa do)."""
+    reference = torch.nn.MaxPool2d(KERNEL, STRIDE, PAD)
+    (ref_y, ref_g), (y, g) = step(reference, *exact), step(pool, *exact)
+    keep = exact[0] > 0
+    for what, got, ref in (("output", y, ref_y), ("gradient", g * keep, ref_g * keep)):
+        err = (got - ref).norm() / ref.norm()
+        if not torch.isfinite(err) or err > tol:
+            return f"float32 {what} rel. error {float(err):.3g} > {tol}"
+    if not torch.equal(step(pool, *timed)[0], reference(timed[0])):
+        return f"{timed[0].dtype} output differs from max-pool's"
+    return None
+
+
+def moved_bytes(x: torch.Tensor, grads: list[torch.Tensor]) -> int:
+    """Input read, output written, two gradients read, input gradient written: once each."""
+    out = grads[0].numel() * grads[0].element_size()
+    return 2 * x.numel() * x.element_size() + 3 * out
+
+
+def measure(batch: int) -> dict:
+    import triton.testing
+    from tcperf import peaks
+    device = torch.device("cuda")
+    x, grads = inputs(batch, device)
+    exact = inputs(batch, device, torch.float32)
+    copy_gbs = peaks.measure_now(device).get("bandwidth")
+    rows = {}
+    for name, pool in ways().items():
+        why = check(pool, exact, (x, grads))
+        if why:
+            rows[name] = {"status": "wrong", "message": why}
+            continue
+        ms = triton.testing.do_bench(lambda: step(pool, x, grads), return_mode="median")
+        gbs = moved_bytes(x, grads) / (ms * 1e-3) / 1e9
+        rows[name] = {"status": "ok", "ms": ms, "gbs": gbs, "copy_share": gbs / copy_gbs if copy_gbs else None}
+    return {"batch": batch, "copy_gbs": copy_gbs, "bytes": moved_bytes(x, grads), "rows": rows,
+            "device": torch.cuda.get_device_name(device), "torch": torch.__version__}
+
+
+def main() -> int:
+    a = parse()
+    if a.batch < 1:
+        print("maxpool_probe.py: --batch takes a positive whole number", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("maxpool_probe.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    report = measure(a.batch)
+    base = report["rows"]["inductor"].get("ms")
+    for name, r in report["rows"].items():
+        if r["status"] != "ok":
+            print(f"{name:9s} {r['status']}: {r['message']}")
+            continue
+        share = f", {r['copy_share']:.0%} of copy" if r["copy_share"] else ""
+        print(f"{name:9s} {r['ms']:.3f} ms forward + backward, {r['gbs']:,.0f} GB/s{share}"
+              + (f", {base / r['ms']:.2f}x inductor" if base else ""))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "maxpool_probe.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--out", default="out")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
