@@ -10,7 +10,8 @@ H200 (2026-11-27, c41fb7d) the largest memory-bound kernel of the step was Induc
                no indices; the backward is where-masks and strided adds, which Inductor fuses as pointwise work
 
 The incoming gradient is the sum of two tensors, as in ResNet-50, where the stem's output feeds layer1's first block
-and its downsample. Each way is checked against nn.MaxPool2d in float32 before it is timed: the outputs equal, and
+and its downsample; the sum is one eager add inside every way's timed step (Inductor fuses it in the ladder's step,
+so the ways here carry the same extra add, about 0.1 ms, and the ratios between them understate the gap). Each way is checked against nn.MaxPool2d in float32 before it is timed: the outputs equal, and
 the input's gradient equal where the input is positive (after the stem's ReLU many inputs are zero and tie; a tie's
 gradient lands on a zero that the ReLU's backward discards, so only positive inputs carry it). Timed with
 triton.testing.do_bench (median, L2 cleared), GB/s against the bytes each step must move (input read, output
