@@ -54,8 +54,10 @@ def adamw(params, settings: dict, *, fused: bool = False, capturable: bool = Fal
                              **({"capturable": True} if capturable else {}))
 
 
-def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device, windows: int | None = None):
-    """Items/s of the hand-written loop; with `windows`, a list of that many windows' items/s."""
+def plain_step(name: str, config: str, batch: int, how: dict, device):
+    """The hand-written training step of `how` for a model of tcperf.models: (step, model, inputs, items a step).
+    The model and inputs are those the step trains (NHWC under channels_last); `graph` captures the step, so the
+    step returned is the replay."""
     mod = models.get(name)
     cfg = mod.CONFIGS[config]
     torch.manual_seed(0)
@@ -78,9 +80,15 @@ def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device
 
     if how.get("graph"):
         step = _captured(step, device)
+    return step, model, inputs, mod.items_per_batch(cfg, batch)
+
+
+def plain_loop(name: str, config: str, batch: int, how: dict, steps: int, device, windows: int | None = None):
+    """Items/s of the hand-written loop; with `windows`, a list of that many windows' items/s."""
+    step, _, _, items = plain_step(name, config, batch, how, device)
     for _ in range(max(WARMUP, steps // 3)):
         step()
-    rates = [mod.items_per_batch(cfg, batch) / _seconds(step, steps, device) for _ in range(windows or 1)]
+    rates = [items / _seconds(step, steps, device) for _ in range(windows or 1)]
     return rates if windows else rates[0]
 
 

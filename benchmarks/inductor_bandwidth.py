@@ -43,6 +43,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from hand_loops import plain_step  # beside this script: the hand-written step
 from tcperf import env, kernels, models, peaks
 from tcperf.errors import UserError
 
@@ -111,26 +112,23 @@ def norm_input_bytes(model: torch.nn.Module, inputs: tuple, autocast: torch.dtyp
     return sum(seen)
 
 
+def has_conv(name: str) -> bool:
+    """Whether the model has 2-D convolutions (then it trains in channels_last): looked at on the meta device."""
+    mod = models.get(name)
+    with torch.device("meta"):
+        model = mod.build(mod.CONFIGS["full"])
+    return any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+
+
 def child(name: str, batch: int, steps: int, out_json: str) -> None:
-    """One compiled training step of `name`, `steps` times, under Inductor's bandwidth profile (set by the parent);
-    writes the normalization layers' input bytes to out_json."""
-    mod, device = models.get(name), torch.device("cuda")
-    cfg = mod.CONFIGS["full"]
-    torch.manual_seed(0)
-    model = mod.build(cfg).to(device)
-    inputs, targets = mod.make_batch(cfg, batch, device, torch.Generator(device=device).manual_seed(1))
-    if any(isinstance(m, torch.nn.Conv2d) for m in model.modules()):
-        model = model.to(memory_format=torch.channels_last)
-        inputs = tuple(x.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else x for x in inputs)
+    """The fused rung's step of `name` (hand_loops.plain_step: amp_bf16, channels_last for convolutions, compile,
+    fused AdamW), `steps` times, under Inductor's bandwidth profile (set by the parent); writes the normalization
+    layers' input bytes to out_json. The bytes are counted on the model before its first (compiling) step."""
+    how = {"autocast": torch.bfloat16, "channels_last": has_conv(name), "compile": True, "fused": True}
+    step, model, inputs, _ = plain_step(name, "full", batch, how, torch.device("cuda"))
     norm_bytes = norm_input_bytes(model, inputs, torch.bfloat16)
-    opt = torch.optim.AdamW(model.parameters(), **mod.OPTIMIZER, fused=True)
-    runner = torch.compile(model)
     for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = mod.loss_fn(runner(*inputs), targets)
-        loss.backward()
-        opt.step()
+        step()
     torch.cuda.synchronize()
     with open(out_json, "w") as f:
         json.dump({"norm_input_bytes": norm_bytes}, f)

@@ -10,6 +10,7 @@ What these tests prove, for each benchmarks/*.py (new scripts are picked up by t
   argument or assignment hides one of those names.
 """
 import ast
+import math
 import importlib
 import sys
 from pathlib import Path
@@ -358,3 +359,14 @@ def test_maxpool_probe_bad_batch_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["maxpool_probe.py", "--batch", "0"])
     assert probe.main() == 2
     assert capsys.readouterr().err.strip() == "maxpool_probe.py: --batch takes a positive whole number"
+
+
+def test_the_hand_written_step_is_one_function_that_trains():
+    """hand_loops.plain_step builds the step every hand loop times (and the bandwidth probe profiles): it trains,
+    and the model and inputs it hands back are the ones it trains on."""
+    hand = load("hand_loops")
+    step, model, inputs, items = hand.plain_step("gpt2", "small", 2, {"autocast": None}, torch.device("cpu"))
+    before = [p.detach().clone() for p in model.parameters()]
+    losses = [float(step()) for _ in range(3)]
+    assert all(math.isfinite(x) for x in losses) and items == 2 * inputs[0].shape[1]
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
