@@ -336,6 +336,7 @@ def test_gpu_resnet50_cell(cuda):
     ("resnet50", "cuda_graphs", "infer"),
     ("resnet50", "fused", "train"), ("gpt2", "step_graph", "train"),
     ("gpt2", "chunked_ce", "train"), ("gpt2", "autotune", "train"), ("resnet50", "batch", "train"),
+    ("resnet50", "pool_kernel", "train"),
 ])
 def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
     r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
