@@ -13,7 +13,8 @@ on an H100) and >= 1.12x the best rung up to step_graph in the same call; GPT-2 
 rung faster than the plain hand loops timed in the same call before the ladder, at the model's own batch
 (benchmarks/hand_loops.py: amp_bf16 (+ channels_last) + torch.compile + fused AdamW, and the same with the whole
 step in one CUDA graph). Only rows whose training check passed count. The rungs past step_graph (autotune,
-chunked_ce, batch: tcperf.recipes) are each one thing on top of it; --profile shows where each one's step goes, by
+chunked_ce, pool_kernel, batch: tcperf.recipes) are each one thing on top of it ("pool_kernel+autotune" is
+autotune on top of pool_kernel); --profile shows where each one's step goes, by
 kernel kind (tcperf.kernels.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer, copies,
 elementwise, reductions, communication), and under a missed target the best rung's kinds: what holds it.
 Writes models_gpu.json (the run, every row, the checks and the wall time) under --out (default ./out); the store

@@ -69,8 +69,9 @@ def _bench(fn, quantiles=None):
     return triton.testing.do_bench(fn, warmup=AUTOTUNE_MS[0], rep=AUTOTUNE_MS[1], quantiles=quantiles)
 
 
-def _tuned(kernel, configs, key=("BLOCK_M", "N", "K")):
-    """Autotuned on (M bucket, N, K), each configuration timed for AUTOTUNE_MS where this triton takes do_bench."""
+def tuned(kernel, configs, key=("BLOCK_M", "N", "K")):
+    """Autotuned on `key` (the M bucket, N, K by default), each configuration timed for AUTOTUNE_MS where this
+    triton takes do_bench (tcperf.pool tunes its kernels so too)."""
     brief = {"do_bench": _bench} if "do_bench" in inspect.signature(triton.autotune).parameters else {}
     return triton.autotune(configs, key=list(key), **brief)(kernel)
 
@@ -244,9 +245,9 @@ def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn
 
 
 KERNELS = {  # (name, "gemv" at one row or "mm" above) -> (the kernel as written, autotuned)
-    ("int8", "gemv"): (int8_gemv_kernel, _tuned(int8_gemv_kernel, GEMV_CONFIGS, key=["N", "K"])),
-    ("int8", "mm"): (int8_kernel, _tuned(int8_kernel, MM_CONFIGS)),
-    ("int4", "mm"): (int4_kernel, _tuned(int4_kernel, INT4_CONFIGS, key=("BLOCK_M", "N", "K", "GROUP", "SPLIT"))),
+    ("int8", "gemv"): (int8_gemv_kernel, tuned(int8_gemv_kernel, GEMV_CONFIGS, key=["N", "K"])),
+    ("int8", "mm"): (int8_kernel, tuned(int8_kernel, MM_CONFIGS)),
+    ("int4", "mm"): (int4_kernel, tuned(int4_kernel, INT4_CONFIGS, key=("BLOCK_M", "N", "K", "GROUP", "SPLIT"))),
 }
 
 

@@ -24,7 +24,8 @@ how a recipe meets them (SHAPES): "bf16+compile@dynamic", "bf16+cuda_graphs@pad6
 static (dynamic=False: a new shape compiles again). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for
 convolutions). For training, "X+step_graph" compiles X and captures the whole step, optimizer included, in one CUDA
 graph (torch.cuda.graphs' whole-network capture: no Python and no launches between replays), with the optimizer's
-fused kernel where its class has one.
+fused kernel where its class has one. "X+autotune" compiles a compiled recipe X with max-autotune's options
+("pool_kernel+autotune": the two searches past the hand loop together).
 
     step = prepare(model, "compile", "train", (images,), "cuda", loss_fn=F.cross_entropy, targets=labels)
     loss = step()          # forward, loss, backward, optimizer step; the model is a deep copy
@@ -52,7 +53,7 @@ from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
 MODES = ("train", "infer")
-EXTRAS = ("compile", "cuda_graphs", "step_graph")     # what can sit on top of any recipe
+EXTRAS = ("compile", "cuda_graphs", "step_graph", "autotune")     # what can sit on top of a recipe
 SHAPES = {   # how a recipe meets inputs whose shapes vary (tcperf.workload): torch.compile's `dynamic`, padding
     "static": "torch.compile(dynamic=False): each new shape compiles again, up to Dynamo's recompile limit",
     "dynamic": "torch.compile's automatic dynamic shapes (its default): static first, symbolic after a change",
@@ -243,6 +244,8 @@ def _shaped(base_name: str, shapes: str, name: str) -> Recipe:
 
 
 def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
+    if extra == "autotune":
+        return _autotuned(base, name)
     if base.compile and extra == "compile":
         raise UserError(f"recipe {name!r}: {base.name} is compiled already")
     if base.cuda_graphs or base.step_graph:
@@ -253,6 +256,17 @@ def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
     return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs, step_graph=whole,
                                fused=base.fused or whole, modes=("train",) if whole else base.modes,
                                about=f"{base.name} + torch.compile{about}")
+
+
+def _autotuned(base: Recipe, name: str) -> Recipe:
+    """"X+autotune": recipe X compiled with AUTOTUNE's options instead of the defaults, one thing on top of X (the
+    ladder's speedup_prev is against X): "pool_kernel+autotune" tunes the step the pool kernels are in."""
+    if not base.compile or base.cuda_graphs or base.autotune:
+        why = ("is not compiled" if not base.compile else "replays compile's CUDA graphs (options and mode exclude "
+               "each other)" if base.cuda_graphs else "is autotuned already")
+        raise UserError(f"recipe {name!r}: {base.name} {why}")
+    return dataclasses.replace(base, name=name, autotune=True, over=base.name,
+                               about=f"{base.about}; compiled with max-autotune's options, convolutions left to cuDNN")
 
 
 def parse_list(text: str) -> list[str]:

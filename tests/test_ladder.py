@@ -373,7 +373,7 @@ def test_gpu_a_graphed_step_counts_its_private_pool(cuda):
 
 # --- issue 35: the rungs past a hand loop ---------------------------------------------------------------------------
 def test_the_searches_are_rungs_on_top_of_the_whole_step_graph():
-    for name in ("autotune", "chunked_ce", "batch"):
+    for name in ("autotune", "chunked_ce", "pool_kernel", "batch"):
         r = recipes.RECIPES[name]
         assert name in recipes.LADDER and r.over == "step_graph" and r.step_graph and r.modes == ("train",)
     assert recipes.RECIPES["autotune"].compile_kwargs == {"options": recipes.AUTOTUNE}
@@ -381,6 +381,20 @@ def test_the_searches_are_rungs_on_top_of_the_whole_step_graph():
     assert recipes.RECIPES["cuda_graphs"].compile_mode == "reduce-overhead"
     assert recipes.RECIPES["compile"].compile_mode == "default" and recipes.RECIPES["fp32"].compile_mode is None
     assert recipes.RECIPES["batch"].describe("transformer") == "amp_bf16 + compile + fused + step_graph + fastest_batch"
+
+
+def test_autotune_sits_on_top_of_a_compiled_rung():
+    """"pool_kernel+autotune": the pool kernels' step compiled with max-autotune's options, one thing on top of
+    pool_kernel; a recipe that is not compiled, or replays compile's own CUDA graphs, is refused in one line."""
+    r = recipes.get("pool_kernel+autotune")
+    assert r.autotune and r.over == "pool_kernel" and r.transform == recipes.RECIPES["pool_kernel"].transform
+    assert r.compile_kwargs == {"options": recipes.AUTOTUNE} and r.step_graph and r.modes == ("train",)
+    assert recipes.parse_list("pool_kernel+autotune,step_graph,pool_kernel") == [
+        "step_graph", "pool_kernel", "pool_kernel+autotune"]
+    for name, why in (("fp32+autotune", "is not compiled"), ("cuda_graphs+autotune", "replays compile's CUDA graphs"),
+                      ("autotune+autotune", "is autotuned already")):
+        with pytest.raises(UserError, match=why):
+            recipes.get(name)
 
 
 def test_prepare_compiles_in_the_recipes_mode(monkeypatch):
