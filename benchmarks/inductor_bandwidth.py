@@ -24,9 +24,9 @@ so the step's own outputs mean nothing: this measures, it does not train.
     python3 benchmarks/inductor_bandwidth.py [--model resnet50] [--batch 256] [--out DIR]
 
 Writes OUT/inductor_bandwidth.json (the kernels, the kinds, the passes, the copy bandwidth) and Inductor's own
-report OUT/inductor_bandwidth.txt. Written on 2026-11-27 after that session's device time was spent: its GPU path
-has not run yet (the parsing and the byte count are tested on the CPU against Inductor's own line format); the next
-session's first call runs it (`BW_ARGS="--model resnet50" bash scripts/gpu_session.sh bandwidth`).
+report OUT/inductor_bandwidth.txt. Its first GPU run (H200, torch 2.11, 2026-11-27, 4e3799d) stopped in the
+compile: torch 2.11's harness call, now turned off in the child (see child()). Not yet run since
+(`BW_ARGS="--model resnet50" bash scripts/gpu_session.sh bandwidth`).
 """
 from __future__ import annotations
 
@@ -124,6 +124,10 @@ def child(name: str, batch: int, steps: int, out_json: str) -> None:
     """The fused rung's step of `name` (hand_loops.plain_step: amp_bf16, channels_last for convolutions, compile,
     fused AdamW), `steps` times, under Inductor's bandwidth profile (set by the parent); writes the normalization
     layers' input bytes to out_json. The bytes are counted on the model before its first (compiling) step."""
+    # torch 2.11 runs each compiled module's benchmark harness once at compile time when a profile output is set,
+    # calling benchmark_compiled_module() without the args it takes (a TypeError; fixed by 2.14): the harness is
+    # not what this reads (the kernels write their lines as the step runs them), so it is turned off
+    torch._inductor.config.benchmark_harness = False
     how = {"autocast": torch.bfloat16, "channels_last": has_conv(name), "compile": True, "fused": True}
     step, model, inputs, _ = plain_step(name, "full", batch, how, torch.device("cuda"))
     norm_bytes = norm_input_bytes(model, inputs, torch.bfloat16)
