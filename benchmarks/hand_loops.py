@@ -7,6 +7,7 @@ clock.
     items_per_s = plain_loop("resnet50", "full", 256, how, steps=30, device=torch.device("cuda"))
     windows = plain_loop(..., windows=WINDOWS)   # [items/s, items/s, items/s]: one build and compile, 3 windows
     ms, calls = window(step, device, seconds=1.0)  # one CUDA-event window of back-to-back calls
+    rates = interleaved({"hand": step, "rung": other}, {"hand": 256, "rung": 256}, device)  # A B, B A, ... rounds
 
 how: autocast (a dtype or None), channels_last, compile (torch.compile of the model), fused (AdamW with fused=True;
 else as users write it, foreach), graph (the whole step, optimizer included, captured in one CUDA graph after
@@ -23,6 +24,7 @@ from tcperf import models
 
 WARMUP = 5
 WINDOWS = 3          # windows a hand loop is timed in: one build and compile, the spread of 3 readings
+AB_ROUNDS, AB_SECONDS = 8, 0.5      # interleaved(): rounds, and each step's window a round
 
 
 def window(step, device, calls: int | None = None, seconds: float | None = None) -> tuple[float, int]:
@@ -43,6 +45,19 @@ def window(step, device, calls: int | None = None, seconds: float | None = None)
     end.record()
     torch.cuda.synchronize()         # sync point: read the events once all calls are done
     return start.elapsed_time(end), made
+
+
+def interleaved(steps: dict, items: dict, device, rounds: int = AB_ROUNDS, seconds: float = AB_SECONDS) -> dict:
+    """Items a second of each already warm step, timed in `rounds` rounds of one `seconds` window each, the order
+    reversed every other round (A B, B A, A B, ...): whatever drifts over a call (clocks that fall as a GPU under a
+    power cap warms) lands on every step alike, where steps timed one after the other each get their own moment.
+    steps: {name: step()}; items: {name: items a step} -> {name: [items/s a round]}."""
+    names, rates = list(steps), {name: [] for name in steps}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            ms, calls = window(steps[name], device, seconds=seconds)
+            rates[name].append(items[name] * calls / (ms / 1e3))
+    return rates
 
 
 def adamw(params, settings: dict, *, fused: bool = False, capturable: bool = False) -> torch.optim.AdamW:

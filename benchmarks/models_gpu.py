@@ -9,39 +9,42 @@ in one run, printed as ladder tables, checked against the targets.
 
 Targets (issue 35), printed beside the hand loops: ResNet-50 training best rung >= 7,500 img/s on an H200 (>= 6,450
 on an H100) and >= 1.12x the best rung up to step_graph in the same call; GPT-2 small training (16 x 1024) best rung
->= 500k tokens/s on an H200 and >= 1.15x the best rung up to step_graph; amp_bf16 >= 320k on an H200; each best
-rung faster than the plain hand loops timed in the same call before the ladder, at the model's own batch
+>= 500k tokens/s on an H200 and >= 1.15x the best rung up to step_graph; amp_bf16 >= 320k on an H200; each best rung
+faster than the plain hand loops timed in the same call before the ladder, at the model's own batch
 (benchmarks/hand_loops.py: amp_bf16 (+ channels_last) + torch.compile + fused AdamW, and the same with the whole
-step in one CUDA graph). Only rows whose training check passed count. The rungs past step_graph (autotune,
-chunked_ce, pool_kernel, batch: tcperf.recipes) are each one thing on top of it ("pool_kernel+autotune" is
-autotune on top of pool_kernel); --profile shows where each one's step goes, by
-kernel kind (tcperf.kernels.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer, copies,
-elementwise, reductions, communication), and under a missed target the best rung's kinds: what holds it.
-Writes models_gpu.json (the run, every row, the checks and the wall time) under --out (default ./out); the store
-is --db (default OUT/models.db). --quick: the small configurations of ResNet-50 and GPT-2 on every rung (a smoke
-test of every GPU code path: compile, CUDA graphs, fp8, int8; the figures mean nothing). The full plan runs past
-one 10-minute device call (torch.compile of the full models is most of it): on an H200 (2026-11-25) ResNet-50 and
-GPT-2 training on fp32, amp_bf16, channels_last, compile, fused and step_graph took 309 s, and their hand loops
-94 s more; split it with --models and --recipes, e.g. --models gpt2 --modes train --recipes
-step_graph,chunked_ce,batch. Both models' best rungs and hand loops in one call (issue 35), without ResNet-50's
-batch search (a compile of minutes for each batch it tries): --modes train --recipes step_graph,chunked_ce,gpt2:batch
---profile (on an H100, 2026-11-27: GPT-2's three rungs, search and hand loops 270 s; ResNet-50's rung and hand loops
-about 150 s).
-"""
+step in one CUDA graph). After the ladder each model's best passing rung and best hand loop are built again in this
+process and timed in --ab-rounds interleaved rounds (A B, B A, ...): the verdict "faster than the hand loop" is the
+rounds' ratios, all above 1, since the GPU's clocks drift between moments minutes apart (ResNet-50's whole-step
+graph and its hand-written twin read 0.1% and 1.6% apart on two H200s under sw_power_cap, 2026-11-27); written after
+that call, not yet run on a GPU. Only rows whose training check passed count. The rungs past step_graph (autotune,
+chunked_ce, pool_kernel, batch: tcperf.recipes) are each one thing on top of it ("pool_kernel+autotune" is autotune
+on top of pool_kernel); --profile shows where each one's step goes, by kernel kind (tcperf.kernels.kind: matmul,
+attention, normalization, pooling, softmax/loss, optimizer, copies, elementwise, reductions, communication), and
+under a missed target the best rung's kinds: what holds it. Writes models_gpu.json (the run, every row, the checks
+and the wall time) under --out (default ./out); the store is --db (default OUT/models.db). --quick: the small
+configurations of ResNet-50 and GPT-2 on every rung (a smoke test of every GPU code path: compile, CUDA graphs, fp8,
+int8; the figures mean nothing). The full plan runs past one 10-minute device call (torch.compile of the full models
+is most of it): on an H200 (2026-11-25) ResNet-50 and GPT-2 training on fp32, amp_bf16, channels_last, compile,
+fused and step_graph took 309 s, and their hand loops 94 s more; split it with --models and --recipes, e.g. --models
+gpt2 --modes train --recipes step_graph,chunked_ce,batch. Both models' best rungs and hand loops in one call (issue
+35), without ResNet-50's batch search (a compile of minutes for each batch it tries): --modes train --recipes
+step_graph,chunked_ce,gpt2:batch --profile (on an H100, 2026-11-27: GPT-2's three rungs, search and hand loops 270
+s; ResNet-50's rung and hand loops about 150 s)."""
 from __future__ import annotations
 
 import argparse
 import gc
 import json
 import os
+import statistics
 import sys
 import time
 
 import torch
 from rich.console import Console
 
-from hand_loops import WINDOWS, plain_loop  # beside this script
-from tcperf import env, ladder, models, recipes
+from hand_loops import AB_ROUNDS, WARMUP, WINDOWS, interleaved, plain_loop, plain_step  # beside this script
+from tcperf import engine, env, ladder, models, recipes, source
 from tcperf.commands.models import print_ladder
 from tcperf.kernels import kinds_line
 from tcperf.runner import TimingConfig
@@ -217,8 +220,7 @@ def against_hand(rows: list[dict], timed: dict) -> dict:
     as the ladder's rung by its mean; printed."""
     out = {}
     for name, t in timed.items():
-        best = max((r for r in rows if r["shape"].get("model") == name and r["shape"].get("mode") == "train"
-                    and r["status"] == "ok"), key=lambda r: r["metrics"]["throughput"], default=None)
+        best = _best_train_row(rows, name)
         hand = {label: max(v) for label, v in t["times"].items() if v}
         if best is None or not hand:
             continue
@@ -231,6 +233,61 @@ def against_hand(rows: list[dict], timed: dict) -> dict:
               f"{t['batch']}) {hand[top]:,.0f} = "
               f"{mine / hand[top]:.3f} (target > 1.0: {'meets' if mine > hand[top] else 'BELOW'})", flush=True)
     return out
+
+
+def head_to_head(rows: list[dict], timed: dict, device, config: str, rounds: int) -> dict:
+    """Each model's best passing training rung against its best hand loop, both built again in this process after
+    the ladder and timed interleaved (hand_loops.interleaved: `rounds` rounds, the order reversed every other one),
+    so that a verdict "faster than the hand loop" is not the GPU's drift between the hand loops' moment and the
+    rung's (on an H200 under sw_power_cap, 2026-11-27, the same compiled step read 0.1% and 1.6% apart, timed
+    minutes apart). Printed; -> {model: {rung, hand, ratios (rung / hand a round), median, low, high}}."""
+    out = {}
+    for name, t in timed.items():
+        best = _best_train_row(rows, name)
+        hand = {label: max(v) for label, v in t["times"].items() if v}
+        if best is None or not hand or rounds < 1:
+            continue
+        top = max(hand, key=hand.get)
+        try:
+            rates = _interleave(best, name, t["batch"], HAND[name][top], config, device, rounds)
+        except Exception as e:                           # recorded for this model, the others go on
+            print(f"{name}: interleaved {best['precision']} against the hand loop: {type(e).__name__}: {e}"[:200])
+            continue
+        finally:
+            release()
+        ratios = sorted(a / b for a, b in zip(rates["rung"], rates["hand"]))
+        median = statistics.median(ratios)
+        out[name] = {"rung": best["precision"], "hand": top, "rates": rates, "ratios": ratios, "median": median,
+                     "low": ratios[0], "high": ratios[-1]}
+        verdict = "faster" if ratios[0] > 1 else "slower" if ratios[-1] < 1 else "no verdict: the rounds disagree"
+        print(f"{name}: {best['precision']} / hand loop ({top}), {rounds} interleaved rounds: {median:.3f} "
+              f"(rounds {ratios[0]:.3f}-{ratios[-1]:.3f}): {verdict}", flush=True)
+    return out
+
+
+def _best_train_row(rows: list[dict], name: str) -> dict | None:
+    return max((r for r in rows if r["shape"].get("model") == name and r["shape"].get("mode") == "train"
+                and r["status"] == "ok"), key=lambda r: r["metrics"]["throughput"], default=None)
+
+
+def rung_of(row: dict) -> tuple[str, int]:
+    """The recipe and batch that make a ladder row's step again: the batch rung's are the base it searched on and
+    the batch it found; any other row's, its own."""
+    m = row["metrics"]
+    if recipes.get(row["precision"]).fastest_batch and m.get("base_rung"):
+        return m["base_rung"], m.get("batch") or row["shape"]["batch"]
+    return row["precision"], row["shape"]["batch"]
+
+
+def _interleave(row: dict, name: str, hand_batch: int, how: dict, config: str, device, rounds: int) -> dict:
+    recipe, batch = rung_of(row)
+    spec = source.builtin(name, config, batch, 0, device)
+    rung = engine._prepare(spec, recipes.get(recipe), "train", device)
+    hand, _, _, hand_items = plain_step(name, config, hand_batch, how, device)
+    for _ in range(WARMUP):                              # compiles, captures the graphs, warms the caches
+        rung()
+        hand()
+    return interleaved({"rung": rung, "hand": hand}, {"rung": spec.items, "hand": hand_items}, device, rounds)
 
 
 def main() -> int:
@@ -247,6 +304,8 @@ def main() -> int:
     ap.add_argument("--no-hand", action="store_true", help="skip the hand loops (timed before the ladder)")
     ap.add_argument("--recipes", default=None, help="only these rungs of each plan, e.g. fp32,compile,step_graph; "
                     "MODEL:RUNG for one model's plan only, e.g. step_graph,chunked_ce,gpt2:batch")
+    ap.add_argument("--ab-rounds", type=int, default=AB_ROUNDS, help="after the ladder, each model's best rung "
+                    "and best hand loop built again and timed in this many interleaved rounds (0: not)")
     ap.add_argument("--profile", action="store_true", help="profile each cell after its timing: GPU busy, Tensor "
                     "Core share, matmul time, the largest kernels (what holds a rung below its target)")
     args = ap.parse_args()
@@ -275,8 +334,9 @@ def main() -> int:
         store.finish_run(run_id, status)
     print_ladder(rows, Console(width=200))
     hand = against_hand(rows, timed)
+    ab = head_to_head(rows, timed, device, config, args.ab_rounds)
     gpu = environment["gpu"]["name"]
-    report = {"run": store.run(run_id), "results": rows, "checks": checks(rows, gpu), "hand": hand,
+    report = {"run": store.run(run_id), "results": rows, "checks": checks(rows, gpu), "hand": hand, "ab": ab,
               "wall_s": time.time() - t0, "ceilings": ceilings, "quick": args.quick}
     for line in check_lines(report["checks"], gpu):
         print(line)

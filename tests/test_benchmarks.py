@@ -187,6 +187,35 @@ def test_models_gpu_holds_the_best_passing_rung_against_the_hand_loops_timed_bef
     assert bench.against_hand(rows[2:], timed) == {}                   # no passing rung: nothing to hold
 
 
+def test_interleaved_rounds_reverse_the_order_and_count_items(monkeypatch):
+    """A B, B A, A B: each step gets the early and the late moment of the call alike; items a second from each
+    window's calls and milliseconds."""
+    hand = load("hand_loops")
+    order = []
+    monkeypatch.setattr(hand, "window", lambda step, device, seconds: (order.append(step()) or 50.0, 5))
+    rates = hand.interleaved({"a": lambda: "a", "b": lambda: "b"}, {"a": 10, "b": 20}, "cpu", rounds=3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert rates == {"a": [1000.0] * 3, "b": [2000.0] * 3}                    # 5 calls x items in 50 ms
+
+
+def test_models_gpu_head_to_head_rebuilds_the_best_rung_and_the_hand_loop_and_interleaves_them(capsys, monkeypatch):
+    """On a CPU, ResNet-50's small configuration: the best passing row (here fp32, batch 2) and a hand loop without
+    compile, built again in this process and timed in interleaved rounds; the batch rung is made again from the
+    base it searched on, at the batch it found."""
+    bench = load("models_gpu")
+    monkeypatch.setitem(bench.HAND, "resnet50", {"eager": {"autocast": None}})
+    rows = [{"precision": "fp32", "status": "ok", "shape": {"model": "resnet50", "mode": "train", "batch": 2},
+             "metrics": {"throughput": 5.0, "unit": "img/s"}}]
+    timed = {"resnet50": {"batch": 2, "times": {"eager": [4.0, 4.5]}}}
+    found = bench.head_to_head(rows, timed, torch.device("cpu"), "small", rounds=2)
+    r = found["resnet50"]
+    assert (r["rung"], r["hand"], len(r["ratios"])) == ("fp32", "eager", 2) and r["low"] <= r["median"] <= r["high"]
+    assert "resnet50: fp32 / hand loop (eager), 2 interleaved rounds: " in capsys.readouterr().out
+    batch_row = {"precision": "batch", "shape": {"batch": 256}, "metrics": {"base_rung": "pool_kernel", "batch": 384}}
+    assert bench.rung_of(batch_row) == ("pool_kernel", 384) and bench.rung_of(rows[0]) == ("fp32", 2)
+    assert bench.head_to_head(rows, timed, torch.device("cpu"), "small", rounds=0) == {}
+
+
 def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
     bench = load("workload_gpu")
     assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"
