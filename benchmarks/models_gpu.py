@@ -5,7 +5,7 @@ in one run, printed as ladder tables, checked against the targets.
 
     python benchmarks/models_gpu.py [--out DIR] [--db PATH] [--rep-ms 600] [--quick] [--models resnet50,gpt2]
                                     [--modes train] [--recipes fp32,compile,fused,step_graph] [--no-hand]
-                                    [--profile]
+                                    [--profile] [--ab-rounds 8]
 
 Targets (issue 35), printed beside the hand loops: ResNet-50 training best rung >= 7,500 img/s on an H200 (>= 6,450
 on an H100) and >= 1.12x the best rung up to step_graph in the same call; GPT-2 small training (16 x 1024) best rung
