@@ -1,5 +1,6 @@
 """The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training
-in the channels-last layout, and `use_pool_kernel`, which swaps a model's nn.MaxPool2d(3, 2, 1) layers for it.
+in the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d); and
+`use_pool_kernel`, the ladder's pool_kernel rung, which puts both into a model.
 
 Why: in ResNet-50's whole-step graph (H200, 2026-11-27, c41fb7d) Inductor's stem pooling was the step's largest
 memory-bound kernel, its backward 1.48 ms a step, and the forward and backward together (benchmarks/maxpool_probe.py,
@@ -13,18 +14,25 @@ Both read and write channels contiguously (a program is BLOCK_P pixels x BLOCK_C
 strides, so contiguous tensors give the same numbers, more slowly. The arithmetic is ATen's: the first maximum in
 the window's row-major order wins (a NaN wins and stays), and the backward adds in fp32.
 
-    model = use_pool_kernel(model)           # every nn.MaxPool2d(3, 2, 1) becomes MaxPool3s2
+On an H200 (2026-11-27, a6968ae, one fixed tile of 32 pixels x 64 channels, 4 warps, now autotuned):
+benchmarks/maxpool_probe.py at batch 256, forward + backward 0.971 ms against Inductor's 1.882 (1.94x, 28% of the
+copy bandwidth); in ResNet-50's whole-step graph the pool kernels ran 7,033 and 6,667 img/s in two calls against
+the whole-step graph's 6,949 and 6,585 (1.012x both times), the training check passing. Less than the pooling's
+1.1 ms saved: the stem's batch norm + ReLU, which Inductor fused into its pooling, then wrote its whole output for
+these kernels (normalization +0.5 ms a step), and the add of the two incoming gradients became a kernel.
+
+Hence BatchNormReluPool2d (_BatchNormReluPool says how): in training a batch norm's affine map keeps a window's
+maximum where it is, so the stem pools the batch norm's input and normalizes the pooled quarter; the normalized
+tensor and its gradient never exist whole, and the backward writes the input's gradient in one pass. Written after
+that call: not yet run on a GPU (in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in
+float32 to 1e-7, gradients and running statistics included).
+
+    use_pool_kernel(model)           # training: bn -> ReLU -> max-pool chains fused; other nn.MaxPool2d(3, 2, 1)
+                                     # layers MaxPool3s2
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
 
-On an H200 (2026-11-27, a6968ae, before the tile was autotuned: 32 pixels x 64 channels, 4 warps):
-benchmarks/maxpool_probe.py at batch 256, forward + backward 0.971 ms against Inductor's 1.882 (1.94x, 28% of the
-copy bandwidth); in ResNet-50's whole-step graph the pool_kernel rung ran 7,033 and 6,667 img/s in two calls
-against the whole-step graph's 6,949 and 6,585 (1.012x both times), the training check passing. Less than the
-pooling's 1.1 ms saved: the stem's batch norm + ReLU, which Inductor fused into its pooling, now writes its output
-for these kernels (normalization +0.5 ms a step), and the add of the two incoming gradients is its own kernel.
-
-On a CPU the module falls back to F.max_pool2d, unless TRITON_INTERPRET=1 was set before this module was imported
-(the tests run the kernels in Triton's interpreter that way).
+On a CPU the modules fall back to PyTorch's layers, unless TRITON_INTERPRET=1 was set before this module was
+imported (the tests run the kernels in Triton's interpreter that way).
 """
 from __future__ import annotations
 
@@ -47,12 +55,15 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
-def max_pool_3s2_forward_kernel(x, out, offsets, P, C, H, W, OH, OW, sxn, sxc, sxh, sxw, son, soc, soh, sow,
-                                BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+def max_pool_3s2_forward_kernel(x, sign, out, offsets, P, C, H, W, OH, OW, sxn, sxc, sxh, sxw, son, soc, soh, sow,
+                                SIGNED: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out = the window's maximum and offsets its place; SIGNED: the maximum of sign[c] * x, times sign[c] (a
+    channel of sign -1 takes its minimum: a batch norm of negative scale turns the maximum into the minimum)."""
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)         # output pixels, n-major
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     pm, cm = p < P, c < C
     ow, oh, n = p % OW, (p // OW) % OH, p // (OW * OH)
+    s = tl.load(sign + c, mask=cm, other=1.0).to(tl.float32)[None, :] if SIGNED else 1.0
     best = tl.full((BLOCK_P, BLOCK_C), float("-inf"), tl.float32)
     # a window of -inf alone keeps its first pixel inside the input (not the padding), as ATen's does
     first = ((oh == 0).to(tl.int32) * 3 + (ow == 0).to(tl.int32))[:, None] + tl.zeros((BLOCK_P, BLOCK_C), tl.int32)
@@ -60,21 +71,24 @@ def max_pool_3s2_forward_kernel(x, out, offsets, P, C, H, W, OH, OW, sxn, sxc, s
     for i in tl.static_range(3):
         for j in tl.static_range(3):
             h, w = oh * 2 - 1 + i, ow * 2 - 1 + j
-            inside = pm & (h >= 0) & (h < H) & (w >= 0) & (w < W)
+            inside = (pm & (h >= 0) & (h < H) & (w >= 0) & (w < W))[:, None] & cm[None, :]
             ptr = x + (n * sxn + h * sxh + w * sxw)[:, None] + (c * sxc)[None, :]
-            v = tl.load(ptr, mask=inside[:, None] & cm[None, :], other=float("-inf")).to(tl.float32)
+            v = tl.where(inside, tl.load(ptr, mask=inside, other=0.0).to(tl.float32) * s, float("-inf"))
             take = (v > best) | (v != v)                            # the first maximum wins; a NaN wins and stays
             best = tl.where(take, v, best)
             arg = tl.where(take, i * 3 + j, arg)
     where = (n * son + oh * soh + ow * sow)[:, None] + (c * soc)[None, :]
     mask = pm[:, None] & cm[None, :]
-    tl.store(out + where, best.to(out.dtype.element_ty), mask=mask)
+    tl.store(out + where, (best * s).to(out.dtype.element_ty), mask=mask)
     tl.store(offsets + where, arg.to(tl.int8), mask=mask)
 
 
 @triton.jit
-def max_pool_3s2_backward_kernel(grad, offsets, dx, Q, C, H, W, OH, OW, sgn, sgc, sgh, sgw, son, soc, soh, sow,
-                                 sdn, sdc, sdh, sdw, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+def max_pool_3s2_backward_kernel(grad, offsets, x, k0, k1, dx, Q, C, H, W, OH, OW, sgn, sgc, sgh, sgw,
+                                 son, soc, soh, sow, sxn, sxc, sxh, sxw, sdn, sdc, sdh, sdw,
+                                 AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dx = the output gradient gathered back to each window's maximum; AFFINE: + k0[c] + k1[c] * x (a batch
+    norm's gradient through its mean and variance, which reaches every pixel)."""
     q = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)         # input pixels, n-major
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     qm, cm = q < Q, c < C
@@ -93,8 +107,13 @@ def max_pool_3s2_backward_kernel(grad, offsets, dx, Q, C, H, W, OH, OW, sgn, sgc
             at = (n * sgn + oh * sgh + ow * sgw)[:, None] + (c * sgc)[None, :]
             g = tl.load(grad + at, mask=mask, other=0.0).to(tl.float32)
             acc += tl.where(arg.to(tl.int32) == (i * 3 + j)[:, None], g, 0.0)
+    mask = qm[:, None] & cm[None, :]
+    if AFFINE:
+        xv = tl.load(x + (n * sxn + h * sxh + w * sxw)[:, None] + (c * sxc)[None, :], mask=mask, other=0.0)
+        acc += tl.load(k0 + c, mask=cm, other=0.0)[None, :] + tl.load(k1 + c, mask=cm, other=0.0)[None, :] * \
+            xv.to(tl.float32)
     where = (n * sdn + h * sdh + w * sdw)[:, None] + (c * sdc)[None, :]
-    tl.store(dx + where, acc.to(dx.dtype.element_ty), mask=qm[:, None] & cm[None, :])
+    tl.store(dx + where, acc.to(dx.dtype.element_ty), mask=mask)
 
 
 KERNELS = {  # name -> (the kernel as written, autotuned): named so that a profile files them under pooling
@@ -114,43 +133,49 @@ def _empty_like_layout(x: torch.Tensor, shape: tuple, dtype: torch.dtype) -> tor
                        memory_format=torch.channels_last if nhwc else torch.contiguous_format)
 
 
-def _launch(name: str, pixels: int, channels: int, *args) -> None:
+def _launch(name: str, pixels: int, channels: int, *args, **flags) -> None:
     """A program per BLOCK_P pixels and BLOCK_C channels: the tile autotuned on a GPU (pixels and channels the
     key: a new batch tunes again), fixed in the interpreter."""
     block_c = min(64, triton.next_power_of_2(channels))
     grid = lambda meta: (triton.cdiv(pixels, meta["BLOCK_P"]), triton.cdiv(channels, block_c))
     plain, autotuned = KERNELS[name]
     if INTERPRETING:
-        wrap_triton(plain)[grid](*args, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
+        wrap_triton(plain)[grid](*args, **flags, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
     else:
-        wrap_triton(autotuned)[grid](*args, BLOCK_C=block_c)
+        wrap_triton(autotuned)[grid](*args, **flags, BLOCK_C=block_c)
 
 
 @triton_op("tcperf::max_pool_3s2", mutates_args=())
-def max_pool_3s2(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def max_pool_3s2(x: torch.Tensor, sign: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x (N, C, H, W) -> its 3 x 3, stride 2, padding 1 max-pool and each output's window offset (int8, 0-8),
-    both (N, C, OH, OW) in x's layout."""
+    both (N, C, OH, OW) in x's layout; with sign (C,) of +-1, a channel of -1 takes the window's minimum."""
     n, c, h, w = x.shape
     oh, ow = out_size(h), out_size(w)
     out = _empty_like_layout(x, (n, c, oh, ow), x.dtype)
     offsets = _empty_like_layout(x, (n, c, oh, ow), torch.int8)
-    _launch("forward", n * oh * ow, c, x, out, offsets, n * oh * ow, c, h, w, oh, ow,
-            *x.stride(), *out.stride())
+    _launch("forward", n * oh * ow, c, x, x if sign is None else sign, out, offsets, n * oh * ow, c, h, w, oh, ow,
+            *x.stride(), *out.stride(), SIGNED=sign is not None)
     return out, offsets
 
 
 @triton_op("tcperf::max_pool_3s2_backward", mutates_args=())
-def max_pool_3s2_backward(grad: torch.Tensor, offsets: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """The input's gradient (N, C, height, width), in the layout of `offsets`, from the output's gradient."""
+def max_pool_3s2_backward(grad: torch.Tensor, offsets: torch.Tensor, height: int, width: int,
+                          x: torch.Tensor | None = None, k0: torch.Tensor | None = None,
+                          k1: torch.Tensor | None = None) -> torch.Tensor:
+    """The input's gradient (N, C, height, width), in the layout of `offsets`, from the output's gradient; with
+    x (the pooled input) and k0, k1 (C,) fp32, + k0[c] + k1[c] * x everywhere."""
     n, c, oh, ow = offsets.shape
-    dx = _empty_like_layout(offsets, (n, c, height, width), grad.dtype)
-    _launch("backward", n * height * width, c, grad, offsets, dx, n * height * width, c, height,
-            width, oh, ow, *grad.stride(), *offsets.stride(), *dx.stride())
+    affine = x is not None
+    dx = _empty_like_layout(offsets, (n, c, height, width), x.dtype if affine else grad.dtype)
+    x_strides = x.stride() if affine else (0, 0, 0, 0)
+    _launch("backward", n * height * width, c, grad, offsets, x if affine else grad, k0 if affine else grad,
+            k1 if affine else grad, dx, n * height * width, c, height, width, oh, ow, *grad.stride(),
+            *offsets.stride(), *x_strides, *dx.stride(), AFFINE=affine)
     return dx
 
 
 def _setup(ctx, inputs, output) -> None:
-    x, = inputs
+    x, _sign = inputs
     _, offsets = output
     ctx.save_for_backward(offsets)
     ctx.size = x.shape[-2:]
@@ -158,7 +183,7 @@ def _setup(ctx, inputs, output) -> None:
 
 def _grad(ctx, grad_out, _grad_offsets):
     offsets, = ctx.saved_tensors
-    return max_pool_3s2_backward(grad_out, offsets, *ctx.size)
+    return max_pool_3s2_backward(grad_out, offsets, *ctx.size), None
 
 
 max_pool_3s2.register_autograd(_grad, setup_context=_setup)
@@ -173,6 +198,72 @@ class MaxPool3s2(nn.Module):
         return F.max_pool2d(x, KERNEL, STRIDE, PAD)
 
 
+class _BatchNormReluPool(torch.autograd.Function):
+    """max_pool(relu(batch_norm(y))) in training, as relu(a * max_pool_s(y) + b), a = weight * invstd and b = bias
+    - mean * a per channel: an affine map of positive scale keeps a window's maximum where it was (of negative
+    scale, its minimum: sign s), and ReLU keeps it too, so the pooling runs on the batch norm's input and the
+    normalization on the pooled quarter. Neither the normalized tensor nor its gradient is ever whole: the
+    backward writes the input's gradient in one pass (tcperf's backward kernel, AFFINE), the gathered gradient of
+    the pooled values plus what reaches every pixel through the mean and the variance,
+        dy = gather(gz * a) + k0 + k1 * y,   gz = g * (z > 0),   z = a * pooled + b,
+        k1 = -weight * invstd^3 * sum(gz * (pooled - mean)) / N,   k0 = -weight * invstd * sum(gz) / N - k1 * mean
+    (N the pixels of a channel), which is batch norm's own backward restricted to where its gradient is not zero.
+    Statistics in fp32, as Inductor's batch norm; returns (out, mean, biased variance) for the running stats."""
+
+    @staticmethod
+    def forward(ctx, y, weight, bias, eps: float):
+        var, mean = torch.var_mean(y.float(), dim=(0, 2, 3), correction=0)
+        invstd = torch.rsqrt(var + eps)
+        a = weight.float() * invstd
+        b = bias.float() - mean * a
+        pooled, offsets = max_pool_3s2(y, torch.where(a >= 0, 1.0, -1.0))
+        out = torch.relu(pooled.float() * _per_channel(a) + _per_channel(b)).to(y.dtype)
+        ctx.save_for_backward(y, pooled, offsets, mean, invstd, weight, a, b)
+        ctx.mark_non_differentiable(mean, var)
+        return out, mean, var
+
+    @staticmethod
+    def backward(ctx, g, _g_mean, _g_var):
+        y, pooled, offsets, mean, invstd, weight, a, b = ctx.saved_tensors
+        p = pooled.float()
+        gz = torch.where(p * _per_channel(a) + _per_channel(b) > 0, g.float(), 0.0)
+        s1, sp = gz.sum((0, 2, 3)), (gz * (p - _per_channel(mean))).sum((0, 2, 3))
+        count = y.numel() // y.shape[1]
+        w = weight.float()
+        k1 = -w * invstd ** 3 * sp / count
+        k0 = -w * invstd * s1 / count - k1 * mean
+        dy = max_pool_3s2_backward(gz * _per_channel(a), offsets, y.shape[-2], y.shape[-1], y, k0, k1)
+        return dy, (sp * invstd).to(weight.dtype), s1.to(weight.dtype), None
+
+
+def _per_channel(v: torch.Tensor) -> torch.Tensor:
+    return v.view(1, -1, 1, 1)
+
+
+class BatchNormReluPool2d(nn.BatchNorm2d):
+    """An nn.BatchNorm2d whose output goes through a ReLU into nn.MaxPool2d(3, 2, 1) and nowhere else (ResNet's
+    stem), computed as one (_BatchNormReluPool) where batch statistics are used: it returns the pooled output, so the
+    ReLU after it is redundant and the pool is replaced by nn.Identity. Elsewhere (eval with running statistics, a
+    CPU, momentum None) the three as they were. The same parameters, buffers and state-dict keys as the layer it
+    was made from (`fuse_batch_norm_relu_pool` changes the class of the instance in place)."""
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        batch_stats = self.training or not self.track_running_stats
+        if not (batch_stats and self.momentum is not None and y.dim() == 4 and y.dtype in DTYPES
+                and (y.is_cuda or INTERPRETING)):
+            return F.max_pool2d(F.relu(super().forward(y)), KERNEL, STRIDE, PAD)
+        weight = self.weight if self.affine else y.new_ones(self.num_features, dtype=torch.float32)
+        bias = self.bias if self.affine else y.new_zeros(self.num_features, dtype=torch.float32)
+        out, mean, var = _BatchNormReluPool.apply(y, weight, bias, self.eps)
+        if self.training and self.track_running_stats:
+            count = y.numel() // y.shape[1]
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
+                self.running_var.lerp_((var * count / max(count - 1, 1)).to(self.running_var.dtype), self.momentum)
+        return out
+
+
 def is_stem_pool(module: nn.Module) -> bool:
     """An nn.MaxPool2d these kernels compute: 3 x 3, stride 2, padding 1, no dilation, floor mode, no indices."""
     pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)
@@ -182,12 +273,69 @@ def is_stem_pool(module: nn.Module) -> bool:
 
 
 def use_pool_kernel(model: nn.Module, mode: str = "train") -> list[str]:
-    """Swap every nn.MaxPool2d(3, 2, 1) of `model` (in place) for MaxPool3s2; notes for the ladder's row. Raises
-    LookupError when the model has none."""
+    """The pool_kernel rung's transform, in place: in training, each batch norm -> ReLU -> nn.MaxPool2d(3, 2, 1)
+    chain (its links used once each) becomes one BatchNormReluPool2d; every other nn.MaxPool2d(3, 2, 1) becomes
+    MaxPool3s2. Notes for the ladder's row; LookupError when the model has no such pool."""
+    fused = fuse_batch_norm_relu_pool(model) if mode == "train" else []
     names = [name for name, m in model.named_modules() if is_stem_pool(m)]
-    if not names:
+    if not fused and not names:
         raise LookupError("no nn.MaxPool2d(3, stride=2, padding=1) in the model")
     for name in names:
-        parent, _, leaf = name.rpartition(".")
-        setattr(model.get_submodule(parent) if parent else model, leaf, MaxPool3s2())
-    return [f"max-pool 3x3/2 on tcperf's kernels: {', '.join(names)}"]
+        _replace(model, name, MaxPool3s2())
+    notes = [f"batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: {', '.join(fused)}"] if fused else []
+    return notes + ([f"max-pool 3x3/2 on tcperf's kernels: {', '.join(names)}"] if names else [])
+
+
+def fuse_batch_norm_relu_pool(model: nn.Module) -> list[str]:
+    """Each chain found by chains() fused in place: its batch norm's class becomes BatchNormReluPool2d (parameters,
+    buffers and names kept), its ReLU module (if a module) and its pool nn.Identity. -> the batch norms' names."""
+    found = chains(model)
+    for bn, relu, pool in found:
+        model.get_submodule(bn).__class__ = BatchNormReluPool2d
+        for name in (relu, pool):
+            if name:
+                _replace(model, name, nn.Identity())
+    return [bn for bn, _, _ in found]
+
+
+def chains(model: nn.Module) -> list[tuple[str, str | None, str]]:
+    """(batch norm, ReLU module or None for a functional relu, pool) names of each nn.BatchNorm2d whose only user is
+    a ReLU whose only user is an nn.MaxPool2d(3, 2, 1), each module called once in the model's forward, read from
+    torch.fx's trace of it; none where the model does not trace."""
+    try:
+        graph = torch.fx.symbolic_trace(model).graph
+    except Exception:                        # control flow on values, unsupported calls: no fusion, plain pools
+        return []
+    modules = dict(model.named_modules())
+    calls = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+    found = []
+    for node in graph.nodes:
+        if node.op != "call_module" or not is_stem_pool(modules.get(node.target)) or not node.args:
+            continue
+        relu = node.args[0]
+        if not (isinstance(relu, torch.fx.Node) and _is_relu(relu, modules) and len(relu.users) == 1):
+            continue
+        bn = relu.args[0] if relu.args else None
+        if not (isinstance(bn, torch.fx.Node) and bn.op == "call_module"
+                and type(modules.get(bn.target)) is nn.BatchNorm2d and len(bn.users) == 1):
+            continue
+        relu_module = relu.target if relu.op == "call_module" else None
+        if all(calls.get(name) == 1 for name in (bn.target, node.target, relu_module) if name):
+            found.append((bn.target, relu_module, node.target))
+    return found
+
+
+def _is_relu(node: torch.fx.Node, modules: dict) -> bool:
+    if node.op == "call_module":
+        return type(modules.get(node.target)) is nn.ReLU
+    if node.op == "call_function":
+        return node.target in (F.relu, torch.relu, torch.relu_)
+    return node.op == "call_method" and node.target in ("relu", "relu_")
+
+
+def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, leaf, module)

@@ -187,8 +187,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                  "the (tokens, vocabulary) logits never whole"),
     Recipe("pool_kernel", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
            over="step_graph", modes=("train",), needs="conv2d", transform="tcperf.pool:use_pool_kernel",
-           about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels "
-                 "(tcperf.pool): Inductor's backward of it ran at 14% of the copy bandwidth on an H200"),
+           about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels, "
+                 "a batch norm -> ReLU -> such a pool computed as one (tcperf.pool): Inductor's backward of the pool "
+                 "ran at 14% of the copy bandwidth on an H200"),
     Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
            over="step_graph", modes=("train",),
            about="the best rung from the whole-step graph on (autotune aside: it would compile again at every "

@@ -18,7 +18,7 @@ from tcperf import pool, recipes
 # (N, C, H, W): odd and even sizes, C not a power of two and C above one block of 64 channels, a 1 x 1 input
 SHAPES = [(2, 5, 7, 9), (2, 64, 8, 8), (3, 70, 6, 5), (1, 3, 1, 1)]
 CHILD = r"""
-import json, sys, torch, torch.nn.functional as F
+import copy, json, sys, torch, torch.nn.functional as F
 from tcperf import pool
 
 def compare(x, grad):
@@ -45,6 +45,39 @@ nan = torch.randn(1, 2, 5, 5)
 nan[0, 0, 1, 1] = float("nan")
 out["nan"] = torch.equal(pool.MaxPool3s2()(nan).isnan(), F.max_pool2d(nan, 3, 2, 1).isnan())
 out["minus_inf_offsets"] = pool.max_pool_3s2(torch.full((1, 1, 5, 5), float("-inf")))[1].flatten().tolist()
+
+def fused(nhwc, affine=True, track=True):
+    # batch norm -> ReLU -> max-pool, float32, as nn.Modules and as BatchNormReluPool2d; scales of both signs
+    bn = torch.nn.BatchNorm2d(6, affine=affine, track_running_stats=track)
+    if affine:
+        with torch.no_grad():
+            bn.weight.copy_(torch.randn(6))
+            bn.bias.copy_(torch.randn(6))
+    ref = torch.nn.Sequential(copy.deepcopy(bn), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))
+    mine = copy.deepcopy(bn)
+    mine.__class__ = pool.BatchNormReluPool2d
+    y = torch.randn(3, 6, 9, 10) * 2 + 0.5
+    y = y.contiguous(memory_format=torch.channels_last) if nhwc else y
+    a, b = y.clone().requires_grad_(), y.clone().requires_grad_()
+    want, got = ref(a), mine(b)
+    g = torch.randn_like(want)
+    want.backward(g)
+    got.backward(g)
+    r = {"out": rel(got, want), "dy": rel(b.grad, a.grad), "layout": got.stride() == want.stride()
+         and b.grad.stride() == a.grad.stride()}
+    if affine:
+        r.update(dw=rel(mine.weight.grad, ref[0].weight.grad), db=rel(mine.bias.grad, ref[0].bias.grad))
+    if track:
+        r.update(rm=rel(mine.running_mean, ref[0].running_mean), rv=rel(mine.running_var, ref[0].running_var),
+                 batches=int(mine.num_batches_tracked))
+    return r
+
+def rel(got, want):
+    return float((got.detach().double() - want.detach().double()).norm() / want.detach().double().norm())
+
+out["fused"] = {f"{nhwc}|{affine}|{track}": fused(nhwc, affine, track)
+                for nhwc, affine, track in ((True, True, True), (False, True, True), (True, False, True),
+                                            (True, True, False))}
 print(json.dumps(out))
 """
 
@@ -78,17 +111,69 @@ def test_ties_nan_and_all_minus_inf_as_aten(interpreted):
     assert interpreted["minus_inf_offsets"] == [4, 3, 3, 1, 0, 0, 1, 0, 0]
 
 
-def test_the_stem_pools_of_torchvision_and_timm_resnets_are_swapped():
+@pytest.mark.parametrize("key", ["True|True|True", "False|True|True", "True|False|True", "True|True|False"],
+                         ids=["channels_last", "contiguous", "no_affine", "no_running_stats"])
+def test_batch_norm_relu_pool_is_the_three_in_the_interpreter(interpreted, key):
+    """Training, float32, scales of both signs (a negative one pools the minimum): the output, the input's,
+    weight's and bias's gradients and the running statistics as nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d give
+    them, to float32's rounding; the layouts as theirs."""
+    r = interpreted["fused"][key]
+    assert r.pop("layout") and r.pop("batches", 1) == 1
+    assert all(err < 1e-5 for err in r.values()), r
+
+
+def test_the_stems_of_torchvision_and_timm_resnets_are_fused():
+    """In training the stem's batch norm, ReLU and pool become one BatchNormReluPool2d (the state dict's names
+    kept); for inference only the pool is swapped. On a CPU both compute what the model did."""
     import timm
     import torchvision
-    for model in (torchvision.models.resnet18(num_classes=10), timm.create_model("resnet18", num_classes=10)):
-        model.eval()
-        x = torch.randn(2, 3, 64, 64)
+    for make, act in ((lambda: torchvision.models.resnet18(num_classes=10), "relu"),
+                      (lambda: timm.create_model("resnet18", num_classes=10), "act1")):
+        model, x = make(), torch.randn(2, 3, 64, 64)
+        keys, want = list(model.state_dict()), model(x)
+        notes = pool.use_pool_kernel(model, "train")
+        assert notes == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: bn1"]
+        assert type(model.bn1) is pool.BatchNormReluPool2d and list(model.state_dict()) == keys
+        assert isinstance(model.maxpool, torch.nn.Identity) and isinstance(getattr(model, act), torch.nn.Identity)
+        assert torch.allclose(model(x), want, atol=1e-5)      # training: batch statistics, both
+        model = make().eval()
         want = model(x)
-        notes = pool.use_pool_kernel(model)
-        assert isinstance(model.maxpool, pool.MaxPool3s2) and notes == [
-            "max-pool 3x3/2 on tcperf's kernels: maxpool"]
-        assert torch.equal(model(x), want)            # on a CPU the module is F.max_pool2d
+        assert pool.use_pool_kernel(model, "infer") == ["max-pool 3x3/2 on tcperf's kernels: maxpool"]
+        assert isinstance(model.maxpool, pool.MaxPool3s2) and torch.equal(model(x), want)
+
+
+class _Stem(torch.nn.Module):
+    """conv -> bn -> relu -> pool, then `tail` ('shared': the ReLU module called again; 'reuse': the ReLU's
+    output used twice; 'functional': F.relu instead of the module)."""
+
+    def __init__(self, tail: str):
+        super().__init__()
+        self.tail = tail
+        self.conv, self.bn, self.bn2 = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4)
+        self.relu, self.pool = torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1)
+
+    def forward(self, x):
+        y = self.bn(self.conv(x))
+        y = F.relu(y) if self.tail == "functional" else self.relu(y)
+        out = self.pool(y)
+        if self.tail == "shared":
+            return self.relu(self.bn2(out))
+        return out + y.mean() if self.tail == "reuse" else out
+
+
+@pytest.mark.parametrize("tail, found", [("plain", [("bn", "relu", "pool")]), ("functional", [("bn", None, "pool")]),
+                                         ("shared", []), ("reuse", [])])
+def test_only_a_chain_whose_links_are_used_once_is_fused(tail, found):
+    assert pool.chains(_Stem(tail)) == found
+
+
+def test_a_model_fx_cannot_trace_keeps_its_batch_norm_and_gets_the_pool_kernel():
+    class Branchy(_Stem):
+        def forward(self, x):
+            y = self.pool(self.relu(self.bn(self.conv(x))))
+            return y if float(y.sum()) > 0 else -y            # control flow on a value: fx cannot trace it
+    model = Branchy("plain")
+    assert pool.chains(model) == [] and pool.use_pool_kernel(model) == ["max-pool 3x3/2 on tcperf's kernels: pool"]
 
 
 def test_other_pools_are_left_alone_and_a_model_without_one_is_refused():
@@ -143,3 +228,35 @@ def test_gpu_kernels_against_aten_eager_and_compiled(cuda):
         y, g = step(f)
         assert torch.equal(y, want_y) and y.is_contiguous(memory_format=torch.channels_last)
         assert (g.float() - want_g.float()).abs().max() <= 2 ** -6 * want_g.float().abs().max()
+
+
+@pytest.mark.gpu
+def test_gpu_fused_stem_compiled_against_the_three_eager(cuda):
+    """ResNet's stem (conv 7x7/2, batch norm with scales of both signs, ReLU, max-pool) at batch 8, bf16 autocast,
+    channels-last, one training step: the fused stem compiled in one graph against the plain stem eager; the
+    output, the convolution's and the batch norm's gradients and the running statistics to bf16's rounding."""
+    import copy
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3, bias=False), torch.nn.BatchNorm2d(64),
+                              torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))
+    with torch.no_grad():
+        ref[1].weight.copy_(torch.randn(64))
+        ref[1].bias.copy_(torch.randn(64))
+    ref = ref.to(cuda, memory_format=torch.channels_last)
+    mine = copy.deepcopy(ref)
+    assert pool.use_pool_kernel(mine) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: 1"]
+    x = torch.randn(8, 3, 224, 224, device=cuda).contiguous(memory_format=torch.channels_last)
+    outs = []
+    for model in (ref, torch.compile(mine, fullgraph=True)):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = model(x)
+        out.float().square().sum().backward()
+        outs.append(out)
+
+    def rel(a, b):
+        return float((a.double() - b.double()).norm() / b.double().norm())
+    assert rel(outs[1], outs[0]) < 1e-2 and outs[1].is_contiguous(memory_format=torch.channels_last)
+    for name in ("0.weight", "1.weight", "1.bias"):
+        got, want = mine.get_parameter(name).grad, ref.get_parameter(name).grad
+        assert rel(got, want) < 3e-2, name
+    assert rel(mine[1].running_var, ref[1].running_var) < 1e-3 and int(mine[1].num_batches_tracked) == 1
