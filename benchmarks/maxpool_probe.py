@@ -14,9 +14,10 @@ H200 (2026-11-27, c41fb7d) the largest memory-bound kernel of the step was Induc
 
 The incoming gradient is the sum of two tensors, as in ResNet-50, where the stem's output feeds layer1's first block
 and its downsample; the sum is one eager add inside every way's timed step (Inductor fuses it in the ladder's step,
-so the ways here carry the same extra add, about 0.1 ms, and the ratios between them understate the gap). Each way is checked against nn.MaxPool2d in float32 before it is timed: the outputs equal, and
-the input's gradient equal where the input is positive (after the stem's ReLU many inputs are zero and tie; a tie's
-gradient lands on a zero that the ReLU's backward discards, so only positive inputs carry it). Timed with
+so the ways here carry the same extra add, about 0.1 ms, and the ratios between them understate the gap). Each way
+is checked against nn.MaxPool2d in float32 before it is timed: the outputs equal, and the input's gradient equal
+where the input is positive (after the stem's ReLU many inputs are zero and tie; a tie's gradient lands on a zero
+that the ReLU's backward discards, so only positive inputs carry it). Timed with
 triton.testing.do_bench (median, L2 cleared), GB/s against the bytes each step must move (input read, output
 written, two gradients read, input gradient written, once each) and the copy bandwidth timed in the same process.
 
@@ -25,7 +26,12 @@ written, two gradients read, input gradient written, once each) and the copy ban
 On an H200 (2026-11-27, 4e3799d, batch 256): inductor 1.883 ms (600 GB/s, 14% of copy), aten 2.854 ms (0.66x),
 slices refused by its check (float32 gradient rel. error 1.9e-4: among 205 M random float32 inputs some of a
 window's largest tie, and torch.maximum splits their gradient where max-pool gives it to the first); tcperf's
-kernels were written after that call (ties go to the first maximum, as ATen's).
+kernels were written after that call (ties go to the first maximum, as ATen's). In a6968ae's call they ran the
+pooling in 0.971 ms, 1.94x Inductor's.
+
+Then the stem after its convolution, three ways compiled (stem_ways: Inductor's batch norm + ReLU + max-pool; the
+same with the pool on tcperf's kernels; tcperf.pool.BatchNormReluPool2d, the three as one), each checked in float32
+against the plain stem before it is timed in bf16: what the pool_kernel rung changes in the step.
 """
 from __future__ import annotations
 
@@ -127,6 +133,47 @@ def measure(batch: int) -> dict:
             "device": torch.cuda.get_device_name(device), "torch": torch.__version__}
 
 
+def stem_ways(seed: int = 0) -> dict:
+    """name -> ResNet's stem after its convolution (batch norm of random scales of both signs, ReLU, max-pool), in
+    training, compiled: Inductor's alone; with the pool on tcperf's kernels (a6968ae's pool_kernel); and as one
+    BatchNormReluPool2d (the pool on the batch norm's input, tcperf.pool). The same batch norm in each."""
+    import copy
+    from tcperf.pool import BatchNormReluPool2d, MaxPool3s2
+    torch.manual_seed(seed)
+    bn = torch.nn.BatchNorm2d(CHANNELS)
+    with torch.no_grad():
+        bn.weight.copy_(torch.randn(CHANNELS))
+        bn.bias.copy_(torch.randn(CHANNELS))
+    fused = copy.deepcopy(bn)
+    fused.__class__ = BatchNormReluPool2d
+    relu, pool = torch.nn.ReLU(), torch.nn.MaxPool2d(KERNEL, STRIDE, PAD)
+    return {"inductor": torch.nn.Sequential(copy.deepcopy(bn), relu, pool),
+            "pool kernel": torch.nn.Sequential(copy.deepcopy(bn), relu, MaxPool3s2()), "fused": fused}
+
+
+def measure_stem(batch: int) -> dict:
+    """Each of stem_ways() compiled, checked against the plain stem eager in float32 (output and the input's
+    gradient, rel. error < 1e-4), then timed forward + backward in bf16 (fp32 batch-norm parameters, as under
+    autocast) with triton.testing.do_bench: {name: {status, ms | message}}."""
+    import triton.testing
+    device = torch.device("cuda")
+    x, grads = inputs(batch, device)
+    exact = inputs(batch, device, torch.float32)
+    reference = stem_ways()["inductor"].to(device)
+    (ref_y, ref_g) = step(reference, *exact)
+    rows = {}
+    for name, module in stem_ways().items():
+        compiled = torch.compile(module.to(device).to(memory_format=torch.channels_last))
+        y, g = step(compiled, *exact)
+        err = max(float((y - ref_y).norm() / ref_y.norm()), float((g - ref_g).norm() / ref_g.norm()))
+        if not err < 1e-4:
+            rows[name] = {"status": "wrong", "message": f"float32 rel. error {err:.3g} >= 1e-4"}
+            continue
+        rows[name] = {"status": "ok", "ms": triton.testing.do_bench(lambda: step(compiled, x, grads),
+                                                                   return_mode="median")}
+    return rows
+
+
 def main() -> int:
     a = parse()
     if a.batch < 1:
@@ -144,6 +191,11 @@ def main() -> int:
         share = f", {r['copy_share']:.0%} of copy" if r["copy_share"] else ""
         print(f"{name:9s} {r['ms']:.3f} ms forward + backward, {r['gbs']:,.0f} GB/s{share}"
               + (f", {base / r['ms']:.2f}x inductor" if base else ""))
+    report["stem"] = measure_stem(a.batch)
+    base = report["stem"]["inductor"].get("ms")
+    for name, r in report["stem"].items():
+        print(f"stem, {name:11s} " + (f"{r['ms']:.3f} ms forward + backward" + (f", {base / r['ms']:.2f}x inductor"
+                                      if base else "") if r["status"] == "ok" else f"{r['status']}: {r['message']}"))
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "maxpool_probe.json"), "w") as f:
         json.dump(report, f, indent=1)

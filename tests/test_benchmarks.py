@@ -383,6 +383,19 @@ def test_maxpool_probe_sliced_pooling_is_max_pool_and_a_wrong_one_is_caught():
     assert probe.SlicedMaxPool2d()(timed[0]).is_contiguous(memory_format=torch.channels_last)
 
 
+def test_maxpool_probe_stem_ways_share_one_batch_norm_and_agree():
+    """The three stems the probe times start from the same batch norm (scales of both signs) and, on a CPU where
+    tcperf's modules fall back to PyTorch's layers, compute the same output and input gradient."""
+    probe = load("maxpool_probe")
+    ways = probe.stem_ways()
+    assert list(ways) == ["inductor", "pool kernel", "fused"]
+    weights = [w[0].weight if isinstance(w, torch.nn.Sequential) else w.weight for w in ways.values()]
+    assert all(torch.equal(w, weights[0]) for w in weights) and (weights[0] < 0).any() and (weights[0] > 0).any()
+    exact = probe.inputs(2, torch.device("cpu"), torch.float32)
+    (want_y, want_g), *others = [probe.step(w, *exact) for w in ways.values()]
+    assert all(torch.allclose(y, want_y) and torch.allclose(g, want_g) for y, g in others)
+
+
 def test_maxpool_probe_bad_batch_is_one_line(monkeypatch, capsys):
     probe = load("maxpool_probe")
     monkeypatch.setattr(sys, "argv", ["maxpool_probe.py", "--batch", "0"])
