@@ -1,5 +1,10 @@
-"""Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store."""
+"""Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store;
+Triton kernels run in the interpreter in a child process (`in_interpreter`)."""
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +19,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def in_interpreter(code: str, argument, timeout: float) -> dict:
+    """Run `code` in a child Python with TRITON_INTERPRET=1 (read when Triton kernels are imported, so not in this
+    process) and `argument` as JSON in argv[1]; its last line of output, as JSON."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(argument)], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(autouse=True)

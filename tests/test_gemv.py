@@ -6,15 +6,13 @@ side-by-side benchmark's bookkeeping. On a GPU: compiled with CUDA graphs, and a
 The interpreter is chosen when tcperf.gemv is imported (TRITON_INTERPRET is read by @triton.jit), so the
 interpreter checks run in one child process; this process imports the kernels compiled, for the tracing checks.
 """
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import in_interpreter
 from tcperf import quant as core_quant
 from tcperf.cli import main
 from tcperf.generate import quant
@@ -66,11 +64,7 @@ print(json.dumps({"kernels": {"|".join(map(str, s)): kernels(*s) for s in shapes
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(SHAPES)], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return in_interpreter(CHILD, SHAPES, timeout=120)
 
 
 @pytest.mark.parametrize("kernel", ["int8", "int4", "int4 split"])

@@ -3,16 +3,11 @@ Triton's interpreter on the CPU (one child process: TRITON_INTERPRET is read whe
 swap of a model's pools (torchvision's and timm's ResNets); the ladder's pool_kernel rung refusing a model without
 one; the op's shapes and layouts under fake tensors (what torch.compile sees). On a GPU: bf16 channels-last against
 ATen's CUDA kernels, and compiled."""
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import in_interpreter
 from tcperf import pool, recipes
 
 # (N, C, H, W): odd and even sizes, C not a power of two and C above one block of 64 channels, a 1 x 1 input
@@ -84,11 +79,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(SHAPES)], env=env, capture_output=True, text=True,
-                          timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return in_interpreter(CHILD, SHAPES, timeout=240)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
