@@ -9,10 +9,11 @@ LADDER is the default climb, each rung adding one thing to the one before:
 
     fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
          -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
-         -> three searches past a hand loop, each one thing on top of the whole-step graph (training):
+         -> four rungs past a hand loop, each one thing on top of the whole-step graph (training):
             autotune (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's
             cross-entropy in chunks, tcperf.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's
-            Triton kernels, tcperf.pool), batch (the batch with the most items a second, tcperf.ladder's search)
+            Triton kernels, a batch norm -> ReLU -> such a pool as one: tcperf.pool), batch (the batch with the
+            most items a second, tcperf.ladder's search)
          -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
             inference) -> int8 (inference)
 
