@@ -1,6 +1,6 @@
 """The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training
-in the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d); and
-`use_pool_kernel`, the ladder's pool_kernel rung, which puts both into a model.
+in the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d); and the
+transforms of the ladder's pool_kernel and bn_relu_pool rungs, which put them into a model.
 
 Why: in ResNet-50's whole-step graph (H200, 2026-11-27, c41fb7d) Inductor's stem pooling was the step's largest
 memory-bound kernel, its backward 1.48 ms a step, and the forward and backward together (benchmarks/maxpool_probe.py,
@@ -27,8 +27,8 @@ tensor and its gradient never exist whole, and the backward writes the input's g
 that call: not yet run on a GPU (in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in
 float32 to 1e-7, gradients and running statistics included).
 
-    use_pool_kernel(model)           # training: bn -> ReLU -> max-pool chains fused; other nn.MaxPool2d(3, 2, 1)
-                                     # layers MaxPool3s2
+    use_pool_kernel(model)           # every nn.MaxPool2d(3, 2, 1) a MaxPool3s2 (the pool_kernel rung)
+    use_fused_stem(model)            # bn -> ReLU -> max-pool chains fused first (the bn_relu_pool rung)
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
 
 On a CPU the modules fall back to PyTorch's layers, unless TRITON_INTERPRET=1 was set before this module was
@@ -273,17 +273,29 @@ def is_stem_pool(module: nn.Module) -> bool:
 
 
 def use_pool_kernel(model: nn.Module, mode: str = "train") -> list[str]:
-    """The pool_kernel rung's transform, in place: in training, each batch norm -> ReLU -> nn.MaxPool2d(3, 2, 1)
-    chain (its links used once each) becomes one BatchNormReluPool2d; every other nn.MaxPool2d(3, 2, 1) becomes
-    MaxPool3s2. Notes for the ladder's row; LookupError when the model has no such pool."""
-    fused = fuse_batch_norm_relu_pool(model) if mode == "train" else []
+    """The pool_kernel rung's transform, in place: every nn.MaxPool2d(3, 2, 1) becomes MaxPool3s2. Notes for the
+    ladder's row; LookupError when the model has none."""
     names = [name for name, m in model.named_modules() if is_stem_pool(m)]
-    if not fused and not names:
+    if not names:
         raise LookupError("no nn.MaxPool2d(3, stride=2, padding=1) in the model")
     for name in names:
         _replace(model, name, MaxPool3s2())
-    notes = [f"batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: {', '.join(fused)}"] if fused else []
-    return notes + ([f"max-pool 3x3/2 on tcperf's kernels: {', '.join(names)}"] if names else [])
+    return [f"max-pool 3x3/2 on tcperf's kernels: {', '.join(names)}"]
+
+
+def use_fused_stem(model: nn.Module, mode: str = "train") -> list[str]:
+    """The bn_relu_pool rung's transform, in place: each batch norm -> ReLU -> nn.MaxPool2d(3, 2, 1) chain (its
+    links used once each) becomes one BatchNormReluPool2d, then every other such pool MaxPool3s2 (pool_kernel's).
+    LookupError when the model has no chain (or does not trace)."""
+    fused = fuse_batch_norm_relu_pool(model)
+    if not fused:
+        raise LookupError("no batch norm -> ReLU -> nn.MaxPool2d(3, stride=2, padding=1) chain in the model's "
+                          "torch.fx trace (or the model does not trace)")
+    notes = [f"batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: {', '.join(fused)}"]
+    try:
+        return notes + use_pool_kernel(model, mode)
+    except LookupError:                              # the chains held every pool
+        return notes
 
 
 def fuse_batch_norm_relu_pool(model: nn.Module) -> list[str]:

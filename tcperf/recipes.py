@@ -9,11 +9,11 @@ LADDER is the default climb, each rung adding one thing to the one before:
 
     fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
          -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
-         -> four rungs past a hand loop, each one thing on top of the whole-step graph (training):
-            autotune (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's
-            cross-entropy in chunks, tcperf.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's
-            Triton kernels, a batch norm -> ReLU -> such a pool as one: tcperf.pool), batch (the batch with the
-            most items a second, tcperf.ladder's search)
+         -> rungs past a hand loop, each one thing on top of the whole-step graph (training): autotune
+            (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's cross-entropy
+            in chunks, tcperf.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's Triton kernels,
+            tcperf.pool) and bn_relu_pool on top of it (a batch norm -> ReLU -> such a pool as one), batch (the
+            batch with the most items a second, tcperf.ladder's search)
          -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
             inference) -> int8 (inference)
 
@@ -188,9 +188,13 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                  "the (tokens, vocabulary) logits never whole"),
     Recipe("pool_kernel", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
            over="step_graph", modes=("train",), needs="conv2d", transform="tcperf.pool:use_pool_kernel",
-           about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels, "
-                 "a batch norm -> ReLU -> such a pool computed as one (tcperf.pool): Inductor's backward of the pool "
-                 "ran at 14% of the copy bandwidth on an H200"),
+           about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels "
+                 "(tcperf.pool): Inductor's backward of it ran at 14% of the copy bandwidth on an H200"),
+    Recipe("bn_relu_pool", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
+           over="pool_kernel", modes=("train",), needs="conv2d", transform="tcperf.pool:use_fused_stem",
+           about="pool_kernel with each batch norm -> ReLU -> such a pool computed as one (tcperf.pool: the pool "
+                 "on the batch norm's input, the normalization on the pooled quarter, the input's gradient in one "
+                 "pass): what Inductor had fused around its own pooling, kept"),
     Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
            over="step_graph", modes=("train",),
            about="the best rung from the whole-step graph on (autotune aside: it would compile again at every "
@@ -203,8 +207,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile", "fused",
-                     "step_graph", "autotune", "chunked_ce", "pool_kernel", "batch", "cuda_graphs", "fp8",
-                     "int8"]
+                     "step_graph", "autotune", "chunked_ce", "pool_kernel", "bn_relu_pool", "batch", "cuda_graphs",
+                     "fp8", "int8"]
 
 
 def get(name: str | Recipe) -> Recipe:

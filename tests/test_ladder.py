@@ -1,6 +1,7 @@
 """The model ladder: recipes as data, skip reasons, one cell's figures and accuracy check (a deliberately broken
 recipe is flagged, a NaN is a finding), --batch auto against a simulated out-of-memory, the climb through worker
 processes with its speedups, and the `tcperf models` command (bad input exits 2 with one line)."""
+import dataclasses
 import json
 import math
 
@@ -336,7 +337,7 @@ def test_gpu_resnet50_cell(cuda):
     ("resnet50", "cuda_graphs", "infer"),
     ("resnet50", "fused", "train"), ("gpt2", "step_graph", "train"),
     ("gpt2", "chunked_ce", "train"), ("gpt2", "autotune", "train"), ("resnet50", "batch", "train"),
-    ("resnet50", "pool_kernel", "train"),
+    ("resnet50", "pool_kernel", "train"), ("resnet50", "bn_relu_pool", "train"),
 ])
 def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
     r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
@@ -381,6 +382,13 @@ def test_the_searches_are_rungs_on_top_of_the_whole_step_graph():
     assert recipes.RECIPES["cuda_graphs"].compile_mode == "reduce-overhead"
     assert recipes.RECIPES["compile"].compile_mode == "default" and recipes.RECIPES["fp32"].compile_mode is None
     assert recipes.RECIPES["batch"].describe("transformer") == "amp_bf16 + compile + fused + step_graph + fastest_batch"
+
+
+def test_the_fused_stem_is_one_thing_on_top_of_the_pool_kernel():
+    r, base = recipes.RECIPES["bn_relu_pool"], recipes.RECIPES["pool_kernel"]
+    assert r.over == "pool_kernel" and recipes.LADDER.index("bn_relu_pool") == recipes.LADDER.index("pool_kernel") + 1
+    assert dataclasses.replace(r, transform=base.transform, over=base.over, name=base.name, about=base.about) == base
+    assert "bn_relu_pool" in ladder.BATCH_BASES                   # the batch search may build on it
 
 
 def test_autotune_sits_on_top_of_a_compiled_rung():

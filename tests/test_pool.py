@@ -113,24 +113,28 @@ def test_batch_norm_relu_pool_is_the_three_in_the_interpreter(interpreted, key):
     assert all(err < 1e-5 for err in r.values()), r
 
 
-def test_the_stems_of_torchvision_and_timm_resnets_are_fused():
-    """In training the stem's batch norm, ReLU and pool become one BatchNormReluPool2d (the state dict's names
-    kept); for inference only the pool is swapped. On a CPU both compute what the model did."""
+def test_the_stems_of_torchvision_and_timm_resnets_are_fused_or_get_the_pool_kernel():
+    """bn_relu_pool: the stem's batch norm, ReLU and pool become one BatchNormReluPool2d (the state dict's names
+    kept); pool_kernel: the pool alone is swapped. On a CPU both compute what the model did, in training (batch
+    statistics) and in eval."""
     import timm
     import torchvision
     for make, act in ((lambda: torchvision.models.resnet18(num_classes=10), "relu"),
                       (lambda: timm.create_model("resnet18", num_classes=10), "act1")):
         model, x = make(), torch.randn(2, 3, 64, 64)
         keys, want = list(model.state_dict()), model(x)
-        notes = pool.use_pool_kernel(model, "train")
+        notes = pool.use_fused_stem(model, "train")
         assert notes == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: bn1"]
         assert type(model.bn1) is pool.BatchNormReluPool2d and list(model.state_dict()) == keys
         assert isinstance(model.maxpool, torch.nn.Identity) and isinstance(getattr(model, act), torch.nn.Identity)
-        assert torch.allclose(model(x), want, atol=1e-5)      # training: batch statistics, both
-        model = make().eval()
+        assert torch.allclose(model(x), want, atol=1e-5)
+        model = make()
         want = model(x)
-        assert pool.use_pool_kernel(model, "infer") == ["max-pool 3x3/2 on tcperf's kernels: maxpool"]
+        assert pool.use_pool_kernel(model, "train") == ["max-pool 3x3/2 on tcperf's kernels: maxpool"]
         assert isinstance(model.maxpool, pool.MaxPool3s2) and torch.equal(model(x), want)
+        plain = make()
+        plain.load_state_dict(model.state_dict())          # the same weights and running statistics
+        assert torch.equal(model.eval()(x), plain.eval()(x))
 
 
 class _Stem(torch.nn.Module):
@@ -158,13 +162,32 @@ def test_only_a_chain_whose_links_are_used_once_is_fused(tail, found):
     assert pool.chains(_Stem(tail)) == found
 
 
-def test_a_model_fx_cannot_trace_keeps_its_batch_norm_and_gets_the_pool_kernel():
+def test_a_model_without_a_chain_is_refused_by_the_fused_rung_and_keeps_its_layers():
     class Branchy(_Stem):
         def forward(self, x):
             y = self.pool(self.relu(self.bn(self.conv(x))))
             return y if float(y.sum()) > 0 else -y            # control flow on a value: fx cannot trace it
-    model = Branchy("plain")
-    assert pool.chains(model) == [] and pool.use_pool_kernel(model) == ["max-pool 3x3/2 on tcperf's kernels: pool"]
+    for model in (Branchy("plain"), _Stem("shared")):
+        with pytest.raises(LookupError, match="no batch norm -> ReLU -> nn.MaxPool2d"):
+            pool.use_fused_stem(model)
+        assert type(model.bn) is torch.nn.BatchNorm2d and type(model.pool) is torch.nn.MaxPool2d
+    x = torch.randn(2, 3, 9, 9)
+    with pytest.raises(recipes.NotApplicable, match="no batch norm -> ReLU"):
+        recipes.prepare(_Stem("shared"), "bn_relu_pool", "train", (x,), "cpu", loss_fn=lambda out, t: out.mean())
+
+
+def test_the_fused_rung_swaps_the_pools_its_chains_do_not_hold():
+    class Two(_Stem):
+        def __init__(self):
+            super().__init__("plain")
+            self.pool2 = torch.nn.MaxPool2d(3, 2, 1)
+
+        def forward(self, x):
+            return self.pool2(super().forward(x))
+    model = Two()
+    assert pool.use_fused_stem(model) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: bn",
+                                          "max-pool 3x3/2 on tcperf's kernels: pool2"]
+    assert isinstance(model.pool2, pool.MaxPool3s2) and isinstance(model.pool, torch.nn.Identity)
 
 
 def test_other_pools_are_left_alone_and_a_model_without_one_is_refused():
@@ -235,7 +258,7 @@ def test_gpu_fused_stem_compiled_against_the_three_eager(cuda):
         ref[1].bias.copy_(torch.randn(64))
     ref = ref.to(cuda, memory_format=torch.channels_last)
     mine = copy.deepcopy(ref)
-    assert pool.use_pool_kernel(mine) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: 1"]
+    assert pool.use_fused_stem(mine) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: 1"]
     x = torch.randn(8, 3, 224, 224, device=cuda).contiguous(memory_format=torch.channels_last)
     outs = []
     for model in (ref, torch.compile(mine, fullgraph=True)):
