@@ -18,18 +18,18 @@ rounds' ratios, all above 1, since the GPU's clocks drift between moments minute
 graph and its hand-written twin read 0.1% and 1.6% apart on two H200s under sw_power_cap, 2026-11-27); written after
 that call, not yet run on a GPU. Only rows whose training check passed count. The rungs past step_graph (autotune,
 chunked_ce, pool_kernel, batch: tcperf.recipes) are each one thing on top of it (bn_relu_pool and
-"pool_kernel+autotune" on top of pool_kernel); --profile shows where each one's step goes, by kernel kind
-(tcperf.kernels.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer, copies, elementwise,
-reductions, communication), and under a missed target the best rung's kinds: what holds it. Writes models_gpu.json
-(the run, every row, the checks and the wall time) under --out (default ./out); the store is --db (default
-OUT/models.db). --quick: the small configurations of ResNet-50 and GPT-2 on every rung (a smoke test of every GPU
-code path: compile, CUDA graphs, fp8, int8; the figures mean nothing). The full plan runs past one 10-minute device
-call (torch.compile of the full models is most of it): on an H200 (2026-11-25) ResNet-50 and GPT-2 training on fp32,
-amp_bf16, channels_last, compile, fused and step_graph took 309 s, and their hand loops 94 s more; split it with
---models and --recipes, e.g. --models gpt2 --modes train --recipes step_graph,chunked_ce,batch. Both models' best
-rungs and hand loops in one call (issue 35), without ResNet-50's batch search (a compile of minutes for each batch
-it tries): --modes train --recipes step_graph,chunked_ce,gpt2:batch --profile (on an H100, 2026-11-27: GPT-2's three
-rungs, search and hand loops 270 s; ResNet-50's rung and hand loops about 150 s)."""
+"pool_kernel+autotune" on top of pool_kernel, bn_relu on top of bn_relu_pool); --profile shows where each one's step
+goes, by kernel kind (tcperf.kernels.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer,
+copies, elementwise, reductions, communication), and under a missed target the best rung's kinds: what holds it.
+Writes models_gpu.json (the run, every row, the checks and the wall time) under --out (default ./out); the store is
+--db (default OUT/models.db). --quick: the small configurations of ResNet-50 and GPT-2 on every rung (a smoke test
+of every GPU code path: compile, CUDA graphs, fp8, int8; the figures mean nothing). The full plan runs past one
+10-minute device call (torch.compile of the full models is most of it): on an H200 (2026-11-25) ResNet-50 and GPT-2
+training on fp32, amp_bf16, channels_last, compile, fused and step_graph took 309 s, and their hand loops 94 s more;
+split it with --models and --recipes, e.g. --models gpt2 --modes train --recipes step_graph,chunked_ce,batch. Both
+models' best rungs and hand loops in one call (issue 35), without ResNet-50's batch search (a compile of minutes for
+each batch it tries): --modes train --recipes step_graph,chunked_ce,gpt2:batch --profile (on an H100, 2026-11-27:
+GPT-2's three rungs, search and hand loops 270 s; ResNet-50's rung and hand loops about 150 s)."""
 from __future__ import annotations
 
 import argparse

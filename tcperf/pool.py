@@ -1,6 +1,6 @@
-"""The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training
-in the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d); and the
-transforms of the ladder's pool_kernel and bn_relu_pool rungs, which put them into a model.
+"""The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training in
+the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d), and the
+torch.fx search that finds such chains in a model (the ladder's pool_kernel and bn_relu_pool rungs: tcperf.fusions).
 
 Why: in ResNet-50's whole-step graph (H200, 2026-11-27, c41fb7d) Inductor's stem pooling was the step's largest
 memory-bound kernel, its backward 1.48 ms a step, and the forward and backward together (benchmarks/maxpool_probe.py,
@@ -27,8 +27,7 @@ tensor and its gradient never exist whole, and the backward writes the input's g
 that call: not yet run on a GPU (in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in
 float32 to 1e-7, gradients and running statistics included).
 
-    use_pool_kernel(model)           # every nn.MaxPool2d(3, 2, 1) a MaxPool3s2 (the pool_kernel rung)
-    use_fused_stem(model)            # bn -> ReLU -> max-pool chains fused first (the bn_relu_pool rung)
+    fuse_batch_norm_relu_pool(model) # bn -> ReLU -> max-pool chains fused (tcperf.fusions: the ladder's rungs)
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
 
 On a CPU the modules fall back to PyTorch's layers, unless TRITON_INTERPRET=1 was set before this module was
@@ -43,6 +42,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
+from .batchnorm import DIMS, FusedBatchNorm2d, affine_grads, batch_stats, is_relu, per_channel, replace_module
 from .env import triton_interpreting
 from .gemv import tuned
 
@@ -204,20 +204,15 @@ class _BatchNormReluPool(torch.autograd.Function):
     scale, its minimum: sign s), and ReLU keeps it too, so the pooling runs on the batch norm's input and the
     normalization on the pooled quarter. Neither the normalized tensor nor its gradient is ever whole: the
     backward writes the input's gradient in one pass (tcperf's backward kernel, AFFINE), the gathered gradient of
-    the pooled values plus what reaches every pixel through the mean and the variance,
-        dy = gather(gz * a) + k0 + k1 * y,   gz = g * (z > 0),   z = a * pooled + b,
-        k1 = -weight * invstd^3 * sum(gz * (pooled - mean)) / N,   k0 = -weight * invstd * sum(gz) / N - k1 * mean
-    (N the pixels of a channel), which is batch norm's own backward restricted to where its gradient is not zero.
-    Statistics in fp32, as Inductor's batch norm; returns (out, mean, biased variance) for the running stats."""
+    the pooled values plus what reaches every pixel through the mean and the variance (tcperf.batchnorm's
+    affine_grads: batch norm's own backward restricted to where its gradient is not zero). Statistics in fp32, as
+    Inductor's batch norm; returns (out, mean, biased variance) for the running statistics."""
 
     @staticmethod
     def forward(ctx, y, weight, bias, eps: float):
-        var, mean = torch.var_mean(y.float(), dim=(0, 2, 3), correction=0)
-        invstd = torch.rsqrt(var + eps)
-        a = weight.float() * invstd
-        b = bias.float() - mean * a
+        mean, var, invstd, a, b = batch_stats(y, weight, bias, eps)
         pooled, offsets = max_pool_3s2(y, torch.where(a >= 0, 1.0, -1.0))
-        out = torch.relu(pooled.float() * _per_channel(a) + _per_channel(b)).to(y.dtype)
+        out = torch.relu(pooled.float() * per_channel(a) + per_channel(b)).to(y.dtype)
         ctx.save_for_backward(y, pooled, offsets, mean, invstd, weight, a, b)
         ctx.mark_non_differentiable(mean, var)
         return out, mean, var
@@ -226,41 +221,24 @@ class _BatchNormReluPool(torch.autograd.Function):
     def backward(ctx, g, _g_mean, _g_var):
         y, pooled, offsets, mean, invstd, weight, a, b = ctx.saved_tensors
         p = pooled.float()
-        gz = torch.where(p * _per_channel(a) + _per_channel(b) > 0, g.float(), 0.0)
-        s1, sp = gz.sum((0, 2, 3)), (gz * (p - _per_channel(mean))).sum((0, 2, 3))
-        count = y.numel() // y.shape[1]
-        w = weight.float()
-        k1 = -w * invstd ** 3 * sp / count
-        k0 = -w * invstd * s1 / count - k1 * mean
-        dy = max_pool_3s2_backward(gz * _per_channel(a), offsets, y.shape[-2], y.shape[-1], y, k0, k1)
-        return dy, (sp * invstd).to(weight.dtype), s1.to(weight.dtype), None
+        gz = torch.where(p * per_channel(a) + per_channel(b) > 0, g.float(), 0.0)
+        k0, k1, g_w, g_b = affine_grads(gz.sum(DIMS), (gz * (p - per_channel(mean))).sum(DIMS), mean, invstd, a,
+                                        y.numel() // y.shape[1])
+        dy = max_pool_3s2_backward(gz * per_channel(a), offsets, y.shape[-2], y.shape[-1], y, k0, k1)
+        return dy, g_w.to(weight.dtype), g_b.to(weight.dtype), None
 
 
-def _per_channel(v: torch.Tensor) -> torch.Tensor:
-    return v.view(1, -1, 1, 1)
-
-
-class BatchNormReluPool2d(nn.BatchNorm2d):
+class BatchNormReluPool2d(FusedBatchNorm2d):
     """An nn.BatchNorm2d whose output goes through a ReLU into nn.MaxPool2d(3, 2, 1) and nowhere else (ResNet's
     stem), computed as one (_BatchNormReluPool) where batch statistics are used: it returns the pooled output, so the
     ReLU after it is redundant and the pool is replaced by nn.Identity. Elsewhere (eval with running statistics, a
-    CPU, momentum None) the three as they were. The same parameters, buffers and state-dict keys as the layer it
-    was made from (`fuse_batch_norm_relu_pool` changes the class of the instance in place)."""
+    CPU, momentum None) the three as they were."""
 
     def forward(self, y: torch.Tensor) -> torch.Tensor:
-        batch_stats = self.training or not self.track_running_stats
-        if not (batch_stats and self.momentum is not None and y.dim() == 4 and y.dtype in DTYPES
-                and (y.is_cuda or INTERPRETING)):
+        if not (self.fusable(y) and y.dtype in DTYPES and (y.is_cuda or INTERPRETING)):
             return F.max_pool2d(F.relu(super().forward(y)), KERNEL, STRIDE, PAD)
-        weight = self.weight if self.affine else y.new_ones(self.num_features, dtype=torch.float32)
-        bias = self.bias if self.affine else y.new_zeros(self.num_features, dtype=torch.float32)
-        out, mean, var = _BatchNormReluPool.apply(y, weight, bias, self.eps)
-        if self.training and self.track_running_stats:
-            count = y.numel() // y.shape[1]
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
-                self.running_var.lerp_((var * count / max(count - 1, 1)).to(self.running_var.dtype), self.momentum)
+        out, mean, var = _BatchNormReluPool.apply(y, *self.weight_bias(y), self.eps)
+        self.update_running(mean, var, y.numel() // y.shape[1])
         return out
 
 
@@ -272,32 +250,6 @@ def is_stem_pool(module: nn.Module) -> bool:
             and pair(module.dilation) == (1, 1) and not module.ceil_mode and not module.return_indices)
 
 
-def use_pool_kernel(model: nn.Module, mode: str = "train") -> list[str]:
-    """The pool_kernel rung's transform, in place: every nn.MaxPool2d(3, 2, 1) becomes MaxPool3s2. Notes for the
-    ladder's row; LookupError when the model has none."""
-    names = [name for name, m in model.named_modules() if is_stem_pool(m)]
-    if not names:
-        raise LookupError("no nn.MaxPool2d(3, stride=2, padding=1) in the model")
-    for name in names:
-        _replace(model, name, MaxPool3s2())
-    return [f"max-pool 3x3/2 on tcperf's kernels: {', '.join(names)}"]
-
-
-def use_fused_stem(model: nn.Module, mode: str = "train") -> list[str]:
-    """The bn_relu_pool rung's transform, in place: each batch norm -> ReLU -> nn.MaxPool2d(3, 2, 1) chain (its
-    links used once each) becomes one BatchNormReluPool2d, then every other such pool MaxPool3s2 (pool_kernel's).
-    LookupError when the model has no chain (or does not trace)."""
-    fused = fuse_batch_norm_relu_pool(model)
-    if not fused:
-        raise LookupError("no batch norm -> ReLU -> nn.MaxPool2d(3, stride=2, padding=1) chain in the model's "
-                          "torch.fx trace (or the model does not trace)")
-    notes = [f"batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: {', '.join(fused)}"]
-    try:
-        return notes + use_pool_kernel(model, mode)
-    except LookupError:                              # the chains held every pool
-        return notes
-
-
 def fuse_batch_norm_relu_pool(model: nn.Module) -> list[str]:
     """Each chain found by chains() fused in place: its batch norm's class becomes BatchNormReluPool2d (parameters,
     buffers and names kept), its ReLU module (if a module) and its pool nn.Identity. -> the batch norms' names."""
@@ -306,7 +258,7 @@ def fuse_batch_norm_relu_pool(model: nn.Module) -> list[str]:
         model.get_submodule(bn).__class__ = BatchNormReluPool2d
         for name in (relu, pool):
             if name:
-                _replace(model, name, nn.Identity())
+                replace_module(model, name, nn.Identity())
     return [bn for bn, _, _ in found]
 
 
@@ -328,7 +280,7 @@ def chains(model: nn.Module) -> list[tuple[str, str | None, str]]:
         if node.op != "call_module" or not is_stem_pool(modules.get(node.target)) or not node.args:
             continue
         relu = node.args[0]
-        if not (isinstance(relu, torch.fx.Node) and _is_relu(relu, modules) and len(relu.users) == 1):
+        if not (isinstance(relu, torch.fx.Node) and is_relu(relu, modules) and len(relu.users) == 1):
             continue
         bn = relu.args[0] if relu.args else None
         if not (isinstance(bn, torch.fx.Node) and bn.op == "call_module"
@@ -338,16 +290,3 @@ def chains(model: nn.Module) -> list[tuple[str, str | None, str]]:
         if all(calls.get(name) == 1 for name in (bn.target, node.target, relu_module) if name):
             found.append((bn.target, relu_module, node.target))
     return found
-
-
-def _is_relu(node: torch.fx.Node, modules: dict) -> bool:
-    if node.op == "call_module":
-        return type(modules.get(node.target)) is nn.ReLU
-    if node.op == "call_function":
-        return node.target in (F.relu, torch.relu, torch.relu_)
-    return node.op == "call_method" and node.target in ("relu", "relu_")
-
-
-def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
-    parent, _, leaf = name.rpartition(".")
-    setattr(model.get_submodule(parent) if parent else model, leaf, module)

@@ -12,8 +12,9 @@ LADDER is the default climb, each rung adding one thing to the one before:
          -> rungs past a hand loop, each one thing on top of the whole-step graph (training): autotune
             (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's cross-entropy
             in chunks, tcperf.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's Triton kernels,
-            tcperf.pool) and bn_relu_pool on top of it (a batch norm -> ReLU -> such a pool as one), batch (the
-            batch with the most items a second, tcperf.ladder's search)
+            tcperf.pool) and on top of it bn_relu_pool (a batch norm -> ReLU -> such a pool as one) and bn_relu
+            (every batch norm -> ReLU as one: tcperf.fusions), batch (the batch with the most items a second,
+            tcperf.ladder's search)
          -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
             inference) -> int8 (inference)
 
@@ -187,14 +188,19 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens (tcperf.cross_entropy): "
                  "the (tokens, vocabulary) logits never whole"),
     Recipe("pool_kernel", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
-           over="step_graph", modes=("train",), needs="conv2d", transform="tcperf.pool:use_pool_kernel",
+           over="step_graph", modes=("train",), needs="conv2d", transform="tcperf.fusions:pool_kernel",
            about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels "
                  "(tcperf.pool): Inductor's backward of it ran at 14% of the copy bandwidth on an H200"),
     Recipe("bn_relu_pool", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
-           over="pool_kernel", modes=("train",), needs="conv2d", transform="tcperf.pool:use_fused_stem",
+           over="pool_kernel", modes=("train",), needs="conv2d", transform="tcperf.fusions:bn_relu_pool",
            about="pool_kernel with each batch norm -> ReLU -> such a pool computed as one (tcperf.pool: the pool "
                  "on the batch norm's input, the normalization on the pooled quarter, the input's gradient in one "
                  "pass): what Inductor had fused around its own pooling, kept"),
+    Recipe("bn_relu", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
+           over="bn_relu_pool", modes=("train",), needs="conv2d", transform="tcperf.fusions:bn_relu",
+           about="bn_relu_pool (where the model has its chain) with every other batch norm whose only user is a ReLU "
+                 "computed as one, ReLU's mask recomputed from the batch norm's input in the backward "
+                 "(tcperf.batchnorm): its kernels read two tensors a pass, not three"),
     Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
            over="step_graph", modes=("train",),
            about="the best rung from the whole-step graph on (autotune aside: it would compile again at every "
@@ -207,8 +213,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile", "fused",
-                     "step_graph", "autotune", "chunked_ce", "pool_kernel", "bn_relu_pool", "batch", "cuda_graphs",
-                     "fp8", "int8"]
+                     "step_graph", "autotune", "chunked_ce", "pool_kernel", "bn_relu_pool", "bn_relu", "batch",
+                     "cuda_graphs", "fp8", "int8"]
 
 
 def get(name: str | Recipe) -> Recipe:

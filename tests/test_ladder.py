@@ -337,7 +337,7 @@ def test_gpu_resnet50_cell(cuda):
     ("resnet50", "cuda_graphs", "infer"),
     ("resnet50", "fused", "train"), ("gpt2", "step_graph", "train"),
     ("gpt2", "chunked_ce", "train"), ("gpt2", "autotune", "train"), ("resnet50", "batch", "train"),
-    ("resnet50", "pool_kernel", "train"), ("resnet50", "bn_relu_pool", "train"),
+    ("resnet50", "pool_kernel", "train"), ("resnet50", "bn_relu_pool", "train"), ("resnet50", "bn_relu", "train"),
 ])
 def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
     r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
@@ -384,11 +384,12 @@ def test_the_searches_are_rungs_on_top_of_the_whole_step_graph():
     assert recipes.RECIPES["batch"].describe("transformer") == "amp_bf16 + compile + fused + step_graph + fastest_batch"
 
 
-def test_the_fused_stem_is_one_thing_on_top_of_the_pool_kernel():
+def test_the_fused_batch_norms_are_each_one_thing_on_top_of_the_one_before():
     r, base = recipes.RECIPES["bn_relu_pool"], recipes.RECIPES["pool_kernel"]
     assert r.over == "pool_kernel" and recipes.LADDER.index("bn_relu_pool") == recipes.LADDER.index("pool_kernel") + 1
     assert dataclasses.replace(r, transform=base.transform, over=base.over, name=base.name, about=base.about) == base
-    assert "bn_relu_pool" in ladder.BATCH_BASES                   # the batch search may build on it
+    assert recipes.RECIPES["bn_relu"].over == "bn_relu_pool"
+    assert {"bn_relu_pool", "bn_relu"} <= set(ladder.BATCH_BASES)     # the batch search may build on them
 
 
 def test_autotune_sits_on_top_of_a_compiled_rung():

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import in_interpreter
-from tcperf import pool, recipes
+from tcperf import fusions, pool, recipes
 
 # (N, C, H, W): odd and even sizes, C not a power of two and C above one block of 64 channels, a 1 x 1 input
 SHAPES = [(2, 5, 7, 9), (2, 64, 8, 8), (3, 70, 6, 5), (1, 3, 1, 1)]
@@ -123,14 +123,14 @@ def test_the_stems_of_torchvision_and_timm_resnets_are_fused_or_get_the_pool_ker
                       (lambda: timm.create_model("resnet18", num_classes=10), "act1")):
         model, x = make(), torch.randn(2, 3, 64, 64)
         keys, want = list(model.state_dict()), model(x)
-        notes = pool.use_fused_stem(model, "train")
+        notes = fusions.bn_relu_pool(model, "train")
         assert notes == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: bn1"]
         assert type(model.bn1) is pool.BatchNormReluPool2d and list(model.state_dict()) == keys
         assert isinstance(model.maxpool, torch.nn.Identity) and isinstance(getattr(model, act), torch.nn.Identity)
         assert torch.allclose(model(x), want, atol=1e-5)
         model = make()
         want = model(x)
-        assert pool.use_pool_kernel(model, "train") == ["max-pool 3x3/2 on tcperf's kernels: maxpool"]
+        assert fusions.pool_kernel(model, "train") == ["max-pool 3x3/2 on tcperf's kernels: maxpool"]
         assert isinstance(model.maxpool, pool.MaxPool3s2) and torch.equal(model(x), want)
         plain = make()
         plain.load_state_dict(model.state_dict())          # the same weights and running statistics
@@ -169,7 +169,7 @@ def test_a_model_without_a_chain_is_refused_by_the_fused_rung_and_keeps_its_laye
             return y if float(y.sum()) > 0 else -y            # control flow on a value: fx cannot trace it
     for model in (Branchy("plain"), _Stem("shared")):
         with pytest.raises(LookupError, match="no batch norm -> ReLU -> nn.MaxPool2d"):
-            pool.use_fused_stem(model)
+            fusions.bn_relu_pool(model)
         assert type(model.bn) is torch.nn.BatchNorm2d and type(model.pool) is torch.nn.MaxPool2d
     x = torch.randn(2, 3, 9, 9)
     with pytest.raises(recipes.NotApplicable, match="no batch norm -> ReLU"):
@@ -185,7 +185,7 @@ def test_the_fused_rung_swaps_the_pools_its_chains_do_not_hold():
         def forward(self, x):
             return self.pool2(super().forward(x))
     model = Two()
-    assert pool.use_fused_stem(model) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: bn",
+    assert fusions.bn_relu_pool(model) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: bn",
                                           "max-pool 3x3/2 on tcperf's kernels: pool2"]
     assert isinstance(model.pool2, pool.MaxPool3s2) and isinstance(model.pool, torch.nn.Identity)
 
@@ -195,7 +195,7 @@ def test_other_pools_are_left_alone_and_a_model_without_one_is_refused():
             torch.nn.MaxPool2d(3, 2, 1, return_indices=True)]
     model = torch.nn.Sequential(*keep)
     with pytest.raises(LookupError, match="no nn.MaxPool2d"):
-        pool.use_pool_kernel(model)
+        fusions.pool_kernel(model)
     assert list(model) == keep
     assert pool.is_stem_pool(torch.nn.MaxPool2d((3, 3), (2, 2), (1, 1)))
 
@@ -258,7 +258,7 @@ def test_gpu_fused_stem_compiled_against_the_three_eager(cuda):
         ref[1].bias.copy_(torch.randn(64))
     ref = ref.to(cuda, memory_format=torch.channels_last)
     mine = copy.deepcopy(ref)
-    assert pool.use_fused_stem(mine) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: 1"]
+    assert fusions.bn_relu_pool(mine) == ["batch norm + ReLU + max-pool 3x3/2 as one on tcperf's kernels: 1"]
     x = torch.randn(8, 3, 224, 224, device=cuda).contiguous(memory_format=torch.channels_last)
     outs = []
     for model in (ref, torch.compile(mine, fullgraph=True)):
