@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
 def in_interpreter(code: str, argument, timeout: float) -> dict:
     """Run `code` in a child Python with TRITON_INTERPRET=1 (read when Triton kernels are imported, so not in this
     process) and `argument` as JSON in argv[1]; its last line of output, as JSON."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    here = Path(__file__).resolve().parent                # the repository, and tests/ for shared test helpers
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(map(str, (here.parent, here)))}
     done = subprocess.run([sys.executable, "-c", code, json.dumps(argument)], env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]

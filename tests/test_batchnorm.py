@@ -7,23 +7,12 @@ import pytest
 import torch
 import torch.nn as nn
 
+from fused_check import compare, made, rel
 from tcperf import batchnorm, fusions, recipes
 
 
-def _rel(got, want):
-    return float((got.detach().double() - want.detach().double()).norm() / want.detach().double().norm())
-
-
 def _pair(affine=True, track=True):
-    torch.manual_seed(0)
-    bn = nn.BatchNorm2d(6, affine=affine, track_running_stats=track)
-    if affine:
-        with torch.no_grad():
-            bn.weight.copy_(torch.randn(6))            # scales of both signs
-            bn.bias.copy_(torch.randn(6))
-    mine = copy.deepcopy(bn)
-    mine.__class__ = batchnorm.BatchNormRelu2d
-    return nn.Sequential(bn, nn.ReLU()), mine
+    return made(batchnorm.BatchNormRelu2d, [nn.ReLU()], affine, track)
 
 
 @pytest.mark.parametrize("affine, track, nhwc", [(True, True, True), (True, True, False), (False, True, True),
@@ -32,21 +21,9 @@ def _pair(affine=True, track=True):
 def test_batch_norm_relu_is_the_two_in_training(affine, track, nhwc):
     """Output, the input's, weight's and bias's gradients and the running statistics as nn.BatchNorm2d -> nn.ReLU
     give them, to float32's rounding, in the same layout."""
-    ref, mine = _pair(affine, track)
-    y = torch.randn(3, 6, 9, 10) * 2 + 0.5
-    y = y.contiguous(memory_format=torch.channels_last) if nhwc else y
-    a, b = y.clone().requires_grad_(), y.clone().requires_grad_()
-    want, got = ref(a), mine(b)
-    g = torch.randn_like(want)
-    want.backward(g)
-    got.backward(g)
-    assert _rel(got, want) < 1e-6 and _rel(b.grad, a.grad) < 1e-5
-    assert got.stride() == want.stride() and b.grad.stride() == a.grad.stride()
-    if affine:
-        assert _rel(mine.weight.grad, ref[0].weight.grad) < 1e-5 and _rel(mine.bias.grad, ref[0].bias.grad) < 1e-5
-    if track:
-        assert _rel(mine.running_var, ref[0].running_var) < 1e-6 and int(mine.num_batches_tracked) == 1
-        assert _rel(mine.running_mean, ref[0].running_mean) < 1e-6
+    r = compare(*_pair(affine, track), nhwc)
+    assert r.pop("layout") and r.pop("batches", 1) == 1
+    assert r.pop("out") < 1e-6 and all(err < 1e-5 for err in r.values()), r
 
 
 def test_in_eval_the_running_statistics_are_used_unfused():
@@ -70,9 +47,9 @@ def test_compiled_with_inductor_it_is_the_two():
     outs = [model(x) for model in (ref, torch.compile(mine, fullgraph=True))]
     for out in outs:
         out.square().sum().backward()
-    assert _rel(outs[1], outs[0]) < 1e-5
+    assert rel(outs[1], outs[0]) < 1e-5
     for name in ("0.weight", "1.weight", "1.bias", "3.weight"):
-        assert _rel(mine.get_parameter(name).grad, ref.get_parameter(name).grad) < 1e-4, name
+        assert rel(mine.get_parameter(name).grad, ref.get_parameter(name).grad) < 1e-4, name
 
 
 @pytest.mark.parametrize("make, pairs", [("resnet18", 8), ("resnet50", 32), ("timm_resnet18", 8)])
@@ -99,9 +76,9 @@ def test_the_blocks_of_resnets_are_fused_and_train_as_before(make, pairs):
     outs = [model(x.to(dtype)) for model, dtype in ((exact, torch.double), (ref, torch.float), (mine, torch.float))]
     for out in outs:
         out.sum().backward()
-    assert _rel(outs[2], outs[0]) <= 2 * _rel(outs[1], outs[0]) + 1e-6
+    assert rel(outs[2], outs[0]) <= 2 * rel(outs[1], outs[0]) + 1e-6
     grads = [model.conv1.weight.grad for model in (exact, ref, mine)]
-    assert _rel(grads[2], grads[0]) <= 2 * _rel(grads[1], grads[0]) + 1e-5
+    assert rel(grads[2], grads[0]) <= 2 * rel(grads[1], grads[0]) + 1e-5
 
 
 def test_the_bn_relu_rung_fuses_the_stem_and_the_blocks_and_refuses_a_model_without_a_pair():

@@ -13,7 +13,8 @@ from tcperf import fusions, pool, recipes
 # (N, C, H, W): odd and even sizes, C not a power of two and C above one block of 64 channels, a 1 x 1 input
 SHAPES = [(2, 5, 7, 9), (2, 64, 8, 8), (3, 70, 6, 5), (1, 3, 1, 1)]
 CHILD = r"""
-import copy, json, sys, torch, torch.nn.functional as F
+import json, sys, torch, torch.nn.functional as F
+from fused_check import compare as compare_fused, made
 from tcperf import pool
 
 def compare(x, grad):
@@ -42,33 +43,9 @@ out["nan"] = torch.equal(pool.MaxPool3s2()(nan).isnan(), F.max_pool2d(nan, 3, 2,
 out["minus_inf_offsets"] = pool.max_pool_3s2(torch.full((1, 1, 5, 5), float("-inf")))[1].flatten().tolist()
 
 def fused(nhwc, affine=True, track=True):
-    # batch norm -> ReLU -> max-pool, float32, as nn.Modules and as BatchNormReluPool2d; scales of both signs
-    bn = torch.nn.BatchNorm2d(6, affine=affine, track_running_stats=track)
-    if affine:
-        with torch.no_grad():
-            bn.weight.copy_(torch.randn(6))
-            bn.bias.copy_(torch.randn(6))
-    ref = torch.nn.Sequential(copy.deepcopy(bn), torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1))
-    mine = copy.deepcopy(bn)
-    mine.__class__ = pool.BatchNormReluPool2d
-    y = torch.randn(3, 6, 9, 10) * 2 + 0.5
-    y = y.contiguous(memory_format=torch.channels_last) if nhwc else y
-    a, b = y.clone().requires_grad_(), y.clone().requires_grad_()
-    want, got = ref(a), mine(b)
-    g = torch.randn_like(want)
-    want.backward(g)
-    got.backward(g)
-    r = {"out": rel(got, want), "dy": rel(b.grad, a.grad), "layout": got.stride() == want.stride()
-         and b.grad.stride() == a.grad.stride()}
-    if affine:
-        r.update(dw=rel(mine.weight.grad, ref[0].weight.grad), db=rel(mine.bias.grad, ref[0].bias.grad))
-    if track:
-        r.update(rm=rel(mine.running_mean, ref[0].running_mean), rv=rel(mine.running_var, ref[0].running_var),
-                 batches=int(mine.num_batches_tracked))
-    return r
-
-def rel(got, want):
-    return float((got.detach().double() - want.detach().double()).norm() / want.detach().double().norm())
+    # batch norm -> ReLU -> max-pool, float32, as nn.Modules and as BatchNormReluPool2d
+    chain, mine = made(pool.BatchNormReluPool2d, [torch.nn.ReLU(), torch.nn.MaxPool2d(3, 2, 1)], affine, track)
+    return compare_fused(chain, mine, nhwc)
 
 out["fused"] = {f"{nhwc}|{affine}|{track}": fused(nhwc, affine, track)
                 for nhwc, affine, track in ((True, True, True), (False, True, True), (True, False, True),
