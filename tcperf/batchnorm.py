@@ -32,49 +32,51 @@ def per_channel(v: torch.Tensor) -> torch.Tensor:
     return v.view(1, -1, 1, 1)
 
 
-def batch_stats(y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float):
-    """fp32 (mean, biased variance, invstd, a, b) of y per channel, with a = weight * invstd and b = bias - mean * a:
-    batch norm's output is a * y + b."""
+def batch_stats(y: torch.Tensor, weight: torch.Tensor, eps: float):
+    """fp32 (mean, biased variance, invstd, a) of y per channel, a = weight * invstd: batch norm's output is
+    normalized(y, mean, a, bias) = (y - mean) * a + bias."""
     var, mean = torch.var_mean(y.float(), dim=DIMS, correction=0)
     invstd = torch.rsqrt(var + eps)
-    a = weight.float() * invstd
-    return mean, var, invstd, a, bias.float() - mean * a
+    return mean, var, invstd, weight.float() * invstd
 
 
-def affine_grads(g_sum: torch.Tensor, g_centered: torch.Tensor, mean, invstd, a, count: int):
+def normalized(x: torch.Tensor, mean: torch.Tensor, a: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """(x - mean) * a + bias per channel, in fp32 (centred first: no cancellation where the mean dwarfs the spread)."""
+    return (x.float() - per_channel(mean)) * per_channel(a) + per_channel(bias.float())
+
+
+def affine_grads(g_sum: torch.Tensor, g_centered: torch.Tensor, invstd, a, count: int):
     """Batch norm's backward through its statistics, from two sums per channel of the gradient g of its output
-    (g_sum = sum g, g_centered = sum g * (y - mean), over every pixel where g is not zero): (k0, k1, weight's
-    gradient, bias's gradient) with dy = a * g + k0 + k1 * y at every pixel."""
+    (g_sum = sum g, g_centered = sum g * (y - mean), over every pixel where g is not zero): (c0, k1, weight's
+    gradient, bias's gradient) with dy = a * g + c0 + k1 * (y - mean) at every pixel."""
     g_xhat = invstd * g_centered                          # sum g * x-hat
-    k1 = -a * invstd * g_xhat / count
-    return -a * g_sum / count - k1 * mean, k1, g_xhat, g_sum
+    return -a * g_sum / count, -a * invstd * g_xhat / count, g_xhat, g_sum
 
 
 class _BatchNormRelu(torch.autograd.Function):
-    """relu(batch_norm(y)) with batch statistics; the backward recomputes ReLU's mask from y (a * y + b > 0)."""
+    """relu(batch_norm(y)) with batch statistics; the backward recomputes ReLU's mask from y."""
 
     @staticmethod
     def forward(ctx, y, weight, bias, eps: float):
-        mean, var, invstd, a, b = batch_stats(y, weight, bias, eps)
-        z = torch.relu(y.float() * per_channel(a) + per_channel(b)).to(y.dtype)
-        ctx.save_for_backward(y, mean, invstd, weight, a, b)
+        mean, var, invstd, a = batch_stats(y, weight, eps)
+        z = torch.relu(normalized(y, mean, a, bias)).to(y.dtype)
+        ctx.save_for_backward(y, mean, invstd, weight, bias, a)
         ctx.mark_non_differentiable(mean, var)
         return z, mean, var
 
     @staticmethod
     def backward(ctx, dz, _g_mean, _g_var):
-        y, mean, invstd, weight, a, b = ctx.saved_tensors
-        yf = y.float()
-        g = torch.where(yf * per_channel(a) + per_channel(b) > 0, dz.float(), 0.0)
-        k0, k1, g_w, g_b = affine_grads(g.sum(DIMS), (g * (yf - per_channel(mean))).sum(DIMS), mean, invstd, a,
-                                        y.numel() // y.shape[1])
-        dy = g * per_channel(a) + per_channel(k0) + per_channel(k1) * yf
+        y, mean, invstd, weight, bias, a = ctx.saved_tensors
+        centred = y.float() - per_channel(mean)
+        g = torch.where(normalized(y, mean, a, bias) > 0, dz.float(), 0.0)
+        c0, k1, g_w, g_b = affine_grads(g.sum(DIMS), (g * centred).sum(DIMS), invstd, a, y.numel() // y.shape[1])
+        dy = g * per_channel(a) + per_channel(c0) + per_channel(k1) * centred
         return dy.to(y.dtype), g_w.to(weight.dtype), g_b.to(weight.dtype), None
 
 
 class FusedBatchNorm2d(nn.BatchNorm2d):
-    """An nn.BatchNorm2d whose forward is fused with what follows it where batch statistics are used (fused());
-    elsewhere (eval with running statistics, momentum None, not 4-D) unfused(). The subclasses are made by
+    """An nn.BatchNorm2d whose subclasses fuse it with what follows it where batch statistics are used (fusable:
+    training, or no running statistics; momentum set; 4-D), and run it as it was elsewhere. They are made by
     changing the class of an instance in place: its parameters, buffers and state-dict names stay."""
 
     def fusable(self, y: torch.Tensor) -> bool:

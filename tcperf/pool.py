@@ -42,7 +42,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .batchnorm import DIMS, FusedBatchNorm2d, affine_grads, batch_stats, is_relu, per_channel, replace_module
+from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, batch_stats, is_relu, normalized, per_channel,
+                        replace_module)
 from .env import triton_interpreting
 from .gemv import tuned
 
@@ -84,11 +85,11 @@ def max_pool_3s2_forward_kernel(x, sign, out, offsets, P, C, H, W, OH, OW, sxn, 
 
 
 @triton.jit
-def max_pool_3s2_backward_kernel(grad, offsets, x, k0, k1, dx, Q, C, H, W, OH, OW, sgn, sgc, sgh, sgw,
+def max_pool_3s2_backward_kernel(grad, offsets, x, mean, c0, k1, dx, Q, C, H, W, OH, OW, sgn, sgc, sgh, sgw,
                                  son, soc, soh, sow, sxn, sxc, sxh, sxw, sdn, sdc, sdh, sdw,
                                  AFFINE: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """dx = the output gradient gathered back to each window's maximum; AFFINE: + k0[c] + k1[c] * x (a batch
-    norm's gradient through its mean and variance, which reaches every pixel)."""
+    """dx = the output gradient gathered back to each window's maximum; AFFINE: + c0[c] + k1[c] * (x - mean[c]) (a
+    batch norm's gradient through its mean and variance, which reaches every pixel)."""
     q = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)         # input pixels, n-major
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     qm, cm = q < Q, c < C
@@ -110,8 +111,8 @@ def max_pool_3s2_backward_kernel(grad, offsets, x, k0, k1, dx, Q, C, H, W, OH, O
     mask = qm[:, None] & cm[None, :]
     if AFFINE:
         xv = tl.load(x + (n * sxn + h * sxh + w * sxw)[:, None] + (c * sxc)[None, :], mask=mask, other=0.0)
-        acc += tl.load(k0 + c, mask=cm, other=0.0)[None, :] + tl.load(k1 + c, mask=cm, other=0.0)[None, :] * \
-            xv.to(tl.float32)
+        centred = xv.to(tl.float32) - tl.load(mean + c, mask=cm, other=0.0)[None, :]
+        acc += tl.load(c0 + c, mask=cm, other=0.0)[None, :] + tl.load(k1 + c, mask=cm, other=0.0)[None, :] * centred
     where = (n * sdn + h * sdh + w * sdw)[:, None] + (c * sdc)[None, :]
     tl.store(dx + where, acc.to(dx.dtype.element_ty), mask=mask)
 
@@ -160,17 +161,17 @@ def max_pool_3s2(x: torch.Tensor, sign: torch.Tensor | None = None) -> tuple[tor
 
 @triton_op("tcperf::max_pool_3s2_backward", mutates_args=())
 def max_pool_3s2_backward(grad: torch.Tensor, offsets: torch.Tensor, height: int, width: int,
-                          x: torch.Tensor | None = None, k0: torch.Tensor | None = None,
-                          k1: torch.Tensor | None = None) -> torch.Tensor:
+                          x: torch.Tensor | None = None, mean: torch.Tensor | None = None,
+                          c0: torch.Tensor | None = None, k1: torch.Tensor | None = None) -> torch.Tensor:
     """The input's gradient (N, C, height, width), in the layout of `offsets`, from the output's gradient; with
-    x (the pooled input) and k0, k1 (C,) fp32, + k0[c] + k1[c] * x everywhere."""
+    x (the pooled input) and mean, c0, k1 (C,) fp32, + c0[c] + k1[c] * (x - mean[c]) everywhere."""
     n, c, oh, ow = offsets.shape
     affine = x is not None
     dx = _empty_like_layout(offsets, (n, c, height, width), x.dtype if affine else grad.dtype)
     x_strides = x.stride() if affine else (0, 0, 0, 0)
-    _launch("backward", n * height * width, c, grad, offsets, x if affine else grad, k0 if affine else grad,
-            k1 if affine else grad, dx, n * height * width, c, height, width, oh, ow, *grad.stride(),
-            *offsets.stride(), *x_strides, *dx.stride(), AFFINE=affine)
+    extra = (x, mean, c0, k1) if affine else (grad,) * 4          # not read without AFFINE
+    _launch("backward", n * height * width, c, grad, offsets, *extra, dx, n * height * width, c, height, width, oh,
+            ow, *grad.stride(), *offsets.stride(), *x_strides, *dx.stride(), AFFINE=affine)
     return dx
 
 
@@ -210,21 +211,20 @@ class _BatchNormReluPool(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, y, weight, bias, eps: float):
-        mean, var, invstd, a, b = batch_stats(y, weight, bias, eps)
+        mean, var, invstd, a = batch_stats(y, weight, eps)
         pooled, offsets = max_pool_3s2(y, torch.where(a >= 0, 1.0, -1.0))
-        out = torch.relu(pooled.float() * per_channel(a) + per_channel(b)).to(y.dtype)
-        ctx.save_for_backward(y, pooled, offsets, mean, invstd, weight, a, b)
+        out = torch.relu(normalized(pooled, mean, a, bias)).to(y.dtype)
+        ctx.save_for_backward(y, pooled, offsets, mean, invstd, weight, bias, a)
         ctx.mark_non_differentiable(mean, var)
         return out, mean, var
 
     @staticmethod
     def backward(ctx, g, _g_mean, _g_var):
-        y, pooled, offsets, mean, invstd, weight, a, b = ctx.saved_tensors
-        p = pooled.float()
-        gz = torch.where(p * per_channel(a) + per_channel(b) > 0, g.float(), 0.0)
-        k0, k1, g_w, g_b = affine_grads(gz.sum(DIMS), (gz * (p - per_channel(mean))).sum(DIMS), mean, invstd, a,
-                                        y.numel() // y.shape[1])
-        dy = max_pool_3s2_backward(gz * per_channel(a), offsets, y.shape[-2], y.shape[-1], y, k0, k1)
+        y, pooled, offsets, mean, invstd, weight, bias, a = ctx.saved_tensors
+        gz = torch.where(normalized(pooled, mean, a, bias) > 0, g.float(), 0.0)
+        c0, k1, g_w, g_b = affine_grads(gz.sum(DIMS), (gz * (pooled.float() - per_channel(mean))).sum(DIMS),
+                                        invstd, a, y.numel() // y.shape[1])
+        dy = max_pool_3s2_backward(gz * per_channel(a), offsets, y.shape[-2], y.shape[-1], y, mean, c0, k1)
         return dy, g_w.to(weight.dtype), g_b.to(weight.dtype), None
 
 

@@ -26,6 +26,23 @@ def test_batch_norm_relu_is_the_two_in_training(affine, track, nhwc):
     assert r.pop("out") < 1e-6 and all(err < 1e-5 for err in r.values()), r
 
 
+def test_a_mean_that_dwarfs_the_spread_costs_no_accuracy():
+    """Inputs of mean 1,000 and spread 1: the output and the input's gradient as near float64's as ATen's float32
+    batch norm (the fused arithmetic centres before it scales)."""
+    chain, mine = _pair()
+    exact = copy.deepcopy(chain).double()
+    y = torch.randn(3, 6, 9, 10) + 1000.0
+    g = torch.randn(3, 6, 9, 10)
+    runs = []
+    for model, dtype in ((exact, torch.double), (chain, torch.float), (mine, torch.float)):
+        x = y.to(dtype).requires_grad_()
+        out = model(x)
+        out.backward(g.to(dtype))
+        runs.append((out, x.grad))
+    for i in (0, 1):
+        assert rel(runs[2][i], runs[0][i]) <= 2 * rel(runs[1][i], runs[0][i]) + 1e-6
+
+
 def test_in_eval_the_running_statistics_are_used_unfused():
     ref, mine = _pair()
     ref.eval(), mine.eval()
