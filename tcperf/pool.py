@@ -35,6 +35,8 @@ imported (the tests run the kernels in Triton's interpreter that way).
 """
 from __future__ import annotations
 
+from typing import Optional  # triton_op's schema inference reads Optional[Tensor] in every torch it runs on
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -147,7 +149,7 @@ def _launch(name: str, pixels: int, channels: int, *args, **flags) -> None:
 
 
 @triton_op("tcperf::max_pool_3s2", mutates_args=())
-def max_pool_3s2(x: torch.Tensor, sign: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def max_pool_3s2(x: torch.Tensor, sign: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x (N, C, H, W) -> its 3 x 3, stride 2, padding 1 max-pool and each output's window offset (int8, 0-8),
     both (N, C, OH, OW) in x's layout; with sign (C,) of +-1, a channel of -1 takes the window's minimum."""
     n, c, h, w = x.shape
@@ -161,8 +163,8 @@ def max_pool_3s2(x: torch.Tensor, sign: torch.Tensor | None = None) -> tuple[tor
 
 @triton_op("tcperf::max_pool_3s2_backward", mutates_args=())
 def max_pool_3s2_backward(grad: torch.Tensor, offsets: torch.Tensor, height: int, width: int,
-                          x: torch.Tensor | None = None, mean: torch.Tensor | None = None,
-                          c0: torch.Tensor | None = None, k1: torch.Tensor | None = None) -> torch.Tensor:
+                          x: Optional[torch.Tensor] = None, mean: Optional[torch.Tensor] = None,
+                          c0: Optional[torch.Tensor] = None, k1: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The input's gradient (N, C, height, width), in the layout of `offsets`, from the output's gradient; with
     x (the pooled input) and mean, c0, k1 (C,) fp32, + c0[c] + k1[c] * (x - mean[c]) everywhere."""
     n, c, oh, ow = offsets.shape
