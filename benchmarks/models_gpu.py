@@ -220,18 +220,16 @@ def against_hand(rows: list[dict], timed: dict) -> dict:
     as the ladder's rung by its mean; printed."""
     out = {}
     for name, t in timed.items():
-        best = _best_train_row(rows, name)
-        hand = {label: max(v) for label, v in t["times"].items() if v}
-        if best is None or not hand:
+        best, (top, rate) = _best_train_row(rows, name), _best_hand(t)
+        if best is None or top is None:
             continue
-        top = max(hand, key=hand.get)
         mine = best["metrics"]["throughput"]
         out[name] = {"best_rung": best["precision"], "rung": mine, "hand": t["times"], "hand_best": top,
-                     "ratio": mine / hand[top], "batch": t["batch"], "unit": best["metrics"].get("unit")}
+                     "ratio": mine / rate, "batch": t["batch"], "unit": best["metrics"].get("unit")}
         ran_at = best["metrics"].get("batch") or best["shape"]["batch"]   # the batch rung runs at the one it found
         print(f"{name}: best rung {best['precision']} (batch {ran_at}) {mine:,.0f} / best hand loop ({top}, batch "
-              f"{t['batch']}) {hand[top]:,.0f} = "
-              f"{mine / hand[top]:.3f} (target > 1.0: {'meets' if mine > hand[top] else 'BELOW'})", flush=True)
+              f"{t['batch']}) {rate:,.0f} = {mine / rate:.3f} (target > 1.0: {'meets' if mine > rate else 'BELOW'})",
+              flush=True)
     return out
 
 
@@ -243,11 +241,9 @@ def head_to_head(rows: list[dict], timed: dict, device, config: str, rounds: int
     minutes apart). Printed; -> {model: {rung, hand, ratios (rung / hand a round), median, low, high}}."""
     out = {}
     for name, t in timed.items():
-        best = _best_train_row(rows, name)
-        hand = {label: max(v) for label, v in t["times"].items() if v}
-        if best is None or not hand or rounds < 1:
+        best, (top, _) = _best_train_row(rows, name), _best_hand(t)
+        if best is None or top is None or rounds < 1:
             continue
-        top = max(hand, key=hand.get)
         try:
             rates = _interleave(best, name, t["batch"], HAND[name][top], config, device, rounds)
         except Exception as e:                           # recorded for this model, the others go on
@@ -263,6 +259,13 @@ def head_to_head(rows: list[dict], timed: dict, device, config: str, rounds: int
         print(f"{name}: {best['precision']} / hand loop ({top}), {rounds} interleaved rounds: {median:.3f} "
               f"(rounds {ratios[0]:.3f}-{ratios[-1]:.3f}): {verdict}", flush=True)
     return out
+
+
+def _best_hand(timed_model: dict) -> tuple[str | None, float | None]:
+    """(label, items/s) of a model's fastest hand loop by its best window; (None, None) when none ran."""
+    best = {label: max(v) for label, v in timed_model["times"].items() if v}
+    top = max(best, key=best.get, default=None)
+    return top, best.get(top)
 
 
 def _best_train_row(rows: list[dict], name: str) -> dict | None:
