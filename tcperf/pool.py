@@ -23,15 +23,9 @@ these kernels (normalization +0.5 ms a step), and the add of the two incoming gr
 
 Hence BatchNormReluPool2d (_BatchNormReluPool says how): in training a batch norm's affine map keeps a window's
 maximum where it is, so the stem pools the batch norm's input and normalizes the pooled quarter; the normalized
-tensor and its gradient never exist whole, and the backward writes the input's gradient in one pass.
-
-Both ops are torch.library.custom_op's: Inductor calls them as they are, on the real tensors, whose strides the
-kernels read when they run. Declared first as triton_op's (edc4066), whose launches Inductor traces and compiles
-into its own code, the fused stem ran 1.046-1.054x the hand loop in ResNet-50 (H200, 2026-11-27) while its
-compiled backward was wrong: maxpool_probe's check (float32, batch 8 and 256) found the input's gradient at rel.
-error 1.0 compiled, wrong at the windows' maxima (12-14% of the pixels), and right eager (1e-7). The GPU test
-test_gpu_compiled_gradient_computed_inside_the_graph_is_eagers holds each rung to eager where Inductor computes the
-incoming gradient in the same graph.
+tensor and its gradient never exist whole, and the backward writes the input's gradient in one pass. Written after
+that call: not yet run on a GPU (in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in
+float32 to 1e-7, gradients and running statistics included).
 
     fuse_batch_norm_relu_pool(model) # bn -> ReLU -> max-pool chains fused (tcperf.fusions: the ladder's rungs)
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
@@ -41,13 +35,14 @@ imported (the tests run the kernels in Triton's interpreter that way).
 """
 from __future__ import annotations
 
-from typing import Optional  # custom_op's schema inference reads Optional[Tensor] in every torch it runs on
+from typing import Optional  # triton_op's schema inference reads Optional[Tensor] in every torch it runs on
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from torch.library import triton_op, wrap_triton
 
 from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, batch_stats, is_relu, normalized, per_channel,
                         replace_module)
@@ -148,12 +143,12 @@ def _launch(name: str, pixels: int, channels: int, *args, **flags) -> None:
     grid = lambda meta: (triton.cdiv(pixels, meta["BLOCK_P"]), triton.cdiv(channels, block_c))
     plain, autotuned = KERNELS[name]
     if INTERPRETING:
-        plain[grid](*args, **flags, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
+        wrap_triton(plain)[grid](*args, **flags, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
     else:
-        autotuned[grid](*args, **flags, BLOCK_C=block_c)
+        wrap_triton(autotuned)[grid](*args, **flags, BLOCK_C=block_c)
 
 
-@torch.library.custom_op("tcperf::max_pool_3s2", mutates_args=())
+@triton_op("tcperf::max_pool_3s2", mutates_args=())
 def max_pool_3s2(x: torch.Tensor, sign: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """x (N, C, H, W) -> its 3 x 3, stride 2, padding 1 max-pool and each output's window offset (int8, 0-8),
     both (N, C, OH, OW) in x's layout; with sign (C,) of +-1, a channel of -1 takes the window's minimum."""
@@ -166,7 +161,7 @@ def max_pool_3s2(x: torch.Tensor, sign: Optional[torch.Tensor] = None) -> tuple[
     return out, offsets
 
 
-@torch.library.custom_op("tcperf::max_pool_3s2_backward", mutates_args=())
+@triton_op("tcperf::max_pool_3s2_backward", mutates_args=())
 def max_pool_3s2_backward(grad: torch.Tensor, offsets: torch.Tensor, height: int, width: int,
                           x: Optional[torch.Tensor] = None, mean: Optional[torch.Tensor] = None,
                           c0: Optional[torch.Tensor] = None, k1: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -180,19 +175,6 @@ def max_pool_3s2_backward(grad: torch.Tensor, offsets: torch.Tensor, height: int
     _launch("backward", n * height * width, c, grad, offsets, *extra, dx, n * height * width, c, height, width, oh,
             ow, *grad.stride(), *offsets.stride(), *x_strides, *dx.stride(), AFFINE=affine)
     return dx
-
-
-@max_pool_3s2.register_fake
-def _max_pool_3s2_fake(x: torch.Tensor, sign: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    n, c, h, w = x.shape
-    shape = (n, c, out_size(h), out_size(w))
-    return _empty_like_layout(x, shape, x.dtype), _empty_like_layout(x, shape, torch.int8)
-
-
-@max_pool_3s2_backward.register_fake
-def _max_pool_3s2_backward_fake(grad, offsets, height: int, width: int, x=None, mean=None, c0=None, k1=None):
-    n, c, _, _ = offsets.shape
-    return _empty_like_layout(offsets, (n, c, height, width), grad.dtype if x is None else x.dtype)
 
 
 def _setup(ctx, inputs, output) -> None:
