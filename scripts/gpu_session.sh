@@ -14,6 +14,9 @@
 #                                            maxpool (benchmarks/maxpool_probe.py: ResNet-50's stem pooling, 3 ways)
 #                                            wladvise (`time tcperf advise` on each of WL_TARGETS at --steps WL_STEPS,
 #                                            a fresh store each: the workload stage's time, issue 32)
+#                                            cputests (CPU tests, CPU_TESTS, on this machine's torch with the GPU
+#                                            hidden: the torch the README's set-up installs is newer, and torch 2.11
+#                                            alone dropped the fused batch norms' compiled backward)
 # Each stage's output goes to $OUT/logs/STAGE.log; the store is $OUT/tcperf.db; all of it is packed into
 # $OUT/session.tar.gz at the end (the device tool brings back few files).
 set -u
@@ -58,6 +61,8 @@ for s in "$@"; do
     case $s in
         env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
         tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
+        cputests) stage cputests ${CPU_TESTS_LIMIT:-300} env CUDA_VISIBLE_DEVICES= python3 -m pytest -q -p no:cacheprovider \
+                      -rs --tb=short ${CPU_TESTS:-tests/test_batchnorm.py tests/test_pool.py} ;;
         testfiles) for f in ${TESTS:-$(grep -l "mark.gpu" tests/test_*.py)}; do   # one pytest a file: a hang or the
                   stage "tests-$(basename "$f" .py)" ${FILE_LIMIT:-150} python3 -m pytest -m gpu -v -p no:cacheprovider \
                       -rs --timeout ${TEST_TIMEOUT:-120} --tb=short "$f"              # limit costs that file alone

@@ -45,6 +45,13 @@ def normalized(x: torch.Tensor, mean: torch.Tensor, a: torch.Tensor, bias: torch
     return (x.float() - per_channel(mean)) * per_channel(a) + per_channel(bias.float())
 
 
+def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in dtype, with no .to() where it is already: in torch 2.11 a no-op .to() on an autograd.Function's output
+    made torch.compile drop the function's backward (the input's gradient came out zero: float32 through these
+    fused batch norms, rel. error 1.0, on an H200 and on the CPU, 2026-11-27; torch 2.14 was right)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def affine_grads(g_sum: torch.Tensor, g_centered: torch.Tensor, invstd, a, count: int):
     """Batch norm's backward through its statistics, from two sums per channel of the gradient g of its output
     (g_sum = sum g, g_centered = sum g * (y - mean), over every pixel where g is not zero): (c0, k1, weight's
@@ -59,7 +66,7 @@ class _BatchNormRelu(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y, weight, bias, eps: float):
         mean, var, invstd, a = batch_stats(y, weight, eps)
-        z = torch.relu(normalized(y, mean, a, bias)).to(y.dtype)
+        z = as_dtype(torch.relu(normalized(y, mean, a, bias)), y.dtype)
         ctx.save_for_backward(y, mean, invstd, weight, bias, a)
         ctx.mark_non_differentiable(mean, var)
         return z, mean, var

@@ -44,8 +44,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, batch_stats, is_relu, normalized, per_channel,
-                        replace_module)
+from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, as_dtype, batch_stats, is_relu, normalized,
+                        per_channel, replace_module)
 from .env import triton_interpreting
 from .gemv import tuned
 
@@ -215,7 +215,7 @@ class _BatchNormReluPool(torch.autograd.Function):
     def forward(ctx, y, weight, bias, eps: float):
         mean, var, invstd, a = batch_stats(y, weight, eps)
         pooled, offsets = max_pool_3s2(y, torch.where(a >= 0, 1.0, -1.0))
-        out = torch.relu(normalized(pooled, mean, a, bias)).to(y.dtype)
+        out = as_dtype(torch.relu(normalized(pooled, mean, a, bias)), y.dtype)
         ctx.save_for_backward(y, pooled, offsets, mean, invstd, weight, bias, a)
         ctx.mark_non_differentiable(mean, var)
         return out, mean, var

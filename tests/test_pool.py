@@ -251,3 +251,39 @@ def test_gpu_fused_stem_compiled_against_the_three_eager(cuda):
         got, want = mine.get_parameter(name).grad, ref.get_parameter(name).grad
         assert rel(got, want) < 3e-2, name
     assert rel(mine[1].running_var, ref[1].running_var) < 1e-3 and int(mine[1].num_batches_tracked) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rung", ["pool_kernel", "bn_relu_pool", "bn_relu"])
+def test_gpu_compiled_gradient_computed_inside_the_graph_is_eagers(cuda, rung):
+    """float32 channels-last, batch 8: batch norm (scales of both signs) -> ReLU -> max-pool -> a loss of two
+    branches, all compiled in one graph, so the pool's incoming gradient is a buffer Inductor makes (as in ResNet-50,
+    where layer1's two branches add theirs): the input's gradient against the plain layers eager to 1e-4. Before
+    batchnorm.as_dtype both fused rungs failed it in torch 2.11 (H200, 2026-11-27: rel. error 1.0, the gradient
+    zero) and pool_kernel passed."""
+    import copy
+    torch.manual_seed(0)
+    bn, relu = torch.nn.BatchNorm2d(64), torch.nn.ReLU()
+    with torch.no_grad():
+        bn.weight.copy_(torch.randn(64))
+        bn.bias.copy_(torch.randn(64))
+    if rung == "bn_relu":       # the pair inside a block (the rung rewrites blocks), a pool it leaves alone
+        ref = torch.nn.Sequential(torch.nn.Sequential(bn, relu), torch.nn.MaxPool2d(2))
+    else:
+        ref = torch.nn.Sequential(bn, relu, torch.nn.MaxPool2d(3, 2, 1))
+    ref = ref.to(cuda, memory_format=torch.channels_last)
+    mine = copy.deepcopy(ref)
+    assert getattr(fusions, rung)(mine)
+    x = torch.randn(8, 64, 112, 112, device=cuda).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(2, 8, 64, 56, 56, device=cuda)
+
+    def loss(model, leaf):
+        out = model(leaf)
+        return (out * w[0]).sum() + (out.square() * w[1]).sum()
+
+    grads = []
+    for model, run in ((ref, loss), (mine, torch.compile(loss, fullgraph=True))):
+        leaf = x.detach().requires_grad_()
+        run(model, leaf).backward()
+        grads.append(leaf.grad)
+    assert float((grads[1] - grads[0]).norm() / grads[0].norm()) < 1e-4
