@@ -52,14 +52,15 @@ from tcperf.store import Store
 
 UP_TO_COMPILE = ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "compile"]
 FULL = {  # mode -> model -> recipes; batches are each model's own: ResNet-50 256, GPT-2 16, LSTM 64, DCGAN 128
-    "train": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER, "lstm": UP_TO_COMPILE, "dcgan": UP_TO_COMPILE},
-    "infer": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER, "lstm": UP_TO_COMPILE[:-1],
+    "train": {"resnet50": recipes.default_climb(), "gpt2": recipes.default_climb(), "lstm": UP_TO_COMPILE,
+              "dcgan": UP_TO_COMPILE},
+    "infer": {"resnet50": recipes.default_climb(), "gpt2": recipes.default_climb(), "lstm": UP_TO_COMPILE[:-1],
               "dcgan": UP_TO_COMPILE[:-1]},
 }
 QUICK = {
-    "train": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER, "lstm": ["fp32", "amp_bf16"],
+    "train": {"resnet50": recipes.default_climb(), "gpt2": recipes.default_climb(), "lstm": ["fp32", "amp_bf16"],
               "dcgan": ["fp32", "amp_bf16"]},
-    "infer": {"resnet50": recipes.LADDER, "gpt2": recipes.LADDER},
+    "infer": {"resnet50": recipes.default_climb(), "gpt2": recipes.default_climb()},
 }
 QUICK_BATCH = 8
 TARGETS = (  # model, mode, which rows, least throughput by GPU, least gain over the rungs up to step_graph (issue 35)

@@ -19,7 +19,8 @@ from tcperf.store import Store
 
 # --- recipes as data --------------------------------------------------------------------------------------------
 def test_every_rung_is_a_recipe_on_a_known_precision():
-    assert recipes.parse_list("ladder") == recipes.LADDER
+    assert recipes.parse_list("ladder") == recipes.default_climb() == [n for n in recipes.LADDER if n != "bn_relu"]
+    assert recipes.parse_list("bn_relu,step_graph,batch") == ["step_graph", "bn_relu", "batch"]   # LADDER's order
     for name in recipes.LADDER:
         r = recipes.RECIPES[name]
         assert r.precision in precision.PRECISIONS and set(r.modes) <= set(recipes.MODES) and r.tolerance > 0
