@@ -23,9 +23,12 @@ these kernels (normalization +0.5 ms a step), and the add of the two incoming gr
 
 Hence BatchNormReluPool2d (_BatchNormReluPool says how): in training a batch norm's affine map keeps a window's
 maximum where it is, so the stem pools the batch norm's input and normalizes the pooled quarter; the normalized
-tensor and its gradient never exist whole, and the backward writes the input's gradient in one pass. Written after
-that call: not yet run on a GPU (in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in
-float32 to 1e-7, gradients and running statistics included).
+tensor and its gradient never exist whole, and the backward writes the input's gradient in one pass. On an H200
+(2026-11-27, edc4066, bf16) it ran ResNet-50 at 6,937, 6,877 and 6,944 img/s in three calls, 1.03-1.04x the
+whole-step graph and 1.046-1.054x the hand loop in 8 interleaved rounds each (the pooling 1.84 -> 0.75 ms a step,
+normalization 17.5 -> 16.5). Its compiled float32 gradient was zero in torch 2.11 until batchnorm.as_dtype (see
+there); in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in float32 to 1e-7, gradients
+and running statistics included.
 
     fuse_batch_norm_relu_pool(model) # bn -> ReLU -> max-pool chains fused (tcperf.fusions: the ladder's rungs)
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
