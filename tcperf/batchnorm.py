@@ -149,13 +149,8 @@ def _fused(module: nn.Module, held: dict) -> torch.fx.GraphModule | None:
     except Exception:                        # control flow on values, unsupported calls: left as it is
         return None
     modules = dict(graph_module.named_modules())
-    pairs = []
-    for node in list(graph_module.graph.nodes):
-        if node.op != "call_module" or type(modules.get(node.target)) is not nn.BatchNorm2d:
-            continue
-        relu = _only_user(node, modules)
-        if relu is not None and is_relu(relu, modules) and held.get(id(module.get_submodule(node.target))) == 1:
-            pairs.append((node, relu))
+    pairs = [(bn, relu) for bn, relu in bn_relu_pairs(graph_module.graph, modules)
+             if held.get(id(module.get_submodule(bn.target))) == 1]
     if not pairs:
         return None
     for bn, relu in pairs:
@@ -168,7 +163,19 @@ def _fused(module: nn.Module, held: dict) -> torch.fx.GraphModule | None:
     return graph_module
 
 
-def _only_user(node: torch.fx.Node, modules: dict) -> torch.fx.Node | None:
+def bn_relu_pairs(graph: torch.fx.Graph, modules: dict) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
+    """(batch norm, ReLU) nodes of an fx graph: each nn.BatchNorm2d call whose only user, past nn.Identity modules,
+    is a ReLU (the fx search both fused batch norms start from: this module's pairs, tcperf.pool's chains)."""
+    pairs = []
+    for node in graph.nodes:
+        if node.op == "call_module" and type(modules.get(node.target)) is nn.BatchNorm2d:
+            relu = only_user(node, modules)
+            if relu is not None and is_relu(relu, modules):
+                pairs.append((node, relu))
+    return pairs
+
+
+def only_user(node: torch.fx.Node, modules: dict) -> torch.fx.Node | None:
     """The one node that uses `node`, past nn.Identity modules that use it alone (timm's blocks hold a drop_block
     between a batch norm and its activation, an nn.Identity when not training with it); None when more use it."""
     while len(node.users) == 1:

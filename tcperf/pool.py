@@ -47,8 +47,8 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, as_dtype, batch_stats, is_relu, normalized,
-                        per_channel, replace_module)
+from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, as_dtype, batch_stats, bn_relu_pairs, normalized,
+                        only_user, per_channel, replace_module)
 from .env import triton_interpreting
 from .gemv import tuned
 
@@ -269,8 +269,9 @@ def fuse_batch_norm_relu_pool(model: nn.Module) -> list[str]:
 
 def chains(model: nn.Module) -> list[tuple[str, str | None, str]]:
     """(batch norm, ReLU module or None for a functional relu, pool) names of each nn.BatchNorm2d whose only user is
-    a ReLU whose only user is an nn.MaxPool2d(3, 2, 1), each module called once in the model's forward, read from
-    torch.fx's trace of it; none where the model does not trace."""
+    a ReLU whose only user is an nn.MaxPool2d(3, 2, 1) (past nn.Identity modules: batchnorm.bn_relu_pairs), each
+    module called once in the model's forward, read from torch.fx's trace of it; none where the model does not
+    trace."""
     try:
         graph = torch.fx.symbolic_trace(model).graph
     except Exception:                        # control flow on values, unsupported calls: no fusion, plain pools
@@ -281,17 +282,11 @@ def chains(model: nn.Module) -> list[tuple[str, str | None, str]]:
         if node.op == "call_module":
             calls[node.target] = calls.get(node.target, 0) + 1
     found = []
-    for node in graph.nodes:
-        if node.op != "call_module" or not is_stem_pool(modules.get(node.target)) or not node.args:
-            continue
-        relu = node.args[0]
-        if not (isinstance(relu, torch.fx.Node) and is_relu(relu, modules) and len(relu.users) == 1):
-            continue
-        bn = relu.args[0] if relu.args else None
-        if not (isinstance(bn, torch.fx.Node) and bn.op == "call_module"
-                and type(modules.get(bn.target)) is nn.BatchNorm2d and len(bn.users) == 1):
+    for bn, relu in bn_relu_pairs(graph, modules):
+        pool = only_user(relu, modules)
+        if pool is None or pool.op != "call_module" or not is_stem_pool(modules.get(pool.target)):
             continue
         relu_module = relu.target if relu.op == "call_module" else None
-        if all(calls.get(name) == 1 for name in (bn.target, node.target, relu_module) if name):
-            found.append((bn.target, relu_module, node.target))
+        if all(calls.get(name) == 1 for name in (bn.target, pool.target, relu_module) if name):
+            found.append((bn.target, relu_module, pool.target))
     return found
