@@ -15,9 +15,10 @@ caches never leak between recipes, a crash or OOM is recorded); the fp32 referen
 made once and handed to the later workers in a file. Speedups over fp32 and over the previous rung are filled in as
 each row arrives. `--batch auto` finds the largest batch that fits by doubling and bisection (out-of-memory caught,
 memory released) and reports throughput against batch. The `batch` rung (a recipe with fastest_batch) searches
-instead for the batch with the most items a second (`find_fastest_batch`), and its row is the full cell there; it
-searches on the fastest rung already climbed among BATCH_BASES (the whole-step graph, the chunked cross-entropy),
-named in the row's metrics.base_rung.
+instead for the batch with the most items a second (`find_fastest_batch`), and its row is the full cell at the
+fastest batch that passes the training check (`_checked_cell`); it searches on the fastest rung already climbed
+among BATCH_BASES (the whole-step graph, the chunked cross-entropy, the fused stem), named in the row's
+metrics.base_rung.
 
     results = climb(cells(["gpt2"], "train", LADDER, [16]), torch.device("cuda"))
 On an H200 (anchors.md): GPT-2 small training amp_bf16 ~326k tokens/s; ResNet-50 training best ~6,750 img/s.
@@ -297,17 +298,32 @@ def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> 
 
 
 def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw: dict) -> tuple[int, dict]:
-    """(the batch, its full cell): the fastest batch of the curve whose full cell fits, the next fastest where it
-    does not. The full cell holds more than a probe: fp32's reference at that batch and the check's float64 outputs
-    (GPT-2 at 32 x 1024: 12.3 GiB of float64 logits on an H100 that the probe had run at, 2026-11-26)."""
-    ranked = by_speed(curve)
-    for point in ranked[:-1]:
+    """(the batch, its full cell): the fastest batch of the curve whose full cell fits and passes the training
+    check. The full cell holds more than a probe: fp32's reference at that batch and the check's float64 outputs
+    (GPT-2 at 32 x 1024: 12.3 GiB of float64 logits on an H100 that the probe had run at, 2026-11-26); where it
+    does not fit, the next fastest batch. Where the check fails, the next fastest smaller batch: in 16 steps a
+    larger batch learns less per step, and ResNet-50 at 1024 kept 80% of fp32's loss fall where 256 kept 98% (H200,
+    2026-11-27), so a larger one would fail too. Where none passes, the fastest failing cell, as it is."""
+    failed = None                            # (batch, cell) of the fastest batch whose check failed
+    for point in by_speed(curve):
+        if failed and point["batch"] > failed[0]:
+            continue
         try:
-            return point["batch"], _full_cell(model, mode, rec, point["batch"], batch, device, kw)
+            cell = _full_cell(model, mode, rec, point["batch"], batch, device, kw)
         except torch.OutOfMemoryError:
             point["note"] = "fastest, but its full cell (fp32's reference, the check) ran out of memory"
             _release(device)
-    return ranked[-1]["batch"], _full_cell(model, mode, rec, ranked[-1]["batch"], batch, device, kw)
+            continue
+        if cell.get("status") != "wrong":
+            if failed:
+                cell["metrics"].setdefault("notes", []).append(
+                    f"batch {failed[0]} ran faster but failed the training check: {failed[1].get('message')}")
+            return point["batch"], cell
+        point["note"] = f"faster, but its training check failed: {cell.get('message')}"
+        failed = failed or (point["batch"], cell)
+    if failed:
+        return failed
+    raise torch.OutOfMemoryError("no batch's full cell (fp32's reference, the check) fits")
 
 
 def _full_cell(model: str, mode: str, rec, found: int, batch: int, device, kw: dict) -> dict:

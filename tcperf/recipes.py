@@ -207,7 +207,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            over="step_graph", modes=("train",),
            about="the best rung from the whole-step graph on (autotune aside: it would compile again at every "
                  "batch) at the batch with the most items a second, a larger one only where it is at least 1% faster "
-                 "(searched by doubling from the model's own, then halving, then one midpoint)"),
+                 "(searched by doubling from the model's own, then halving, then one midpoint), the fastest whose "
+                 "training check passes"),
     Recipe("fp8", "amp_bf16", compile=True, fp8=True, needs="linear", tolerance=0.25,
            about="nn.Linear layers in fp8"),
     Recipe("int8", "amp_bf16", compile=True, int8=True, modes=("infer",), needs="linear", tolerance=0.25,

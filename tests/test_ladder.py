@@ -489,6 +489,29 @@ def test_the_batch_rung_falls_back_a_batch_when_the_full_cell_at_the_fastest_run
     assert "ran out of memory" in curve[1]["note"]
 
 
+def test_the_batch_rung_takes_the_fastest_batch_that_passes_the_check(monkeypatch):
+    """ResNet-50 on an H200 (2026-11-27): 1024 fastest (7,268 img/s) but its training check kept 80% of fp32's
+    loss fall. The next fastest smaller batch is checked; a larger one is not (it would learn less per step)."""
+    curve = [{"batch": b, "status": "ok", "throughput": r} for b, r in ((256, 6890.0), (512, 6977.0),
+                                                                         (1024, 7268.0), (2048, 7295.0))]
+    tried = []
+
+    def cell(model, mode, rec, batch, device, **kw):
+        tried.append(batch)
+        wrong = batch in fails
+        return {"status": "wrong" if wrong else "ok", "message": f"check failed at {batch}" if wrong else "",
+                "shape": {"batch": batch}, "metrics": {"notes": []}}
+    monkeypatch.setattr(ladder, "measure_cell", cell)
+    fails = {1024}
+    found, r = ladder._checked_cell("resnet50", "train", None, 256, "cpu", curve, {})
+    assert found == 512 and tried == [1024, 512] and r["status"] == "ok"
+    assert r["metrics"]["notes"] == ["batch 1024 ran faster but failed the training check: check failed at 1024"]
+    assert "training check failed" in curve[2]["note"]
+    fails, tried[:] = {256, 512, 1024}, []
+    found, r = ladder._checked_cell("resnet50", "train", None, 256, "cpu", curve, {})
+    assert found == 1024 and tried == [1024, 512, 256] and r["status"] == "wrong"       # none passes: the fastest
+
+
 def test_a_rung_on_top_of_another_is_compared_with_it_and_says_when_its_compile_pays():
     def row(name, ms, compile_s):
         return {"precision": name, "mean_ms": ms, "shape": {"model": "gpt2", "mode": "train", "batch": 16},
