@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
                    help=f"{' | '.join(models.names())} | all, or a comma list (default: all)")
     p.add_argument("--mode", choices=("train", "infer"), default="train", help="train or infer (default: train)")
     p.add_argument("--recipes", default="ladder",
-                   help=f"ladder (= {','.join(recipes.LADDER)}) or a comma list of recipes (default: ladder)")
+                   help=f"ladder (= {','.join(recipes.default_climb())}) or a comma list of recipes "
+                        f"({', '.join(sorted(recipes.NAMED_ONLY))}: climbed only where named) (default: ladder)")
     p.add_argument("--batch", default=None, help="batch sizes, e.g. 32,64, or 'auto' (default: each model's own)")
     p.add_argument("--steps", type=int, default=ladder.DEFAULT_STEPS,
                    help=f"training steps the accuracy check compares after (default {ladder.DEFAULT_STEPS})")
