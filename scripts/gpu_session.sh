@@ -12,6 +12,8 @@
 #                                            bandwidth (benchmarks/inductor_bandwidth.py: Inductor's kernels of a
 #                                            compiled training step against the copy bandwidth, BW_ARGS)
 #                                            maxpool (benchmarks/maxpool_probe.py: ResNet-50's stem pooling, 3 ways)
+#                                            bnrelu (benchmarks/bn_relu_probe.py: one batch norm -> ReLU, Inductor's
+#                                            and tcperf's, with the kernels each launched)
 #                                            wladvise (`time tcperf advise` on each of WL_TARGETS at --steps WL_STEPS,
 #                                            a fresh store each: the workload stage's time, issue 32)
 #                                            cputests (CPU tests, CPU_TESTS, on this machine's torch with the GPU
@@ -89,6 +91,7 @@ for s in "$@"; do
                   stage sol ${SOL_LIMIT:-180} python3 benchmarks/speed_of_light.py --out "$OUT/files" --db "$TCPERF_DB"
                   stage workload-advise ${WL_ADVISE_LIMIT:-420} bash -c "time COLUMNS=160 python3 -m tcperf advise ${WL_TARGET:-examples/bert_stream.py:factory} ${WL_ADVISE_ARGS:---steps 10000}" ;;
         bandwidth) stage bandwidth ${BW_LIMIT:-300} python3 benchmarks/inductor_bandwidth.py --out "$OUT/files/bandwidth" ${BW_ARGS:-} ;;
+        bnrelu)   stage bnrelu ${BNRELU_LIMIT:-240} python3 benchmarks/bn_relu_probe.py --out "$OUT/files/bn_relu" ;;
         maxpool)  stage maxpool ${MAXPOOL_LIMIT:-180} python3 benchmarks/maxpool_probe.py --out "$OUT/files/maxpool" ;;
         gemv)     stage gemv ${GEMV_LIMIT:-200} python3 benchmarks/gemv_gpu.py --out "$OUT/files/gemv" ${GEMV_ARGS:-} ;;
         wladvise) for t in ${WL_TARGETS:-examples/bert_stream.py:factory examples/llama_prefill.py:factory}; do

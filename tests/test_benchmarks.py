@@ -403,6 +403,26 @@ def test_maxpool_probe_bad_batch_is_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "maxpool_probe.py: --batch takes a positive whole number"
 
 
+def test_bn_relu_probe_ways_agree_and_a_wrong_one_is_caught():
+    """The probe's two pairs (the layers; tcperf's BatchNormRelu2d) start from one batch norm of scales of both signs
+    and agree in float32 on the output and every gradient (eager, on the CPU); a pair without its ReLU is caught."""
+    probe = load("bn_relu_probe")
+    cpu = torch.device("cpu")
+    ways = probe.ways(6)
+    assert list(ways) == ["inductor", "tcperf"] and (ways["tcperf"].weight < 0).any()
+    exact = probe.inputs(2, 6, 5, cpu, torch.float32)
+    assert probe.check(ways["tcperf"], ways["inductor"], exact) is None
+    assert "out" in probe.check(torch.nn.Sequential(probe.ways(6)["inductor"][0]), ways["inductor"], exact)
+    assert all(t.is_contiguous(memory_format=torch.channels_last) for t in probe.inputs(2, 6, 5, cpu))
+
+
+def test_bn_relu_probe_bad_batch_is_one_line(monkeypatch, capsys):
+    probe = load("bn_relu_probe")
+    monkeypatch.setattr(sys, "argv", ["bn_relu_probe.py", "--batch", "0"])
+    assert probe.main() == 2
+    assert capsys.readouterr().err.strip() == "bn_relu_probe.py: --batch takes a positive whole number"
+
+
 def test_the_hand_written_step_is_one_function_that_trains():
     """hand_loops.plain_step builds the step every hand loop times (and the bandwidth probe profiles): it trains,
     and the model and inputs it hands back are the ones it trains on."""

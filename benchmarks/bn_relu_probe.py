@@ -1,0 +1,149 @@
+"""Issue 35: one batch norm -> ReLU of ResNet-50 in training, forward and backward, compiled, two ways: Inductor's own
+(nn.BatchNorm2d -> nn.ReLU) and tcperf's BatchNormRelu2d (the bn_relu rung, tcperf/batchnorm.py). Each is checked in
+float32 against the plain layers eager (output, the input's and the parameters' gradients), then timed in bf16
+channels-last (fp32 parameters, as under autocast) with triton.testing.do_bench, and its kernels listed from
+torch.profiler.
+
+Why: in ResNet-50's whole-step graph (H200, 2026-11-27, edc4066) the bn_relu rung cut the kernels filed under
+normalization from 17.5 to 12.2 ms a step, but its passes ending in a cast to bf16 (Inductor's `_to_copy_...`,
+filed under copies) rose from 0.4 to 6.5 ms, and the step was 0.99x. Which kernels those are, and whether the fused
+function's graph made Inductor keep a float32 intermediate, a whole-model profile does not say; one pair does.
+
+Bytes: the fewest passes over bf16 tensors of the activation's size, 8 (forward: the statistics read y, then y read
+and the output written; backward: two sums read y and the incoming gradient, then both read again and the input's
+gradient written), against the copy bandwidth measured in the same process.
+
+    python3 benchmarks/bn_relu_probe.py --out out/bn_relu          # ResNet-50's pair shapes at batch 256
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+
+import torch
+
+SHAPES = {  # ResNet-50's batch norm -> ReLU pairs by stage: (channels, height = width) of the bottlenecks' bn1, bn2
+    "layer1": (64, 56), "layer2": (128, 28), "layer3": (256, 14), "layer4": (512, 7)}
+PASSES = 8
+TOLERANCE = 1e-4          # float32, compiled against eager: the fused function's arithmetic is batch norm's
+
+
+def ways(channels: int, seed: int = 0) -> dict:
+    """name -> the pair as a module, the same batch norm in each (scales of both signs): 'inductor' the two layers,
+    'tcperf' one BatchNormRelu2d."""
+    from tcperf.batchnorm import BatchNormRelu2d
+    torch.manual_seed(seed)
+    bn = torch.nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        bn.weight.copy_(torch.randn(channels))
+        bn.bias.copy_(torch.randn(channels))
+    fused = copy.deepcopy(bn)
+    fused.__class__ = BatchNormRelu2d
+    return {"inductor": torch.nn.Sequential(copy.deepcopy(bn), torch.nn.ReLU()), "tcperf": fused}
+
+
+def inputs(batch: int, channels: int, size: int, device, dtype=torch.bfloat16, seed: int = 0):
+    """(y, the output's gradient): channels-last, y off-centre as a convolution's output is."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    shape = (batch, channels, size, size)
+    y = (torch.randn(shape, generator=g, device=device) * 2 + 0.5).to(dtype)
+    grad = torch.randn(shape, generator=g, device=device).to(dtype)
+    return [t.contiguous(memory_format=torch.channels_last) for t in (y, grad)]
+
+
+def step(module, y: torch.Tensor, grad: torch.Tensor) -> dict:
+    """Forward and backward once: the output and the gradients of the input, weight and bias."""
+    for p in module.parameters():
+        p.grad = None
+    leaf = y.detach().requires_grad_(True)
+    out = module(leaf)
+    out.backward(grad)
+    weight, bias = (module[0] if isinstance(module, torch.nn.Sequential) else module).parameters()
+    return {"out": out.detach(), "dy": leaf.grad, "dw": weight.grad, "db": bias.grad}
+
+
+def check(module, reference, exact: list) -> str | None:
+    """None when `module` (as it will be timed, compiled) agrees with `reference` (eager) in float32, else why."""
+    got, want = step(module, *exact), step(reference, *exact)
+    for what in want:
+        err = float((got[what].double() - want[what].double()).norm() / want[what].double().norm())
+        if not err < TOLERANCE:
+            return f"float32 {what} rel. error {err:.3g} >= {TOLERANCE}"
+    return None
+
+
+def measure(batch: int, channels: int, size: int, device, copy_gbs: float | None) -> dict:
+    import triton.testing
+    from tcperf import kernels
+    y, grad = inputs(batch, channels, size, device)
+    exact = inputs(batch, channels, size, device, torch.float32)
+    nbytes = PASSES * y.numel() * y.element_size()
+    rows, timed = {}, {}
+    reference = ways(channels)["inductor"].to(device, memory_format=torch.channels_last)
+    for name, module in ways(channels).items():
+        compiled = torch.compile(module.to(device, memory_format=torch.channels_last))
+        why = check(compiled, reference, exact)
+        if why:
+            rows[name] = {"status": "wrong", "message": why}
+            continue
+        ms = triton.testing.do_bench(lambda: step(compiled, y, grad), return_mode="median")
+        gbs = nbytes / (ms * 1e-3) / 1e9
+        rows[name] = {"status": "ok", "ms": ms, "gbs": gbs, "copy_share": gbs / copy_gbs if copy_gbs else None}
+        timed[name] = compiled
+    for name, compiled in timed.items():          # after every timing: a profile slows what is timed after it
+        listed = kernels.profile_kernels(lambda: step(compiled, y, grad), device, calls=3)
+        rows[name]["kernels"] = [{"name": k["name"], "us": k["time_us"] / 3, "calls": k["calls"] / 3,
+                                  "kind": kernels.kind(k["name"])} for k in listed]
+    return {"shape": [batch, channels, size, size], "bytes": nbytes, "rows": rows}
+
+
+def report_lines(name: str, r: dict, base_ms: float | None) -> list[str]:
+    if r["status"] != "ok":
+        return [f"  {name:9s} {r['status']}: {r['message']}"]
+    share = f", {r['copy_share']:.0%} of copy" if r.get("copy_share") else ""
+    lines = [f"  {name:9s} {r['ms']:.3f} ms forward + backward, {r['gbs']:,.0f} GB/s at {PASSES} passes{share}"
+             + (f", {base_ms / r['ms']:.2f}x inductor" if base_ms else "")]
+    lines += [f"      {k['us']:8.1f} us  x{k['calls']:.0f}  {k['kind']:13s} {k['name'][:90]}" for k in r["kernels"]]
+    return lines
+
+
+def main() -> int:
+    a = parse()
+    if a.batch < 1:
+        print("bn_relu_probe.py: --batch takes a positive whole number", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("bn_relu_probe.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from tcperf import kernels, peaks
+    kernels.detach_after_profiling()     # the later stages are timed after this one's profile
+    device = torch.device("cuda")
+    copy_gbs = peaks.measure_now(device).get("bandwidth")
+    report = {"batch": a.batch, "copy_gbs": copy_gbs, "device": torch.cuda.get_device_name(device),
+              "torch": torch.__version__, "stages": {}}
+    print(f"copy bandwidth {copy_gbs:,.0f} GB/s" if copy_gbs else "copy bandwidth: not measured")
+    for stage, (channels, size) in SHAPES.items():
+        r = measure(a.batch, channels, size, device, copy_gbs)
+        report["stages"][stage] = r
+        print(f"{stage}: {a.batch} x {channels} x {size} x {size}, {r['bytes'] / 1e9:.2f} GB at {PASSES} passes")
+        base = r["rows"]["inductor"].get("ms")
+        for name, row in r["rows"].items():
+            print("\n".join(report_lines(name, row, base)))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "bn_relu_probe.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    return 0
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--out", default="out")
+    return p.parse_args()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
