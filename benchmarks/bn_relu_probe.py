@@ -17,13 +17,12 @@ gradient written), against the copy bandwidth measured in the same process.
 """
 from __future__ import annotations
 
-import argparse
 import copy
-import json
-import os
 import sys
 
 import torch
+
+import probes  # beside this script: what the probes share
 
 SHAPES = {  # ResNet-50's batch norm -> ReLU pairs by stage: (channels, height = width) of the bottlenecks' bn1, bn2
     "layer1": (64, 56), "layer2": (128, 28), "layer3": (256, 14), "layer4": (512, 7)}
@@ -35,11 +34,7 @@ def ways(channels: int, seed: int = 0) -> dict:
     """name -> the pair as a module, the same batch norm in each (scales of both signs): 'inductor' the two layers,
     'tcperf' one BatchNormRelu2d."""
     from tcperf.batchnorm import BatchNormRelu2d
-    torch.manual_seed(seed)
-    bn = torch.nn.BatchNorm2d(channels)
-    with torch.no_grad():
-        bn.weight.copy_(torch.randn(channels))
-        bn.bias.copy_(torch.randn(channels))
+    bn = probes.signed_batch_norm(channels, seed)
     fused = copy.deepcopy(bn)
     fused.__class__ = BatchNormRelu2d
     return {"inductor": torch.nn.Sequential(copy.deepcopy(bn), torch.nn.ReLU()), "tcperf": fused}
@@ -111,12 +106,8 @@ def report_lines(name: str, r: dict, base_ms: float | None) -> list[str]:
 
 
 def main() -> int:
-    a = parse()
-    if a.batch < 1:
-        print("bn_relu_probe.py: --batch takes a positive whole number", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("bn_relu_probe.py needs a CUDA GPU", file=sys.stderr)
+    a = probes.start(__doc__, "bn_relu_probe.py")
+    if a is None:
         return 2
     from tcperf import kernels, peaks
     kernels.detach_after_profiling()     # the later stages are timed after this one's profile
@@ -132,17 +123,8 @@ def main() -> int:
         base = r["rows"]["inductor"].get("ms")
         for name, row in r["rows"].items():
             print("\n".join(report_lines(name, row, base)))
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "bn_relu_probe.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    probes.write(a, "bn_relu_probe.json", report)
     return 0
-
-
-def parse():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--out", default="out")
-    return p.parse_args()
 
 
 if __name__ == "__main__":

@@ -35,13 +35,12 @@ against the plain stem before it is timed in bf16: what the pool_kernel rung cha
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
+
+import probes  # beside this script: what the probes share
 
 KERNEL, STRIDE, PAD = 3, 2, 1
 CHANNELS, SIZE = 64, 112          # ResNet-50's stem: 64 channels at 112 x 112 before the pooling
@@ -139,11 +138,7 @@ def stem_ways(seed: int = 0) -> dict:
     BatchNormReluPool2d (the pool on the batch norm's input, tcperf.pool). The same batch norm in each."""
     import copy
     from tcperf.pool import BatchNormReluPool2d, MaxPool3s2
-    torch.manual_seed(seed)
-    bn = torch.nn.BatchNorm2d(CHANNELS)
-    with torch.no_grad():
-        bn.weight.copy_(torch.randn(CHANNELS))
-        bn.bias.copy_(torch.randn(CHANNELS))
+    bn = probes.signed_batch_norm(CHANNELS, seed)
     fused = copy.deepcopy(bn)
     fused.__class__ = BatchNormReluPool2d
     relu, pool = torch.nn.ReLU(), torch.nn.MaxPool2d(KERNEL, STRIDE, PAD)
@@ -175,12 +170,8 @@ def measure_stem(batch: int) -> dict:
 
 
 def main() -> int:
-    a = parse()
-    if a.batch < 1:
-        print("maxpool_probe.py: --batch takes a positive whole number", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_available():
-        print("maxpool_probe.py needs a CUDA GPU", file=sys.stderr)
+    a = probes.start(__doc__, "maxpool_probe.py")
+    if a is None:
         return 2
     report = measure(a.batch)
     base = report["rows"]["inductor"].get("ms")
@@ -196,17 +187,8 @@ def main() -> int:
     for name, r in report["stem"].items():
         print(f"stem, {name:11s} " + (f"{r['ms']:.3f} ms forward + backward" + (f", {base / r['ms']:.2f}x inductor"
                                       if base else "") if r["status"] == "ok" else f"{r['status']}: {r['message']}"))
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "maxpool_probe.json"), "w") as f:
-        json.dump(report, f, indent=1)
+    probes.write(a, "maxpool_probe.json", report)
     return 0
-
-
-def parse():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--out", default="out")
-    return p.parse_args()
 
 
 if __name__ == "__main__":
