@@ -396,13 +396,6 @@ def test_maxpool_probe_stem_ways_share_one_batch_norm_and_agree():
     assert all(torch.allclose(y, want_y) and torch.allclose(g, want_g) for y, g in others)
 
 
-def test_maxpool_probe_bad_batch_is_one_line(monkeypatch, capsys):
-    probe = load("maxpool_probe")
-    monkeypatch.setattr(sys, "argv", ["maxpool_probe.py", "--batch", "0"])
-    assert probe.main() == 2
-    assert capsys.readouterr().err.strip() == "maxpool_probe.py: --batch takes a positive whole number"
-
-
 def test_bn_relu_probe_ways_agree_and_a_wrong_one_is_caught():
     """The probe's two pairs (the layers; tcperf's BatchNormRelu2d) start from one batch norm of scales of both signs
     and agree in float32 on the output and every gradient (eager, on the CPU); a pair without its ReLU is caught."""
@@ -416,11 +409,12 @@ def test_bn_relu_probe_ways_agree_and_a_wrong_one_is_caught():
     assert all(t.is_contiguous(memory_format=torch.channels_last) for t in probe.inputs(2, 6, 5, cpu))
 
 
-def test_bn_relu_probe_bad_batch_is_one_line(monkeypatch, capsys):
-    probe = load("bn_relu_probe")
-    monkeypatch.setattr(sys, "argv", ["bn_relu_probe.py", "--batch", "0"])
+@pytest.mark.parametrize("name", ["maxpool_probe", "bn_relu_probe"])
+def test_a_probes_bad_batch_is_one_line(monkeypatch, capsys, name):
+    probe = load(name)
+    monkeypatch.setattr(sys, "argv", [f"{name}.py", "--batch", "0"])
     assert probe.main() == 2
-    assert capsys.readouterr().err.strip() == "bn_relu_probe.py: --batch takes a positive whole number"
+    assert capsys.readouterr().err.strip() == f"{name}.py: --batch takes a positive whole number"
 
 
 def test_the_hand_written_step_is_one_function_that_trains():
