@@ -26,6 +26,14 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
 
 
+def launchable(kernel):
+    """A Triton kernel as a triton_op launches it: wrapped for torch.compile's tracing (torch.library.wrap_triton),
+    or as it is in the interpreter, where it only runs eagerly on CPU tensors. torch 2.14's wrap_triton passes the
+    interpreter's function through itself; torch 2.11's (the GPU machine's) refuses it."""
+    from torch.library import wrap_triton
+    return kernel if triton_interpreting() else wrap_triton(kernel)
+
+
 def parse_device(text: str | None) -> torch.device:
     """'cpu' | 'cuda' | 'cuda:N' (None: the first CUDA GPU, else the CPU); UserError when unusable."""
     if text is None:

@@ -39,9 +39,9 @@ import inspect
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
-from .env import triton_interpreting
+from .env import launchable, triton_interpreting
 
 INTERPRETING = triton_interpreting()    # as Triton read it when it was imported
 AUTOTUNE_MS = (5, 20)                  # warm-up and timing budget per configuration (triton's default: 25, 100)
@@ -268,9 +268,9 @@ def _launch(name: str, args: tuple, gemv_args: tuple, m: int, n: int, **constexp
     batched = {} if bm == 1 else {"BLOCK_M": bm, "UPCAST": INTERPRETING}
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(m, bm))
     if INTERPRETING:
-        wrap_triton(plain)[grid](*(gemv_args if bm == 1 else args), **batched, **INTERPRETER_CONFIG, **constexprs)
+        launchable(plain)[grid](*(gemv_args if bm == 1 else args), **batched, **INTERPRETER_CONFIG, **constexprs)
     else:
-        wrap_triton(tuned)[grid](*(gemv_args if bm == 1 else args), **batched, **constexprs)
+        launchable(tuned)[grid](*(gemv_args if bm == 1 else args), **batched, **constexprs)
 
 
 def split_k(n: int, groups: int, sms: int) -> int:
@@ -309,9 +309,9 @@ def int4_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torc
             y.stride(0) if split > 1 else 0)
     plain, tuned = KERNELS["int4", "mm"]
     if INTERPRETING:
-        wrap_triton(plain)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=True, BLOCK_N=16)
+        launchable(plain)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=True, BLOCK_N=16)
     else:
-        wrap_triton(tuned)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=False)
+        launchable(tuned)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=False)
     return y.sum(0).to(x.dtype) if split > 1 else y
 
 

@@ -45,11 +45,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
+from torch.library import triton_op
 
 from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, as_dtype, batch_stats, bn_relu_pairs, normalized,
                         only_user, per_channel, replace_module)
-from .env import triton_interpreting
+from .env import launchable, triton_interpreting
 from .gemv import tuned
 
 INTERPRETING = triton_interpreting()     # as Triton read it when it was imported
@@ -146,9 +146,9 @@ def _launch(name: str, pixels: int, channels: int, *args, **flags) -> None:
     grid = lambda meta: (triton.cdiv(pixels, meta["BLOCK_P"]), triton.cdiv(channels, block_c))
     plain, autotuned = KERNELS[name]
     if INTERPRETING:
-        wrap_triton(plain)[grid](*args, **flags, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
+        launchable(plain)[grid](*args, **flags, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
     else:
-        wrap_triton(autotuned)[grid](*args, **flags, BLOCK_C=block_c)
+        launchable(autotuned)[grid](*args, **flags, BLOCK_C=block_c)
 
 
 @triton_op("tcperf::max_pool_3s2", mutates_args=())
