@@ -11,9 +11,9 @@ function's graph made Inductor keep a float32 intermediate, a whole-model profil
 
 First run (H100, 2026-11-27, f248eb1): do_bench's wall time was mostly launching (layer2: 0.80 ms a call, its
 kernels 0.21 ms), which a whole-step CUDA graph removes, so the ways are compared on their kernels' time from the
-profile; and every second profile in the process listed no kernels (with Kineto's CUPTI torn down after each, as
-kernels.detach_after_profiling asks: the likely cause, not yet shown), so now all the timing is done first and the
-profiles after it, CUPTI left attached.
+profile; and every second profile in the process listed no kernels (Kineto's CUPTI torn down after each, as
+kernels.detach_after_profiling asks: a matmul profiled five times so listed 2, 0, 2, 0, 2 kernels), so now all the
+timing is done first and the profiles after it, CUPTI left attached.
 layer1's parameter gradients differ from eager by 1.4e-4 both ways (a float32 sum over 0.8M values), hence 1e-3.
 
 Bytes: the fewest passes over bf16 tensors of the activation's size, 8 (forward: the statistics read y, then y read

@@ -145,7 +145,10 @@ def detach_after_profiling() -> None:
     processes); the advisor, which profiles in the workers it times, read eager 1.2-1.6x slower than a hand loop and
     advised compiling where eager was the faster job. Called by the processes that time again after a profile
     (tcperf.worker's sessions); a teardown a profile costs a re-init at the next (heavy, says Kineto), so not
-    everywhere."""
+    everywhere. One profile a process after this: five profiles of one matmul in a row listed 2, 0, 2, 0, 2 kernels
+    (H100, torch 2.11, 2026-11-27), after which the run hung (120 s limit); a process that profiled again after
+    each empty profile did not finish in 150 s. A session profiles its pick once;
+    benchmarks/bn_relu_probe.py, which profiles many, leaves CUPTI attached."""
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
