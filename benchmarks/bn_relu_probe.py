@@ -77,8 +77,8 @@ def check(module, reference, exact: list) -> str | None:
     return None
 
 
-def measure(batch: int, channels: int, size: int, device, copy_gbs: float | None) -> tuple[dict, dict]:
-    """The pair's report (each way checked, then timed: wall ms, GB/s) and name -> the timed call, to profile."""
+def measure(batch: int, channels: int, size: int, device) -> tuple[dict, dict]:
+    """The pair's report (each way checked, then timed: wall ms) and name -> the timed call, to profile."""
     import triton.testing
     y, grad = inputs(batch, channels, size, device)
     exact = inputs(batch, channels, size, device, torch.float32)
@@ -135,7 +135,7 @@ def main() -> int:
     print(f"copy bandwidth {copy_gbs:,.0f} GB/s" if copy_gbs else "copy bandwidth: not measured")
     calls = {}
     for stage, (channels, size) in SHAPES.items():              # every timing before any profile
-        report["stages"][stage], calls[stage] = measure(a.batch, channels, size, device, copy_gbs)
+        report["stages"][stage], calls[stage] = measure(a.batch, channels, size, device)
     for stage, r in report["stages"].items():
         add_kernels(r, calls[stage], device, copy_gbs)
         print(f"{stage}: {a.batch} x {r['shape'][1]} x {r['shape'][2]} x {r['shape'][3]}, "
