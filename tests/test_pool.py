@@ -90,6 +90,20 @@ def test_batch_norm_relu_pool_is_the_three_in_the_interpreter(interpreted, key):
     assert all(err < 1e-5 for err in r.values()), r
 
 
+def test_an_interpreted_kernel_is_launched_unwrapped(monkeypatch):
+    """torch 2.11's wrap_triton refuses the function TRITON_INTERPRET=1 makes of a kernel (21 errors here on the GPU
+    machine's torch, 2026-11-27): env.launchable hands it over as it is; compiled, it is wrap_triton's."""
+    from torch.library import wrap_triton
+
+    from tcperf import env, pool
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    kernel = object()
+    assert env.launchable(kernel) is kernel
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    jitted = pool.KERNELS["forward"][0]
+    assert type(env.launchable(jitted)) is type(wrap_triton(jitted))
+
+
 def test_the_stems_of_torchvision_and_timm_resnets_are_fused_or_get_the_pool_kernel():
     """bn_relu_pool: the stem's batch norm, ReLU and pool become one BatchNormReluPool2d (the state dict's names
     kept); pool_kernel: the pool alone is swapped. On a CPU both compute what the model did, in training (batch
