@@ -21,7 +21,10 @@ img/s against the whole-step graph's 6,724 (0.99x), and on top of the fused stem
 the profile the kernels filed under normalization fell from 17.5 to 12.2 ms a step, but its passes that end in a
 cast to bf16 (Inductor names them _to_copy_..., the profile files them under copies) took 6.5 ms where Inductor's
 own took 0.4: normalization and copies 18.7 ms against 17.9. So the ladder climbs it only where named
-(recipes.NAMED_ONLY).
+(recipes.NAMED_ONLY). Why, one pair at a time (benchmarks/bn_relu_probe.py, H100, 2026-11-27, batch 256): its
+forward is as fast as Inductor's, but its backward, by the kernels' names, writes the masked gradient `g` below
+and reads it back for the sums and for dy, three passes where Inductor's two recompute the mask: 0.72-0.77x of
+Inductor's kernel time a pair. Recomputing the mask inside both passes is the next thing to try.
 """
 from __future__ import annotations
 
