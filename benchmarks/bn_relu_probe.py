@@ -1,5 +1,5 @@
 """Issue 35: one batch norm -> ReLU of ResNet-50 in training, forward and backward, compiled, two ways: Inductor's own
-(nn.BatchNorm2d -> nn.ReLU) and tcperf's BatchNormRelu2d (the bn_relu rung, tcperf/batchnorm.py). Each is checked in
+(nn.BatchNorm2d -> nn.ReLU) and tcperf's BatchNormRelu2d (the bn_relu rung, tcperf/kernels/batchnorm.py). Each is checked in
 float32 against the plain layers eager (output, the input's and the parameters' gradients), then run in bf16
 channels-last (fp32 parameters, as under autocast): timed with triton.testing.do_bench (wall), its kernels listed
 and summed from torch.profiler (the figure the ways are compared on).
@@ -40,7 +40,7 @@ TOLERANCE = 1e-3          # float32, compiled against eager: a wrong fused funct
 def ways(channels: int, seed: int = 0) -> dict:
     """name -> the pair as a module, the same batch norm in each (scales of both signs): 'inductor' the two layers,
     'tcperf' one BatchNormRelu2d."""
-    from tcperf.batchnorm import BatchNormRelu2d
+    from tcperf.kernels.batchnorm import BatchNormRelu2d
     bn = probes.signed_batch_norm(channels, seed)
     fused = copy.deepcopy(bn)
     fused.__class__ = BatchNormRelu2d
@@ -99,7 +99,7 @@ def measure(batch: int, channels: int, size: int, device) -> tuple[dict, dict]:
 
 def add_kernels(report: dict, calls: dict, device, copy_gbs: float | None, n: int = 3) -> None:
     """Each timed way's kernels (a call's us each) and their sum, `kernel_ms`, with the GB/s it makes."""
-    from tcperf import kernels
+    from tcperf import profiler as kernels
     for name, call in calls.items():
         listed = kernels.profile_kernels(call, device, calls=n)
         row = report["rows"][name]

@@ -4,7 +4,7 @@ layers: each block's four, the output layer once).
 
 Kernels (KERNELS): bf16 `F.linear` (cuBLAS); int8 Inductor (Int8WeightOnlyLinear's forward under torch.compile
 with coordinate-descent tuning, as `tcperf generate` compiles it: batch 1 a static graph, the larger batches one
-graph with a dynamic batch); int8 triton and int4 triton (tcperf.gemv); int4
+graph with a dynamic batch); int8 triton and int4 triton (tcperf.kernels.gemv); int4
 tinygemm (torch._weight_int4pack_mm); torchao's int8 and int4 weight-only where torchao imports (one line says so
 otherwise). Shapes (MODELS, K x N): Llama-3.1-8B's and Llama-3.2-1B's decode layers (qkv, o, gate+up fused, down,
 the vocabulary head). int4 in groups of 128 (GROUP).

@@ -11,7 +11,7 @@ What it runs, each `tcperf` command in its own process (the store is --db, defau
   3. for each model (default Llama-3.1-8B's and Llama-3.2-1B's shapes, random weights): bf16, int8wo and int4wo-128
      at batch 1, prompt 128, 128 new tokens (--quick: 32), the plain loop compiled; each passes the kernel check
      (every quantized layer against its own dequantised weights) before it is timed; --kernel: the weight-only
-     layers' kernels (`tcperf generate --kernel`: default Inductor's fused GEMV and tinygemm, triton tcperf.gemv's)
+     layers' kernels (`tcperf generate --kernel`: default Inductor's fused GEMV and tinygemm, triton tcperf.kernels.gemv's)
   4. `tcperf generate stdlib`: the model tcperf trains (once a machine, beside the store), each precision's
      perplexity on held-out text against bf16's, within the limits from torchao's published table
   5. --sweep: the old crossing check, the bf16 step over batch 1..1024 (the eager step in a CUDA graph), and

@@ -1,4 +1,4 @@
-"""Where tcperf.gemv's int4 kernel spends its time (issue 33): the kernel against two cut-down copies of itself on
+"""Where tcperf.kernels.gemv's int4 kernel spends its time (issue 33): the kernel against two cut-down copies of itself on
 Llama-3.1-8B's decode layers at batch 1, each timed as a CUDA graph replay (triton.testing.do_bench_cudagraph) of
 calls on copies of the layer whose weights add up to twice the L2 cache, so each call reads its weights from DRAM
 (before 2026-11-26 22:30 UTC one copy was replayed, and layers under the L2's size read from it):
@@ -8,7 +8,7 @@ calls on copies of the layer whose weights add up to twice the L2 cache, so each
               XORed into accumulators shaped as the tiles (until 2026-11-27 each step's x was summed, a reduction
               the kernel does not do)
     dequant   load + DEQUANT_ASM, its bf16x2 pairs XORed (no tl.dot: no trip into the MMA's operand layout)
-    full      tcperf.gemv.int4_kernel as shipped (dequant + tl.dot)
+    full      tcperf.kernels.gemv.int4_kernel as shipped (dequant + tl.dot)
 
 GB/s counts the int4 words and the bf16 scales and zeros; the copy bandwidth is timed in the same process. The full
 kernel is checked against the layer's dequantised weights before it is timed.
@@ -25,8 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tcperf import gemv, quant
-from tcperf.gemv import _dequant_pairs, _int4_group, _share
+from tcperf import quant
+from tcperf.kernels import gemv
+from tcperf.kernels.gemv import _dequant_pairs, _int4_group, _share
 
 SHAPES = (("qkv", 4096, 6144), ("o", 4096, 4096), ("gate+up", 4096, 28672), ("down", 14336, 4096))
 GROUP = 128
@@ -102,7 +103,7 @@ def words_kernel(q_ptr, s_ptr, z_ptr, y_ptr, N, K, stride_qn, stride_sn, GROUP: 
     tl.store(y_ptr + tl.program_id(1) * N + offs_n, y.to(tl.float32), mask=n_ok)
 
 
-CONFIGS = ((64, 4), (128, 4), (128, 8), (256, 8))      # (BLOCK_N, warps): tcperf.gemv.INT4_CONFIGS's
+CONFIGS = ((64, 4), (128, 4), (128, 8), (256, 8))      # (BLOCK_N, warps): tcperf.kernels.gemv.INT4_CONFIGS's
 
 
 def variants(x, q4, s, z, y, n, k, split) -> list:

@@ -8,7 +8,7 @@ H200 (2026-11-27, c41fb7d) the largest memory-bound kernel of the step was Induc
     aten       the same module eager: ATen's max_pool2d_with_indices and its backward (NHWC kernels)
     slices     torch.compile of the same pooling written as the maximum of the 9 strided views of the padded input:
                no indices; the backward is where-masks and strided adds, which Inductor fuses as pointwise work
-    tcperf     torch.compile of tcperf.pool.MaxPool3s2: tcperf's two Triton kernels (int8 window offsets kept by the
+    tcperf     torch.compile of tcperf.kernels.maxpool.MaxPool3s2: tcperf's two Triton kernels (int8 window offsets kept by the
                forward, a backward that visits each input pixel once, channels read contiguously): the `pool_kernel`
                rung's pooling
 
@@ -30,7 +30,7 @@ kernels were written after that call (ties go to the first maximum, as ATen's). 
 pooling in 0.971 ms, 1.94x Inductor's.
 
 Then the stem after its convolution, three ways compiled (stem_ways: Inductor's batch norm + ReLU + max-pool; the
-same with the pool on tcperf's kernels; tcperf.pool.BatchNormReluPool2d, the three as one), each checked in float32
+same with the pool on tcperf's kernels; tcperf.kernels.maxpool.BatchNormReluPool2d, the three as one), each checked in float32
 against the plain stem before it is timed in bf16: what the pool_kernel rung changes in the step.
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ class SlicedMaxPool2d(torch.nn.Module):
 def ways() -> dict:
     """name -> the pooling module that way (compiled where it says)."""
     pool = torch.nn.MaxPool2d(KERNEL, STRIDE, PAD)
-    from tcperf.pool import MaxPool3s2
+    from tcperf.kernels.maxpool import MaxPool3s2
     return {"inductor": torch.compile(pool), "aten": pool, "slices": torch.compile(SlicedMaxPool2d()),
             "tcperf": torch.compile(MaxPool3s2())}
 
@@ -135,9 +135,9 @@ def measure(batch: int) -> dict:
 def stem_ways(seed: int = 0) -> dict:
     """name -> ResNet's stem after its convolution (batch norm of random scales of both signs, ReLU, max-pool), in
     training, compiled: Inductor's alone; with the pool on tcperf's kernels (a6968ae's pool_kernel); and as one
-    BatchNormReluPool2d (the pool on the batch norm's input, tcperf.pool). The same batch norm in each."""
+    BatchNormReluPool2d (the pool on the batch norm's input, tcperf.kernels.maxpool). The same batch norm in each."""
     import copy
-    from tcperf.pool import BatchNormReluPool2d, MaxPool3s2
+    from tcperf.kernels.maxpool import BatchNormReluPool2d, MaxPool3s2
     bn = probes.signed_batch_norm(CHANNELS, seed)
     fused = copy.deepcopy(bn)
     fused.__class__ = BatchNormReluPool2d

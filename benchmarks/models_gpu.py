@@ -19,7 +19,7 @@ graph and its hand-written twin read 0.1% and 1.6% apart on two H200s under sw_p
 that call, not yet run on a GPU. Only rows whose training check passed count. The rungs past step_graph (autotune,
 chunked_ce, pool_kernel, batch: tcperf.recipes) are each one thing on top of it (bn_relu_pool and
 "pool_kernel+autotune" on top of pool_kernel, bn_relu on top of bn_relu_pool); --profile shows where each one's step
-goes, by kernel kind (tcperf.kernels.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer,
+goes, by kernel kind (tcperf.profiler.kind: matmul, attention, normalization, pooling, softmax/loss, optimizer,
 copies, elementwise, reductions, communication), and under a missed target the best rung's kinds: what holds it.
 Writes models_gpu.json (the run, every row, the checks and the wall time) under --out (default ./out); the store is
 --db (default OUT/models.db). --quick: the small configurations of ResNet-50 and GPT-2 on every rung (a smoke test
@@ -46,7 +46,7 @@ from rich.console import Console
 from hand_loops import AB_ROUNDS, WARMUP, WINDOWS, interleaved, plain_loop, plain_step  # beside this script
 from tcperf import engine, env, ladder, models, recipes, source
 from tcperf.commands.models import print_ladder
-from tcperf.kernels import kinds_line
+from tcperf.profiler import kinds_line
 from tcperf.runner import TimingConfig
 from tcperf.store import Store
 

@@ -162,7 +162,7 @@ def step_smoke(s: Session, quick: bool) -> list[dict | None]:
 
 def step_kernels(s: Session, runs: list[dict | None]) -> None:
     """Every distinct kernel name the profiler recorded, its classification, and where it ran."""
-    from tcperf.kernels import classify
+    from tcperf.profiler import classify
     seen: dict[str, set] = {}
     for run in runs:
         for r in (run or {}).get("results", []):

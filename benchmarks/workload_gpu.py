@@ -657,7 +657,7 @@ def parse_args(argv=None):
                     help="each child starts torch.profiler once before anything else, as tcperf's session workers "
                          "do (tcperf.worker._ready_device). Found with it (H100, 2026-11-26): BERT's eager 5.90 and "
                          "5.92 ms a batch against 5.31 and 5.38 without, 5.32 and 5.41 with TEARDOWN_CUPTI=1 (what "
-                         "tcperf.kernels.detach_after_profiling sets); give it its own --out")
+                         "tcperf.profiler.detach_after_profiling sets); give it its own --out")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)      # the child: one recipe
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""What a Triton kernel's hot loop costs, read without a GPU: tcperf.gemv's kernels compiled for sm_90 (or --cc), their
+"""What a Triton kernel's hot loop costs, read without a GPU: tcperf.kernels.gemv's kernels compiled for sm_90 (or --cc), their
 SASS disassembled by the nvdisasm that Triton bundles, and the longest loop's instructions counted, by opcode and
 per weight byte a thread moves. A memory-bound kernel at 3 TB/s on an H100 (132 SMs, ~1.98 GHz) moves ~11.5 bytes
 a clock an SM; an SM issues 4 warp instructions a clock, 128 thread instructions, so a loop past ~11 instructions a
@@ -6,7 +6,7 @@ byte is issue-bound before it is memory-bound (tcperf's int8 GEMV: 4.2-5.4, 87-9
 layers; the first int4 GEMV: 19-25, 36-57%; the Tensor Core int4 kernel: 6.6-10.2, a third, held by its tl.dot
 path, not its instructions: benchmarks/int4_probe.py).
 
-    python3 scripts/sass_loop.py                 # tcperf.gemv's int8 GEMV and int4 kernel, every configuration
+    python3 scripts/sass_loop.py                 # tcperf.kernels.gemv's int8 GEMV and int4 kernel, every configuration
     python3 scripts/sass_loop.py --cc 80         # for an A100
 """
 from __future__ import annotations
@@ -85,7 +85,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cc", type=int, default=90, help="compute capability (default 90: Hopper)")
     args = ap.parse_args()
-    from tcperf import gemv
+    from tcperf.kernels import gemv
     if gemv.INTERPRETING:
         print("TRITON_INTERPRET is set: the kernels are interpreted, not compiled", file=sys.stderr)
         return 2

@@ -381,7 +381,7 @@ def peak_memory(device: torch.device, graphed: bool) -> int:
 
 
 def _profile(row: dict, step, device, step_ms: float) -> None:
-    from .kernels import gpu_busy, profile
+    from .profiler import gpu_busy, profile
     try:
         found = profile(step, device)
         row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
@@ -654,7 +654,7 @@ class StreamSession:
         if self.step is None or self._row["status"] != "ok" or self.device.type != "cuda" or \
                 not self._row.get("median_ms"):
             return self.row()
-        from .kernels import gpu_busy, profile
+        from .profiler import gpu_busy, profile
 
         def one_pass():
             for x in self.stream:

@@ -1,6 +1,6 @@
 """The quantized Linear layers, one family for the model ladder (tcperf.recipes) and `tcperf generate`, on PyTorch's
 own kernels: Fp8Linear (torch._scaled_mm), Int8Linear (torch._int_mm), Int8WeightOnlyLinear and Int4WeightOnlyLinear
-(gpt-fast's; with kernel="triton" they run tcperf.gemv's Triton kernels instead), and swap_linears, the one loop
+(gpt-fast's; with kernel="triton" they run tcperf.kernels.gemv's Triton kernels instead), and swap_linears, the one loop
 that puts them in place of nn.Linear layers:
 
     swapped, kept = swap_linears(model, Int8Linear, lambda lin: lin.in_features % 8 == 0, refuse=MyError)
@@ -150,11 +150,11 @@ INT4_KERNELS = ("tinygemm", "triton")     # Int4WeightOnlyLinear's
 
 
 def _kernel(kernel: str, choices: tuple) -> str:
-    """A layer's kernel= checked; "triton" imports tcperf.gemv, which registers torch.ops.tcperf.*."""
+    """A layer's kernel= checked; "triton" imports tcperf.kernels.gemv, which registers torch.ops.tcperf.*."""
     if kernel not in choices:
         raise ValueError(f"unknown kernel {kernel!r}; choose from: {', '.join(choices)}")
     if kernel == "triton":
-        from . import gemv  # noqa: F401  (here: the Triton kernels load only for the layers that run them)
+        from .kernels import gemv  # noqa: F401  (here: the Triton kernels load only for the layers that run them)
     return kernel
 
 
@@ -175,9 +175,9 @@ def apart(x: torch.Tensor) -> torch.Tensor:
 class Int8WeightOnlyLinear(QuantLinear):
     """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2. kernel="inductor": the widening to bf16
     and the scale are fused into the matmul by torch.compile (eager widens the whole weight first: compile it);
-    kernel="triton": tcperf.gemv's int8 kernel, the same in eager and compiled (benchmarks/gemv_gpu.py on an H100,
+    kernel="triton": tcperf.kernels.gemv's int8 kernel, the same in eager and compiled (benchmarks/gemv_gpu.py on an H100,
     2026-11-26 night, Llama-3.1-8B's decode layers against bf16's time: Inductor's 0.55 at batch 1 and 2.5 from
-    batch 2, in the dynamic-batch graph a sweep compiles; tcperf.gemv's 0.57 at batch 1, 0.74 at 4; which a decode
+    batch 2, in the dynamic-batch graph a sweep compiles; tcperf.kernels.gemv's 0.57 at batch 1, 0.74 at 4; which a decode
     takes is tcperf.generate.quant.KERNELS's choice). Inductor's GEMV takes its input
     through apart(), so that it reads it instead of recomputing its producer. The int8 values are
     `w8`; `weight` is QuantLinear's stand-in."""
@@ -250,7 +250,7 @@ class Int4WeightOnlyLinear(QuantLinear):
 
     kernel="tinygemm": torch._weight_int4pack_mm on tinygemm's layout (`packed`, `scales_and_zeros`); the values,
     scales and zeros are also kept plainly in host memory (`plain`, no buffer: a decode step never reads them), so
-    that dequantized() does not go through the layout it checks. kernel="triton": tcperf.gemv's int4 kernel reads
+    that dequantized() does not go through the layout it checks. kernel="triton": tcperf.kernels.gemv's int4 kernel reads
     the plain layout itself, so it is the device's only copy (buffers `q4`, `scales`, `zeros`) and `plain` names
     those buffers: dequantized() unpacks them in torch, apart from the kernel's own unpacking it checks."""
 

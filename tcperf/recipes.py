@@ -12,9 +12,9 @@ NAMED_ONLY):
          -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
          -> rungs past a hand loop, each one thing on top of the whole-step graph (training): autotune
             (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's cross-entropy
-            in chunks, tcperf.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's Triton kernels,
-            tcperf.pool) and on top of it bn_relu_pool (a batch norm -> ReLU -> such a pool as one) and bn_relu
-            (every batch norm -> ReLU as one: tcperf.fusions; NAMED_ONLY, climbed where named: it was slower),
+            in chunks, tcperf.kernels.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's Triton kernels,
+            tcperf.kernels.maxpool) and on top of it bn_relu_pool (a batch norm -> ReLU -> such a pool as one) and bn_relu
+            (every batch norm -> ReLU as one: tcperf.kernels.fusions; NAMED_ONLY, climbed where named: it was slower),
             batch (the batch with the most items a second, tcperf.ladder's search)
          -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
             inference) -> int8 (inference)
@@ -51,7 +51,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import cross_entropy, precision, quant, workload
+from . import precision, quant, workload
+from .kernels import cross_entropy, fusions
 from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
@@ -93,7 +94,7 @@ class Recipe:
     modes: tuple[str, ...] = MODES
     needs: str | None = None            # "conv2d" | "linear": what the model must have for the recipe to help
     tolerance: float = 0.1              # output rel. error (infer) / share of fp32's loss fall lost (train)
-    transform: str | None = None        # 'module:function(model, mode) -> notes' applied to the copy (extensions)
+    transform: Callable | None = None   # function(model, mode) -> notes, applied to the copy (tcperf.kernels.fusions)
     shapes: str = "static"              # a key of SHAPES: how varying input shapes are met
     about: str = ""
 
@@ -141,7 +142,7 @@ class Recipe:
         parts += [name for name in ("compile", "fused", "cuda_graphs", "step_graph", "autotune", "chunked_ce",
                                     "fastest_batch", "fp8", "int8") if getattr(self, name)]
         if self.transform:
-            parts.append(self.transform.split(":")[-1])
+            parts.append(self.transform.__name__)
         if self.shapes != "static":
             parts.append(f"{self.shapes} shapes" if self.shapes in ("dynamic", "marked") else
                          f"padded to multiples of {self.pad_to}")
@@ -186,22 +187,22 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                  "pays_after_steps weighs)"),
     Recipe("chunked_ce", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, chunked_ce=True,
            over="step_graph", modes=("train",),
-           about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens (tcperf.cross_entropy): "
+           about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens (tcperf.kernels.cross_entropy): "
                  "the (tokens, vocabulary) logits never whole"),
     Recipe("pool_kernel", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
-           over="step_graph", modes=("train",), needs="conv2d", transform="tcperf.fusions:pool_kernel",
+           over="step_graph", modes=("train",), needs="conv2d", transform=fusions.pool_kernel,
            about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels "
-                 "(tcperf.pool): Inductor's backward of it ran at 14% of the copy bandwidth on an H200"),
+                 "(tcperf.kernels.maxpool): Inductor's backward of it ran at 14% of the copy bandwidth on an H200"),
     Recipe("bn_relu_pool", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
-           over="pool_kernel", modes=("train",), needs="conv2d", transform="tcperf.fusions:bn_relu_pool",
-           about="pool_kernel with each batch norm -> ReLU -> such a pool computed as one (tcperf.pool: the pool "
+           over="pool_kernel", modes=("train",), needs="conv2d", transform=fusions.bn_relu_pool,
+           about="pool_kernel with each batch norm -> ReLU -> such a pool computed as one (tcperf.kernels.maxpool: the pool "
                  "on the batch norm's input, the normalization on the pooled quarter, the input's gradient in one "
                  "pass): what Inductor had fused around its own pooling, kept"),
     Recipe("bn_relu", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
-           over="bn_relu_pool", modes=("train",), needs="conv2d", transform="tcperf.fusions:bn_relu",
+           over="bn_relu_pool", modes=("train",), needs="conv2d", transform=fusions.bn_relu,
            about="bn_relu_pool (where the model has its chain) with every other batch norm whose only user is a ReLU "
                  "computed as one, ReLU's mask recomputed from the batch norm's input in the backward "
-                 "(tcperf.batchnorm): its kernels read two tensors a pass, not three; climbed only where named: "
+                 "(tcperf.kernels.batchnorm): its kernels read two tensors a pass, not three; climbed only where named: "
                  "ResNet-50 ran 0.96x bn_relu_pool on an H200"),
     Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
            over="step_graph", modes=("train",),
@@ -376,9 +377,8 @@ def _transform(model: nn.Module, recipe: Recipe, mode: str) -> list[str]:
     if recipe.int8:
         notes += quantize_linears(model, quant.Int8Linear, "int8")
     if recipe.transform:
-        module, func = recipe.transform.split(":")
         try:
-            notes += getattr(importlib.import_module(module), func)(model, mode) or []
+            notes += recipe.transform(model, mode) or []
         except LookupError as e:            # the transform found nothing of its kind in this model
             raise NotApplicable(str(e)) from None
     return notes
@@ -454,7 +454,7 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
 
 
 def _chunk_loss(model: nn.Module, loss_fn, fused: bool) -> list[str]:
-    """The model's lm_head deferred to the loss (tcperf.cross_entropy), which must be token_loss: a loss of the
+    """The model's lm_head deferred to the loss (tcperf.kernels.cross_entropy), which must be token_loss: a loss of the
     user's own may not be a plain cross-entropy. NotApplicable otherwise."""
     try:
         notes = cross_entropy.defer_head(model, fused)

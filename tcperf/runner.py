@@ -327,7 +327,7 @@ class Spares:
     into host memory when told its source (preload), and becomes a Session the moment a case needs one; every spare
     taken is replaced. They do not start the profiler ahead (tcperf.worker._ready_device's warm-up): a profile
     leaves CUPTI attached where torch does not tear it down, and the eager steps these workers time ran 10-20%
-    slower after one (tcperf.kernels.detach_after_profiling); a recipe's own profile comes after its timing. On an
+    slower after one (tcperf.profiler.detach_after_profiling); a recipe's own profile comes after its timing. On an
     H200 a worker took 16-19 s from its start to its first command while eight others compiled (the advisor,
     2026-11-24): this takes that off the path of every recipe.
 

@@ -119,7 +119,7 @@ def _rates(result: dict, median_ms: float) -> None:
 
 
 def _add_kernels(result: dict, fn, device) -> None:
-    from .kernels import profile
+    from .profiler import profile
     found = profile(fn, device)
     result["metrics"]["kernels"] = [k["name"] for k in found["top"]]
     share = found["tc_share"]
@@ -242,7 +242,7 @@ def _await_case() -> dict | None:
 def _session(channel, case: dict, device, job: dict) -> None:
     """Serve one long-lived object (see the module's doc) until stdin closes. A session is timed again after it
     was profiled (the advisor's runoff and rounds), so CUPTI is let go after each profile here."""
-    from .kernels import detach_after_profiling
+    from .profiler import detach_after_profiling
     detach_after_profiling()
     _emit(channel, {"event": "up"})
     held = {}

@@ -1,5 +1,5 @@
 """A fused batch-norm module held against the chain of nn layers it replaces, in training: the tests of
-tcperf.batchnorm and tcperf.pool use it, the latter inside Triton's interpreter's child process too."""
+tcperf.kernels.batchnorm and tcperf.kernels.maxpool use it, the latter inside Triton's interpreter's child process too."""
 import copy
 
 import torch

@@ -299,7 +299,7 @@ def test_verdict_ranks_by_the_mean_step_not_the_median():
 
 
 def test_a_host_bound_choice_is_named_with_its_cure():
-    from tcperf.kernels import gpu_busy
+    from tcperf.profiler import gpu_busy
     from tcperf.advisor.verdict import decide, host_bound_note
     assert gpu_busy(1.2, 1.0) == 1.0 and gpu_busy(None, 1.0) is None and gpu_busy(0.5, 2.0) == 0.25
     eager = _timed("amp_bf16", 5.0, gpu_busy=0.45)

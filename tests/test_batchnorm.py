@@ -1,6 +1,6 @@
-"""tcperf.batchnorm: batch norm -> ReLU as one autograd function (ReLU's mask recomputed from the batch norm's
+"""tcperf.kernels.batchnorm: batch norm -> ReLU as one autograd function (ReLU's mask recomputed from the batch norm's
 input) against nn.BatchNorm2d -> nn.ReLU, eager and compiled on the CPU; the fx search that fuses the pairs of
-torchvision's and timm's ResNets; the bn_relu rung's transform (tcperf.fusions)."""
+torchvision's and timm's ResNets; the bn_relu rung's transform (tcperf.kernels.fusions)."""
 import copy
 
 import pytest
@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 
 from fused_check import compare, made, rel
-from tcperf import batchnorm, fusions, recipes
+from tcperf import recipes
+from tcperf.kernels import batchnorm, fusions
 
 
 def _pair(affine=True, track=True):

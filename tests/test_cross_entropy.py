@@ -1,4 +1,4 @@
-"""tcperf.cross_entropy: the chunked linear cross-entropy equals F.cross_entropy on the whole logits (loss and
+"""tcperf.kernels.cross_entropy: the chunked linear cross-entropy equals F.cross_entropy on the whole logits (loss and
 gradients, float64, ignored positions, a bias, chunks that do not divide the tokens), and the ladder's chunked_ce
 rung trains GPT-2 as the plain head does, skipping models without an lm_head or with a loss of their own."""
 import dataclasses
@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tcperf import cross_entropy, models, recipes
+from tcperf import models, recipes
+from tcperf.kernels import cross_entropy
 
 
 @pytest.mark.parametrize("bias, chunks", [(False, 1), (False, 5), (True, 8)])

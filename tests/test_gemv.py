@@ -1,9 +1,9 @@
-"""tcperf.gemv's Triton weight-only kernels: right in the Triton interpreter on small awkward shapes (M = 1 and 3, N
+"""tcperf.kernels.gemv's Triton weight-only kernels: right in the Triton interpreter on small awkward shapes (M = 1 and 3, N
 and K not multiples of the block), right inside the quantized layers (tcperf.quant.check_layers, which also catches
 a kernel reading the wrong scales), traceable by torch.compile(fullgraph=True); `tcperf generate --kernel`; the
 side-by-side benchmark's bookkeeping. On a GPU: compiled with CUDA graphs, and against tinygemm.
 
-The interpreter is chosen when tcperf.gemv is imported (TRITON_INTERPRET is read by @triton.jit), so the
+The interpreter is chosen when tcperf.kernels.gemv is imported (TRITON_INTERPRET is read by @triton.jit), so the
 interpreter checks run in one child process; this process imports the kernels compiled, for the tracing checks.
 """
 import sys
@@ -22,7 +22,8 @@ from tcperf.generate import quant
 SHAPES = [(1, 40, 96, 32), (3, 40, 96, 32), (1, 33, 80, 16), (3, 33, 80, 16), (17, 24, 64, 32)]
 CHILD = r"""
 import json, sys, torch
-from tcperf import gemv, quant
+from tcperf import quant
+from tcperf.kernels import gemv
 
 def rel(got, want):
     return float((got.double() - want.double()).norm() / want.double().norm())
@@ -114,7 +115,7 @@ def test_triton_layers_trace_into_one_graph(bits, dynamic):
     """torch.compile(fullgraph=True) traces through the op into the Triton launch (what Inductor compiles), also
     with a symbolic batch (generate's plain loop compiles a dynamic-batch step from its second batch size)."""
     from torch._dynamo.backends.common import aot_autograd
-    from tcperf import gemv
+    from tcperf.kernels import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
     layer = (core_quant.Int8WeightOnlyLinear(_lin(), kernel="triton") if bits == 8
@@ -135,7 +136,7 @@ def test_triton_layers_trace_into_one_graph(bits, dynamic):
 
 def test_fake_tensors_give_the_output_shape():
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from tcperf import gemv
+    from tcperf.kernels import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
     with FakeTensorMode():
@@ -179,7 +180,7 @@ def test_kernels_compile_for_hopper_and_ampere(cc):
     the int-to-float conversion (cvt.rn.f32.s*/u*: a quarter of the FMA rate)."""
     import re
     converts = re.compile(r"cvt\.rn\.f32\.[su]")
-    from tcperf import gemv
+    from tcperf.kernels import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
     for config in gemv.GEMV_CONFIGS:
@@ -198,7 +199,7 @@ def test_kernels_compile_for_hopper_and_ampere(cc):
 def test_sass_loop_counts_instructions_a_byte_without_a_gpu(capsys):
     """scripts/sass_loop.py on the int4 kernel's widest configuration (sm_90 SASS through Triton's nvdisasm): its loop
     sits between the int8 GEMV's 4-6 instructions a weight byte and the first int4 GEMV's 19-25."""
-    from tcperf import gemv
+    from tcperf.kernels import gemv
     if gemv.INTERPRETING:
         pytest.skip("TRITON_INTERPRET is set in this process")
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -212,13 +213,13 @@ def test_sass_loop_counts_instructions_a_byte_without_a_gpu(capsys):
 def test_int4_splits_k_where_columns_alone_leave_multiprocessors_idle():
     """Llama-3.1-8B's layers (N, groups of 128) on 132 SMs: o and down 8 shares, qkv 4, gate+up and the output
     layer 1; a share keeps 4 groups (Llama-3.2-1B's o: 16 groups, 4 shares)."""
-    from tcperf.gemv import split_k
+    from tcperf.kernels.gemv import split_k
     assert [split_k(n, g, 132) for n, g in ((4096, 32), (4096, 112), (6144, 32), (28672, 32), (128256, 32),
                                             (2048, 16))] == [8, 8, 4, 1, 1, 4]
 
 
 def test_m_buckets():
-    from tcperf import gemv
+    from tcperf.kernels import gemv
     assert [gemv.block_m(m) for m in (1, 2, 16, 17, 33, 64, 200)] == [1, 16, 16, 32, 64, 64, 64]
 
 

@@ -75,19 +75,19 @@ def compile_ptx(kernel, pointers: dict, constexprs: dict, cc: int, num_warps: in
 
 
 def _tc_kernel(dtype: str):
-    from tcperf.lab import matmul_tc
+    from tcperf.kernels import matmul_tc
     tile = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, UPCAST=False)
     return matmul_tc.matmul_tc_kernel, {p: f"*{dtype}" for p in ("a_ptr", "b_ptr", "c_ptr")}, tile, 8
 
 
 def _tiled_kernel():
-    from tcperf.lab import matmul_tiled
+    from tcperf.kernels import matmul_tiled
     tile = {k: v for k, v in matmul_tiled.CONFIG.items() if k.startswith("BLOCK")}
     return matmul_tiled.matmul_tiled_kernel, {p: "*fp32" for p in ("a_ptr", "b_ptr", "c_ptr")}, tile, 4
 
 
 def _int8_kernel():
-    from tcperf.lab import matmul_int8
+    from tcperf.kernels import matmul_int8
     tile = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_M=8, UPCAST=False)
     return matmul_int8.matmul_int8_kernel, {"a_ptr": "*i8", "b_ptr": "*i8", "c_ptr": "*i32"}, tile, 8
 

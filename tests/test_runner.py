@@ -152,7 +152,7 @@ def test_a_session_killed_from_another_thread_answers_its_call_with_its_death():
 
 def test_a_session_worker_has_cupti_let_go_after_each_profile(monkeypatch):
     """A session is timed again after it is profiled (the advisor): TEARDOWN_CUPTI=1 there, as
-    tcperf.kernels.detach_after_profiling sets it, else CUPTI stays attached and slows every launch."""
+    tcperf.profiler.detach_after_profiling sets it, else CUPTI stays attached and slows every launch."""
     from tcperf.runner import Session
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     session = Session(held_case(), CPU)

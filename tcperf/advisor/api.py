@@ -382,7 +382,7 @@ def _shape_costs(layers, chosen, results, device: torch.device, mode: str) -> li
 
 
 def share_summary(results: list, chosen) -> dict:
-    """The Tensor Core shares (tcperf.kernels.profile) of the fp32 baseline and the chosen recipe (None where not
+    """The Tensor Core shares (tcperf.profiler.profile) of the fp32 baseline and the chosen recipe (None where not
     profiled: on a CPU, or skipped)."""
     base = next((r for r in results if r.recipe == "fp32"), None)
     return {"baseline": base.tc_share if base else None,

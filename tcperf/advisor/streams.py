@@ -295,7 +295,7 @@ def _alone(measured: list[tuple], results: list[RecipeResult], timeout: float, l
     as a user runs them: their step is the CPU's speed. A hand loop of BERT's eager stream beside seven idle
     processes holding CUDA contexts read 6.20 ms a batch, alone 5.59 and 5.77 (an H100, 2026-11-26; one process
     each). The graphed recipes do not move with the host. (The larger gap, 7.0-8.9 ms in the advice against 5.3-5.8
-    by hand, was CUPTI left attached by the workers' profiler: tcperf.kernels.detach_after_profiling.) The names
+    by hand, was CUPTI left attached by the workers' profiler: tcperf.profiler.detach_after_profiling.) The names
     of the recipes whose workers it closed."""
     if spares is not None:
         spares.close()

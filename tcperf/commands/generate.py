@@ -18,7 +18,7 @@ the crossing of each sweep) and a plot per model is written: tokens/s per user a
     tcperf generate my_lm.py:factory --loop hf --device cpu --batch 1,2 --prompt 16 --output 8
     tcperf generate ./my-llama --text notes.txt --loop plain,hf   # a save_pretrained folder's own weights, each
                                                           # precision's perplexity on your text against bf16's
-    tcperf generate --precision int8wo,int4wo-128 --kernel triton   # tcperf.gemv's Triton kernels instead
+    tcperf generate --precision int8wo,int4wo-128 --kernel triton   # tcperf.kernels.gemv's Triton kernels instead
 
 The hand loop is tcperf.generate.loop (gpt-fast's way); the hf loop is transformers' generate with a static cache.
 What torch.compile compiled is kept beside the store (tcperf.compile_cache): the compile column says "hit" when a
@@ -77,7 +77,7 @@ def add_parser(sub) -> None:
                                                 "plain, --sweep: plain,hf")
     p.add_argument("--kernel", default="default",
                    help="the weight-only layers' kernel: default (Inductor's fused GEMV for int8wo, tinygemm for "
-                        "int4wo), triton (tcperf.gemv's), or auto (int8wo: tcperf.gemv's, int4wo: tinygemm, the "
+                        "int4wo), triton (tcperf.kernels.gemv's), or auto (int8wo: tcperf.kernels.gemv's, int4wo: tinygemm, the "
                         "fastest of each on Llama-3.2-1B's layers in benchmarks/gemv_gpu.py)")
     p.add_argument("--no-compile", action="store_true",
                    help="no torch.compile: the plain loop captures its eager step in a CUDA graph by hand")

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from .. import engine, ladder, models, precision, recipes
 from .. import source
-from ..kernels import gpu_busy
+from ..profiler import gpu_busy
 from ..errors import choices
 from . import launch, overlap
 

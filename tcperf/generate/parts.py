@@ -1,8 +1,8 @@
-"""Where a decode step's time goes: the step run a few times under the profiler (tcperf.kernels.profile_kernels, the
+"""Where a decode step's time goes: the step run a few times under the profiler (tcperf.profiler.profile_kernels, the
 one profiling mechanism), each kernel sorted into one of three parts by its name, beside the step's own time:
 
     linear      the weight matmuls: cuBLAS GEMV/GEMM (nvjet, xmma, cutlass, gemv), tinygemm's int4 kernels,
-                tcperf.gemv's (int8_kernel, int4_kernel), Inductor's kernels that fused an `mm` (its fused
+                tcperf.kernels.gemv's (int8_kernel, int4_kernel), Inductor's kernels that fused an `mm` (its fused
                 dequantising GEMV for int8 weight-only)
     attention   SDPA's kernels (flash, memory-efficient, cuDNN) or what Inductor made of them (bmm, softmax)
     other       norms, rotary embedding, residual adds, the KV cache's writes, sampling
@@ -13,7 +13,7 @@ The floor beside it is what the bytes allow: the weights one step reads at the m
 kernels' share of that bandwidth says how near the weight-only kernels run to it; the rest of the step is what a
 decode step spends beyond its matmuls.
 
-    parts_of(kernels.profile_kernels(lambda: step(tok, pos), device, calls=CALLS), CALLS, step_ms=1.43,
+    parts_of(profiler.profile_kernels(lambda: step(tok, pos), device, calls=CALLS), CALLS, step_ms=1.43,
              weight_bytes=2.47e9, bandwidth_gbs=3000)
     # Llama-3.2-1B bf16 on an H100 (2026-11-26): {"linear_ms": 1.27, "attention_ms": 0.13, "other_ms": 0.013,
     #  "gaps_ms": 0.01, "floor_ms": 0.824, "linear_bw_share": 0.65, ...}
@@ -24,7 +24,7 @@ import re
 
 import torch
 
-from .. import kernels
+from .. import profiler
 
 CALLS = 10          # decode steps profiled: a step is ~1-10 ms, so the profile costs well under a second
 TOP = 5             # the longest kernels kept by name
@@ -33,10 +33,10 @@ _INDUCTOR_ATTENTION = re.compile(r"softmax|(?<![a-z])bmm(?![a-z])", re.IGNORECAS
 
 
 def part(name: str) -> str:
-    """The part a kernel's time counts in, from its kind (tcperf.kernels.kind, the one reading of kernel names):
+    """The part a kernel's time counts in, from its kind (tcperf.profiler.kind, the one reading of kernel names):
     attention (and, in a decode step, the softmax and batched matmuls Inductor makes of it), linear (every other
-    matmul: cuBLAS, tinygemm, tcperf.gemv's, Inductor's one-row `mm`), other."""
-    k = kernels.kind(name)
+    matmul: cuBLAS, tinygemm, tcperf.kernels.gemv's, Inductor's one-row `mm`), other."""
+    k = profiler.kind(name)
     if k == "attention" or _INDUCTOR_ATTENTION.search(name):
         return "attention"
     return "linear" if k == "matmul" else "other"
@@ -55,14 +55,14 @@ def parts_of(found: list[dict], calls: int, step_ms: float, weight_bytes: float,
             "gaps_ms": max(0.0, step_ms - kernel_ms), "floor_ms": floor,
             "linear_bw_share": floor / ms["linear"] if floor and ms["linear"] else None,
             "top": [{"name": k["name"][:100], "us": k["time_us"] / calls, "launches": k["calls"] / calls,
-                     "part": part(k["name"]), "launch": kernels.launch_text(k.get("launch_configs") or [])}
+                     "part": part(k["name"]), "launch": profiler.launch_text(k.get("launch_configs") or [])}
                     for k in found[:TOP]]}
 
 
 def profile_step(step, token: torch.Tensor, pos: torch.Tensor, device: torch.device, step_ms: float,
                  weight_bytes: float, bandwidth_gbs: float | None) -> dict:
     """The warm decode step (step(token, pos), as the loop calls it) profiled CALLS times, sorted into parts."""
-    found = kernels.profile_kernels(lambda: step(token, pos), device, calls=CALLS, launch_configs=True)
+    found = profiler.profile_kernels(lambda: step(token, pos), device, calls=CALLS, launch_configs=True)
     return parts_of(found, CALLS, step_ms, weight_bytes, bandwidth_gbs)
 
 

@@ -12,13 +12,13 @@ run them on PyTorch's own kernels (torchao's, where it is installed and asked fo
     ao-int8wo, ao-int4wo-128, ao-fp8-row   the same through torchao.quantization.quantize_ (optional)
 
 Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype. The weight-only recipes
-run on another kernel with kernel="triton" (KERNELS): tcperf.gemv's Triton kernels in place of Inductor's fused
-GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on tcperf.gemv's, the fastest at every batch on
+run on another kernel with kernel="triton" (KERNELS): tcperf.kernels.gemv's Triton kernels in place of Inductor's fused
+GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on tcperf.kernels.gemv's, the fastest at every batch on
 Llama-3.2-1B's layers; int4wo on tinygemm); the other recipes have one kernel each and ignore it.
 
     recipe = get("int4wo-128+kvfp8")
     notes = quantize(model, recipe)                     # swaps the eligible nn.Linear layers in place
-    notes = quantize(model, recipe, kernel="triton")    # the same layers on tcperf.gemv's kernels
+    notes = quantize(model, recipe, kernel="triton")    # the same layers on tcperf.kernels.gemv's kernels
 """
 from __future__ import annotations
 
@@ -88,8 +88,8 @@ KERNELS = {  # --kernel -> the weight-only layers' kernel= by weight format (tcp
     "default": {"int8": None, "int4": None},
     "triton": {"int8": "triton", "int4": "triton"},
     # the fastest by format in benchmarks/gemv_gpu.py on Llama-3.2-1B's layers (H100, 2026-11-26 night): int8 on
-    # tcperf.gemv's kernel at every batch (0.58 of bf16's time at one row, Inductor's 0.65), int4 on tinygemm (0.48,
-    # tcperf.gemv's int4 1.19)
+    # tcperf.kernels.gemv's kernel at every batch (0.58 of bf16's time at one row, Inductor's 0.65), int4 on tinygemm (0.48,
+    # tcperf.kernels.gemv's int4 1.19)
     "auto": {"int8": "triton", "int4": None},
 }
 

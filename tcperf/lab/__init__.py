@@ -1,6 +1,6 @@
 """The kernel lab: GPU kernels written from Python in Triton, held against NumPy on the CPU and cuBLAS on the GPU.
 
-Read the modules in this order; each one is a short tutorial (kernel, launch wrapper, NumPy version, FLOP and
+Read the modules (in tcperf/kernels/) in this order; each one is a short tutorial (kernel, launch wrapper, NumPy version, FLOP and
 byte counts, top to bottom), and each adds one idea to the one before:
 
     vector_add     one program per block of elements: pointers, masks, the launch grid
@@ -40,7 +40,7 @@ class Entry:
     max_default: int | None = None   # the default sweep stops here (the naive matmul takes minutes beyond)
 
 
-# name (the module tcperf.lab.NAME) -> kernel; the order is the tutorial's order. Adding a kernel is one module and
+# name (the module tcperf.kernels.NAME) -> kernel; the order is the tutorial's order. Adding a kernel is one module and
 # one line here.
 KERNELS: dict[str, Entry] = {
     "vector_add": Entry("vector", ("fp32",), "memory"),
@@ -67,7 +67,7 @@ def get(name: str) -> Entry:
 def load(name: str):
     """Import a kernel module (compiled for the GPU, or interpreted if TRITON_INTERPRET=1 is set by now)."""
     get(name)                  # UserError naming the kernels
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(f"tcperf.kernels.{name}")
 
 
 interpreting = triton_interpreting      # True when kernels run in the Triton interpreter (on CPU tensors)

@@ -41,7 +41,7 @@ import triton
 import triton.language as tl
 from torch.library import triton_op
 
-from .env import launchable, triton_interpreting
+from ..env import launchable, triton_interpreting
 
 INTERPRETING = triton_interpreting()    # as Triton read it when it was imported
 AUTOTUNE_MS = (5, 20)                  # warm-up and timing budget per configuration (triton's default: 25, 100)
@@ -71,7 +71,7 @@ def _bench(fn, quantiles=None):
 
 def tuned(kernel, configs, key=("BLOCK_M", "N", "K")):
     """Autotuned on `key` (the M bucket, N, K by default), each configuration timed for AUTOTUNE_MS where this
-    triton takes do_bench (tcperf.pool tunes its kernels so too)."""
+    triton takes do_bench (tcperf.kernels.maxpool tunes its kernels so too)."""
     brief = {"do_bench": _bench} if "do_bench" in inspect.signature(triton.autotune).parameters else {}
     return triton.autotune(configs, key=list(key), **brief)(kernel)
 

@@ -1,4 +1,4 @@
-"""tcperf.pool: the 3 x 3 stride-2 max-pool's Triton kernels against ATen's max-pool, forward and backward, in
+"""tcperf.kernels.maxpool: the 3 x 3 stride-2 max-pool's Triton kernels against ATen's max-pool, forward and backward, in
 Triton's interpreter on the CPU (one child process: TRITON_INTERPRET is read when the kernels are imported); the
 swap of a model's pools (torchvision's and timm's ResNets); the ladder's pool_kernel rung refusing a model without
 one; the op's shapes and layouts under fake tensors (what torch.compile sees). On a GPU: bf16 channels-last against
@@ -8,14 +8,16 @@ import torch
 import torch.nn.functional as F
 
 from conftest import in_interpreter
-from tcperf import fusions, pool, recipes
+from tcperf import recipes
+from tcperf.kernels import fusions
+from tcperf.kernels import maxpool as pool
 
 # (N, C, H, W): odd and even sizes, C not a power of two and C above one block of 64 channels, a 1 x 1 input
 SHAPES = [(2, 5, 7, 9), (2, 64, 8, 8), (3, 70, 6, 5), (1, 3, 1, 1)]
 CHILD = r"""
 import json, sys, torch, torch.nn.functional as F
 from fused_check import compare as compare_fused, made
-from tcperf import pool
+from tcperf.kernels import maxpool as pool
 
 def compare(x, grad):
     ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
@@ -95,7 +97,8 @@ def test_an_interpreted_kernel_is_launched_unwrapped(monkeypatch):
     machine's torch, 2026-11-27): env.launchable hands it over as it is; compiled, it is wrap_triton's."""
     from torch.library import wrap_triton
 
-    from tcperf import env, pool
+    from tcperf import env
+    from tcperf.kernels import maxpool as pool
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     kernel = object()
     assert env.launchable(kernel) is kernel

@@ -1,5 +1,5 @@
 """Batch norm -> ReLU in training as one autograd function whose backward takes ReLU's mask from the batch norm's
-input, and fuse_batch_norm_relu, which puts it into a model (the ladder's bn_relu rung, tcperf.fusions).
+input, and fuse_batch_norm_relu, which puts it into a model (the ladder's bn_relu rung, tcperf.kernels.fusions).
 
 Why: in ResNet-50's whole-step graph the batch norms are half the kernel time (H200, 2026-11-27: 17.4 ms of 36.5 ms
 a step), all of it memory-bound, about 12 passes over their bf16 inputs a step. In the graph AOTAutograd hands
@@ -14,7 +14,7 @@ the next convolution's weight gradient either way).
     fuse_batch_norm_relu(model)   # each batch norm whose only user is a ReLU computes both (ReLU node removed)
 
 The arithmetic is batch norm's (fp32 statistics as Inductor's, running statistics as nn.BatchNorm2d updates them);
-`affine_grads` is the part of its backward that tcperf.pool's fused stem shares.
+`affine_grads` is the part of its backward that tcperf.kernels.maxpool's fused stem shares.
 
 Measured, and slower: in ResNet-50's whole-step graph on an H200 (2026-11-27, edc4066, bf16, batch 256) 6,665
 img/s against the whole-step graph's 6,724 (0.99x), and on top of the fused stem 6,663 against 6,937 (0.96x). By
@@ -168,7 +168,7 @@ def _fused(module: nn.Module, held: dict) -> torch.fx.GraphModule | None:
 
 def bn_relu_pairs(graph: torch.fx.Graph, modules: dict) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
     """(batch norm, ReLU) nodes of an fx graph: each nn.BatchNorm2d call whose only user, past nn.Identity modules,
-    is a ReLU (the fx search both fused batch norms start from: this module's pairs, tcperf.pool's chains)."""
+    is a ReLU (the fx search both fused batch norms start from: this module's pairs, tcperf.kernels.maxpool's chains)."""
     pairs = []
     for node in graph.nodes:
         if node.op == "call_module" and type(modules.get(node.target)) is nn.BatchNorm2d:

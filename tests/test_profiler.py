@@ -7,7 +7,7 @@ print them. Add the names benchmarks/suites_gpu.py writes to kernels.txt on this
 import pytest
 import torch
 
-from tcperf.kernels import classify, is_tensor_core, profile_kernels, tensor_core_share
+from tcperf.profiler import classify, is_tensor_core, profile_kernels, tensor_core_share
 
 TENSOR_CORE = [
     # cuBLAS / cuBLASLt on Hopper: nvjet (h = fp16, t = bf16, s = fp32/tf32 in the type triple)
@@ -191,7 +191,7 @@ def test_cupti_is_let_go_after_a_profile_unless_the_process_said_otherwise(monke
     with TEARDOWN_CUPTI=1 (an H100, 2026-11-26); Inductor's own 0 (where it captures CUDA graphs) is kept."""
     import os
 
-    from tcperf import kernels
+    from tcperf import profiler as kernels
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
     kernels.detach_after_profiling()
     assert os.environ["TEARDOWN_CUPTI"] == "1"
@@ -241,20 +241,20 @@ KINDS_SEEN = {
 
 
 def test_each_kernel_falls_into_its_kind():
-    from tcperf.kernels import KINDS, kind
+    from tcperf.profiler import KINDS, kind
     assert {name: kind(name) for name in KINDS_SEEN} == KINDS_SEEN
     assert set(KINDS_SEEN.values()) == set(KINDS)
 
 
 def test_recorded_tensor_core_kernels_are_matmul_or_attention():
-    from tcperf.kernels import kind
+    from tcperf.profiler import kind
     tensor_core = [n for n, _ in RECORDED if is_tensor_core(n)]
     assert len(tensor_core) > 150
     assert not [n for n in tensor_core if kind(n) not in ("matmul", "attention")]
 
 
 def test_a_profile_by_kind_adds_up_a_calls_time_and_reads_as_one_line():
-    from tcperf.kernels import by_kind, kinds_line
+    from tcperf.profiler import by_kind, kinds_line
     found = [{"name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "calls": 6, "time_us": 6000.0},
              {"name": "triton_poi_fused_convolution_relu_3", "calls": 3, "time_us": 1500.0},
              {"name": "void cudnn::bn_bw_1C11_kernel_new<float>", "calls": 3, "time_us": 2400.0},
@@ -267,7 +267,7 @@ def test_a_profile_by_kind_adds_up_a_calls_time_and_reads_as_one_line():
 
 
 def test_each_kinds_longest_kernels_are_named_in_the_kinds_order():
-    from tcperf.kernels import leaders
+    from tcperf.profiler import leaders
     found = [{"name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "calls": 6, "time_us": 6000.0},
              {"name": "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda", "calls": 3,
               "time_us": 2700.0},
@@ -283,7 +283,7 @@ def test_each_kinds_longest_kernels_are_named_in_the_kinds_order():
 def test_launch_configurations_are_read_per_kernel_from_the_chrome_trace():
     """Each kernel's distinct grid/block/registers, by name, from the trace torch.profiler exports; other events
     (CPU ops, runtime calls) are not kernels."""
-    from tcperf.kernels import launch_text, launch_configs_in
+    from tcperf.profiler import launch_text, launch_configs_in
 
     def kernel(name, grid, block, regs):
         return {"cat": "kernel", "name": name, "args": {"grid": grid, "block": block, "registers per thread": regs,
@@ -306,7 +306,7 @@ def test_the_trace_export_is_read_back_on_a_cpu_profile():
     """_chrome_trace exports a finished profile and reads it back (here a CPU one: ops, no kernels)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from tcperf.kernels import _chrome_trace, launch_configs_in
+    from tcperf.profiler import _chrome_trace, launch_configs_in
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         torch.ones(8) @ torch.ones(8)
     trace = _chrome_trace(prof)

@@ -1,6 +1,6 @@
 """The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training in
 the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d), and the
-torch.fx search that finds such chains in a model (the ladder's pool_kernel and bn_relu_pool rungs: tcperf.fusions).
+torch.fx search that finds such chains in a model (the ladder's pool_kernel and bn_relu_pool rungs: tcperf.kernels.fusions).
 
 Why: in ResNet-50's whole-step graph (H200, 2026-11-27, c41fb7d) Inductor's stem pooling was the step's largest
 memory-bound kernel, its backward 1.48 ms a step, and the forward and backward together (benchmarks/maxpool_probe.py,
@@ -30,7 +30,7 @@ normalization 17.5 -> 16.5). Its compiled float32 gradient was zero in torch 2.1
 there); in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in float32 to 1e-7, gradients
 and running statistics included.
 
-    fuse_batch_norm_relu_pool(model) # bn -> ReLU -> max-pool chains fused (tcperf.fusions: the ladder's rungs)
+    fuse_batch_norm_relu_pool(model) # bn -> ReLU -> max-pool chains fused (tcperf.kernels.fusions: the ladder's rungs)
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
 
 On a CPU the modules fall back to PyTorch's layers, unless TRITON_INTERPRET=1 was set before this module was
@@ -49,7 +49,7 @@ from torch.library import triton_op
 
 from .batchnorm import (DIMS, FusedBatchNorm2d, affine_grads, as_dtype, batch_stats, bn_relu_pairs, normalized,
                         only_user, per_channel, replace_module)
-from .env import launchable, triton_interpreting
+from ..env import launchable, triton_interpreting
 from .gemv import tuned
 
 INTERPRETING = triton_interpreting()     # as Triton read it when it was imported
@@ -210,7 +210,7 @@ class _BatchNormReluPool(torch.autograd.Function):
     scale, its minimum: sign s), and ReLU keeps it too, so the pooling runs on the batch norm's input and the
     normalization on the pooled quarter. Neither the normalized tensor nor its gradient is ever whole: the
     backward writes the input's gradient in one pass (tcperf's backward kernel, AFFINE), the gathered gradient of
-    the pooled values plus what reaches every pixel through the mean and the variance (tcperf.batchnorm's
+    the pooled values plus what reaches every pixel through the mean and the variance (tcperf.kernels.batchnorm's
     affine_grads: batch norm's own backward restricted to where its gradient is not zero). Statistics in fp32, as
     Inductor's batch norm; returns (out, mean, biased variance) for the running statistics."""
 

@@ -1,24 +1,25 @@
 """The ladder's kernel rungs past the whole-step graph as model transforms (a Recipe's `transform`), each one thing
 on top of the one before, applied in place to the recipe's copy of the model:
 
-    pool_kernel    every nn.MaxPool2d(3, 2, 1) on tcperf's Triton kernels (tcperf.pool.MaxPool3s2)
-    bn_relu_pool   + each batch norm -> ReLU -> such a pool as one (tcperf.pool.BatchNormReluPool2d)
+    pool_kernel    every nn.MaxPool2d(3, 2, 1) on tcperf's Triton kernels (tcperf.kernels.maxpool.MaxPool3s2)
+    bn_relu_pool   + each batch norm -> ReLU -> such a pool as one (tcperf.kernels.maxpool.BatchNormReluPool2d)
     bn_relu        + each other batch norm whose only user is a ReLU as one, ReLU's mask taken from the batch
-                   norm's input in the backward (tcperf.batchnorm.BatchNormRelu2d)
+                   norm's input in the backward (tcperf.kernels.batchnorm.BatchNormRelu2d)
 
 Each returns notes for the ladder's row and raises LookupError when the model has nothing of its kind, which the
-ladder records as the rung not applying (tcperf.recipes).
+ladder records as the rung not applying (tcperf.recipes). The kernels are imported when a transform runs, not with
+this module: tcperf.recipes names these functions, and importing it must not import Triton's kernels (the
+interpreter is chosen as they are decorated).
 """
 from __future__ import annotations
 
 import torch.nn as nn
 
-from .batchnorm import fuse_batch_norm_relu, replace_module
-from .pool import MaxPool3s2, fuse_batch_norm_relu_pool, is_stem_pool
-
 
 def pool_kernel(model: nn.Module, mode: str = "train") -> list[str]:
     """Every nn.MaxPool2d(3, 2, 1) becomes MaxPool3s2."""
+    from .batchnorm import replace_module
+    from .maxpool import MaxPool3s2, is_stem_pool
     names = [name for name, m in model.named_modules() if is_stem_pool(m)]
     if not names:
         raise LookupError("no nn.MaxPool2d(3, stride=2, padding=1) in the model")
@@ -30,6 +31,7 @@ def pool_kernel(model: nn.Module, mode: str = "train") -> list[str]:
 def bn_relu_pool(model: nn.Module, mode: str = "train") -> list[str]:
     """Each batch norm -> ReLU -> nn.MaxPool2d(3, 2, 1) chain (its links used once each) becomes one
     BatchNormReluPool2d, then every other such pool MaxPool3s2."""
+    from .maxpool import fuse_batch_norm_relu_pool
     fused = fuse_batch_norm_relu_pool(model)
     if not fused:
         raise LookupError("no batch norm -> ReLU -> nn.MaxPool2d(3, stride=2, padding=1) chain in the model's "
@@ -41,6 +43,7 @@ def bn_relu_pool(model: nn.Module, mode: str = "train") -> list[str]:
 def bn_relu(model: nn.Module, mode: str = "train") -> list[str]:
     """bn_relu_pool where the model has such a chain, then each other batch norm whose only user is a ReLU fused
     with it."""
+    from .batchnorm import fuse_batch_norm_relu
     notes = _optional(bn_relu_pool, model, mode) or _optional(pool_kernel, model, mode)
     fused = fuse_batch_norm_relu(model)
     if not fused:
