@@ -7,7 +7,7 @@ advisor checks it, then hand_loops.WINDOWS (3) windows of --hand-seconds (1 s) o
 events around each window, after engine.TIMING's warm-up: total time over total calls).
 
 The grid (a recipe that prepare rejects is an error row):
-    eager      the advisor's bases in the case's mode (tcperf.advisor.measure.default_recipes): fp32, tf32,
+    eager      the advisor's bases in the case's mode (tcperf.advisor.trials.default_recipes): fp32, tf32,
                amp_fp16, amp_bf16, + fp16 and bf16 weights (inference), + channels_last (2-D convs)
     compiled   each eager base's "+compile" and "+cuda_graphs" (recipes.on_top: amp_bf16's are "compile" and
                "cuda_graphs"), training also "+step_graph" (a whole-step CUDA graph); fp8 and int8 (inference),
@@ -106,7 +106,7 @@ from hand_loops import WINDOWS, window  # beside this script: the hand loops' cl
 from tcperf import accuracy, engine, models, recipes
 from tcperf import source
 from tcperf.advisor import api
-from tcperf.advisor.measure import default_recipes
+from tcperf.advisor.trials import default_recipes
 from tcperf.source import load_source, on_device, save_source
 
 ROOT = Path(__file__).resolve().parent.parent

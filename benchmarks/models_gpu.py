@@ -47,7 +47,7 @@ from hand_loops import AB_ROUNDS, WARMUP, WINDOWS, interleaved, plain_loop, plai
 from tcperf import engine, env, ladder, models, recipes, source
 from tcperf.commands.models import print_ladder
 from tcperf.profiler import kinds_line
-from tcperf.runner import TimingConfig
+from tcperf.records import Job, TimingConfig
 from tcperf.store import Store
 
 UP_TO_COMPILE = ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last", "compile"]
@@ -86,20 +86,21 @@ def own_batch(name: str, config: str) -> int:
     return QUICK_BATCH if config == "small" else models.config(models.get(name), config)["batch"]
 
 
-def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list[dict]:
+def mode_cases(mode: str, plan: dict, config: str, models_wanted) -> list:
     """Every model's cells for one mode, ordered by rung: one worker per recipe serves all the models."""
     cases = [c for name, names in plan.items() if name in models_wanted
              for c in ladder.cells([name], mode, names, [own_batch(name, config)], config=config)]
     rank = {name: i for i, name in enumerate(recipes.LADDER)}
-    return sorted(cases, key=lambda c: rank[c["precision"]])
+    return sorted(cases, key=lambda c: rank[c.precision])
 
 
 def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep_ms: float, ceilings: dict,
                 models_wanted, modes, profile: bool = False, timeout: float = 600.0) -> list[dict]:
     rows = []
 
-    def keep(r: dict) -> None:
-        store.add_result(run_id, r)
+    def keep(result) -> None:
+        store.add_result(run_id, result)
+        r = result.to_row()                  # as the store keeps it: what the checks below read
         rows.append(r)
         m = r.get("metrics") or {}
         print(f"  {r['shape'].get('model')} {r['shape'].get('mode')} {r['precision']}: {r['status']} "
@@ -118,8 +119,8 @@ def run_ladders(store: Store, run_id: int, plans: dict, config: str, device, rep
 
     for mode in modes:
         t0 = time.time()
-        ladder.climb(mode_cases(mode, plans.get(mode, {}), config, models_wanted), device, on_result=keep,
-                     timeout=timeout, timing=TimingConfig(rep_ms=rep_ms), ceilings=ceilings, profile=profile)
+        job = Job(TimingConfig(rep_ms=rep_ms), profile=profile, ceilings=ceilings, timeout=timeout)
+        ladder.climb(mode_cases(mode, plans.get(mode, {}), config, models_wanted), device, job, on_result=keep)
         print(f"{mode}: {time.time() - t0:.0f} s", flush=True)
     return rows
 

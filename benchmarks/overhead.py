@@ -34,7 +34,7 @@ def tcperf_cell(name: str, recipe: str, config: str, batch: int, rep_ms: float, 
     r = ladder.measure_cell(name, "train", recipe, batch, device, config=config, check=False,
                             timing={"warmup_ms": 200.0, "rep_ms": rep_ms})
     torch.cuda.empty_cache()
-    return r
+    return r.to_row()
 
 
 def main() -> int:

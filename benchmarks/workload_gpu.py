@@ -104,7 +104,7 @@ import torch.nn.functional as F
 
 from hand_loops import window  # beside this script: the hand loops' clock
 from tcperf import env as tcenv
-from tcperf.worker import _ready_device  # the session workers' start: context, cuBLAS, the profiler once
+from tcperf.worker import ready_device  # the session workers' start: context, cuBLAS, the profiler once
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {"bert": "examples/bert_stream.py", "llama": "examples/llama_prefill.py"}
@@ -655,7 +655,7 @@ def parse_args(argv=None):
     ap.add_argument("--out", default="out/workload")
     ap.add_argument("--profiler-first", action="store_true",
                     help="each child starts torch.profiler once before anything else, as tcperf's session workers "
-                         "do (tcperf.worker._ready_device). Found with it (H100, 2026-11-26): BERT's eager 5.90 and "
+                         "do (tcperf.worker.ready_device). Found with it (H100, 2026-11-26): BERT's eager 5.90 and "
                          "5.92 ms a batch against 5.31 and 5.38 without, 5.32 and 5.41 with TEARDOWN_CUPTI=1 (what "
                          "tcperf.profiler.detach_after_profiling sets); give it its own --out")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)      # the child: one recipe
@@ -679,7 +679,7 @@ def child_main(args) -> int:
     row = {"recipe": args.one, "profiler_first": args.profiler_first}
     try:
         if args.profiler_first and args.device.startswith("cuda"):
-            _ready_device(torch.device(args.device), profile=True)
+            ready_device(torch.device(args.device), profiler=True)
         run_one(args, row)
     except Exception as e:      # noqa: BLE001 - the row says what failed; the traceback goes to the log
         traceback.print_exc()

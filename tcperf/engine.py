@@ -11,34 +11,36 @@ For one model spec (tcperf.spec: a built-in ladder model or the user's own) and 
    stay beside it), and optionally profile it (Tensor Core share, GPU busy), count its FLOPs (MFU), read peak
    memory.
 
-`task` is the worker's entry point (tcperf.runner runs each recipe in its own process with a timeout, so a recipe
+`recipe_task` is what a worker runs (tcperf.runner runs each recipe in its own process with a timeout, so a recipe
 that hangs, crashes its process or runs out of memory is recorded while the others go on). The fp32 reference is
 computed once, in the first worker that needs it, and handed to the others through a file.
 
-    row = measure(spec, "bf16+compile", "infer", "cuda", reference=reference(spec, "infer", "cuda"))
-    rows = run(cases, device, timeout=600, on_result=store_it)      # each case: recipe_case(...)
+    row = measure(spec, "bf16+compile", "infer", "cuda", ref=reference(spec, "infer", "cuda"))     # a Result
+    case = recipe_case(RecipeArgs("bf16+compile", "infer", source=source, reference=path), op="advise.recipe",
+                       shape={"model": "m"})                    # one recipe, for tcperf.runner.run_cases
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import gc
-import json
 import logging
 import math
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from . import accuracy, env, peaks, recipes, stream, workload
+from .records import Case, Job, Result, Source, to_wire
 from .source import import_files, load_source, on_device
 from .spec import Spec, callable_model, tensor_inputs
 
 log = logging.getLogger(__name__)   # progress a worker's parent reads when it kills it (runner: last logged)
 
-TASK = "recipe"
 TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
           "max_reps": 100_000}
 MIN_LINEAR_SHARE = 0.10     # fp8/int8 are tried when their Linear layers carry at least this share of the FLOPs
@@ -245,13 +247,13 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
             tolerance: float | None = None,
             steps: int = accuracy.DEFAULT_STEPS, timing: dict | None = None, time_it: bool = True,
             check: bool = True, keep=(), profile: bool = False, flops: bool = False,
-            ceilings: dict | None = None, wrap=None, probe=None) -> dict:
-    """One recipe on one spec -> a row in the store's format (status ok | wrong | skipped; the runner adds error,
-    oom and timeout). Inference compares outputs; training, the loss's fall over `steps` steps to fp32's. The
-    reference is `ref`, else read from `reference_file` (made and saved there when missing). check=False: speed only
-    (no reference, no accuracy check). On many GPUs (tcperf.distributed.parallel): `wrap` puts DDP or FSDP2 around the
-    recipe's model, and `probe(row, step, device)` runs after the timing while the step is alive (the profile of
-    exposed communication)."""
+            ceilings: dict | None = None, wrap=None, probe=None) -> Result:
+    """One recipe on one spec -> its row (status ok | wrong | skipped; the runner adds error, oom and timeout; the
+    caller names the row's op and shape). Inference compares outputs; training, the loss's fall over `steps`
+    steps to fp32's. The reference is `ref`, else read from `reference_file` (made and saved there when missing).
+    check=False: speed only (no reference, no accuracy check). On many GPUs (tcperf.distributed.parallel): `wrap`
+    puts DDP or FSDP2 around the recipe's model, and `probe(row, step, device)` runs after the timing while the
+    step is alive (the profile of exposed communication)."""
     rec, device = recipes.get(recipe), torch.device(device)
     row, step = prepare_checked(spec, rec, mode, device, ref=ref, reference_file=reference_file,
                                 tolerance=tolerance, steps=steps, check=check, keep=keep, wrap=wrap)
@@ -263,7 +265,7 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
             probe(row, step, device)
     del step
     _release(device)
-    if flops and row.get("mean_ms"):
+    if flops and row.mean_ms:
         _fill_flops(row, spec, rec, mode, device, ceilings)
     return row
 
@@ -274,11 +276,11 @@ def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.de
     """(row, step): the recipe's step prepared and run once (torch.compile compiles here), its accuracy judged into
     the row. step is None when the recipe does not apply (the row says why)."""
     tol = tolerance if tolerance is not None else rec.tolerance
-    row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
-           "metrics": {"recipe": rec.describe(has_conv2d(spec.model)), "keep_fp32": list(keep), "notes": []}}
+    row = Result("", {}, rec.name, tolerance=tol, metrics={"recipe": rec.describe(has_conv2d(spec.model)),
+                                                           "keep_fp32": list(keep), "notes": []})
     why = skip_reason(rec, spec, mode, device)
     if why:
-        return {**row, "status": "skipped", "message": why}, None
+        return row.replace(status="skipped", message=why), None
     if check and ref is None:
         ref = load_reference(reference_file, spec, mode, device, steps)
     fresh(device, rec)
@@ -288,15 +290,15 @@ def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.de
         early = _fails_eagerly(spec, rec, mode, device, ref, steps, tol, keep, wrap) if check else None
         if early is not None:
             _judge(row, early, mode, tol, ref)
-            row["message"] += " (checked before compiling: these layers round the same without torch.compile)"
-            row["metrics"].update(checked="eager", first_call_s=time.perf_counter() - t0)
+            row.message += " (checked before compiling: these layers round the same without torch.compile)"
+            row.metrics.update(checked="eager", first_call_s=time.perf_counter() - t0)
             return row, None
         step = _prepare(spec, rec, mode, device, keep=keep, tap=(ref or {}).get("tap"), holder=holder, wrap=wrap)
     except recipes.NotApplicable as e:
-        return {**row, "status": "skipped", "message": str(e)}, None
+        return row.replace(status="skipped", message=str(e)), None
     acc = _check(step, spec, mode, steps, ref, holder) if check else step()
     _sync(device)
-    row["metrics"].update(first_call_s=time.perf_counter() - t0, notes=list(step.notes))
+    row.metrics.update(first_call_s=time.perf_counter() - t0, notes=list(step.notes))
     if check:
         _judge(row, acc, mode, tol, ref)
     return row, step
@@ -335,38 +337,38 @@ def _check(step, spec: Spec, mode: str, steps: int, ref: dict, holder: dict) -> 
     return acc
 
 
-def _judge(row: dict, acc: dict, mode: str, tol: float, ref: dict) -> None:
+def _judge(row: Result, acc: dict, mode: str, tol: float, ref: dict) -> None:
     err, what, passes, why = accuracy.judge(acc, mode, tol)
-    row["metrics"].update(accuracy=acc, criterion=what, reference=ref.get("origin", "given"))
-    row["error"] = err
+    row.metrics.update(accuracy=acc, criterion=what, reference=ref.get("origin", "given"))
+    row.error = err
     note = reference_note(ref)
     if note:
-        row["warnings"].append(note)
+        row.warnings.append(note)
     if not passes:
-        row.update(status="wrong", message=why)
+        row.status, row.message = "wrong", why
 
 
-def _time(row: dict, step, device: torch.device, timing: dict, spec: Spec, rec, profile: bool) -> None:
+def _time(row: Result, step, device: torch.device, timing: dict, spec: Spec, rec, profile: bool) -> None:
     from .timing import time_fn
     if device.type == "cuda":
         torch.cuda.empty_cache()          # cached blocks of the checks go; a CUDA graph's private pool stays
         torch.cuda.reset_peak_memory_stats(device)
     m = time_fn(step, device, **{**TIMING, **timing})
-    row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=m.mean_ms,
-               n=m.n)
-    metrics = row["metrics"]
+    row.samples, row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms, row.n = \
+        m.samples_ms, m.median_ms, m.iqr_ms, m.min_ms, m.mean_ms, m.n
+    metrics = row.metrics
     metrics.update(spread=m.spread, unstable=m.unstable)
     if spec.items:
         metrics.update(throughput=spec.items / (m.mean_ms * 1e-3), items_per_step=spec.items, unit=spec.unit)
     if rec.compile:          # the first call compiled; one step of it was the step itself
         metrics["compile_s"] = max(0.0, metrics["first_call_s"] - m.mean_ms * 1e-3)
     if m.unstable:
-        row["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+        row.warnings.append(f"unstable: IQR/median = {m.spread:.0%}")
     if device.type == "cuda":
         metrics["peak_mem_gib"] = peak_memory(device, graphed=rec.cuda_graphs or rec.step_graph) / 2**30
         throttled = env.throttle_reasons(device.index or 0)
         if throttled:
-            row["warnings"].append(f"clocks throttled: {', '.join(throttled)}")
+            row.warnings.append(f"clocks throttled: {', '.join(throttled)}")
         if profile:
             _profile(row, step, device, m.mean_ms)
 
@@ -380,17 +382,17 @@ def peak_memory(device: torch.device, graphed: bool) -> int:
     return max(allocated, torch.cuda.max_memory_reserved(device)) if graphed else allocated
 
 
-def _profile(row: dict, step, device, step_ms: float) -> None:
+def _profile(row: Result, step, device, step_ms: float) -> None:
     from .profiler import gpu_busy, profile
     try:
         found = profile(step, device)
-        row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
+        row.metrics.update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
                               matmul_ms=found["matmul_ms"], kernel_kinds=found["kinds"],
                               kernel_leaders=found["leaders"],
                               gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
     except Exception as e:       # the profiler failing leaves the timing standing
-        row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
-                                      "tensor_core": False}]
+        row.metrics["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
+                                   "tensor_core": False}]
 
 
 # --- FLOPs and MFU --------------------------------------------------------------------------------------------------
@@ -425,14 +427,14 @@ def peak_tflops(prec: str, device, ceilings: dict | None) -> tuple[float | None,
     return (value, "datasheet peak") if value else (None, None)
 
 
-def _fill_flops(row: dict, spec: Spec, rec, mode: str, device, ceilings) -> None:
+def _fill_flops(row: Result, spec: Spec, rec, mode: str, device, ceilings) -> None:
     flops = count_flops(spec, mode, device)
-    row["flops"] = flops
-    row["tflops"] = flops / (row["mean_ms"] * 1e-3) / 1e12 if flops else None
+    row.flops = flops
+    row.tflops = flops / (row.mean_ms * 1e-3) / 1e12 if flops else None
     peak, source = peak_tflops(rec.peak_precision, device, ceilings)
-    metrics = row["metrics"]
+    metrics = row.metrics
     metrics["model_flops"] = flops
-    metrics["mfu"] = row["tflops"] / peak if peak and row["tflops"] else None
+    metrics["mfu"] = row.tflops / peak if peak and row.tflops else None
     metrics["mfu_basis"] = {"precision": rec.peak_precision, "tflops": peak, "source": source} if peak else None
 
 
@@ -457,26 +459,51 @@ def _release(device) -> None:
 
 
 # --- in a worker ----------------------------------------------------------------------------------------------------
-def recipe_case(source: dict, recipe: str, mode: str, *, op: str, shape: dict, reference: str,
-                label: str | None = None, **options) -> dict:
-    """A runner case for one recipe on the spec `source` names (tcperf.source.save_source); its row's
-    precision is `label` (a mixed recipe's name) or the recipe's. options: steps, tolerance, timing, time_it, keep,
-    profile, flops, base, suite."""
-    return {"op": op, "suite": options.pop("suite", op.split(".")[0]), "shape": shape, "precision": label or recipe,
-            "recipe": recipe, "task": TASK, "source": source, "mode": mode, "reference": reference, **options}
+@dataclass(frozen=True)
+class RecipeArgs:
+    """One recipe on one model, as a worker runs it (task, RecipeSession, StreamSession)."""
+    recipe: str                          # tcperf.recipes' name of what runs
+    mode: str                            # infer | train
+    source: Source | None = None         # where the worker loads the model (tcperf.source.load_source) ...
+    spec: Any = None                     # ... or the spec itself, in this process (tcperf.runner.InProcess)
+    reference: str | None = None         # fp32's reference: read from this file, or made and saved there
+    steps: int = accuracy.DEFAULT_STEPS  # training steps the accuracy check compares
+    tolerance: float | None = None       # None: the recipe's own
+    timing: dict | None = None           # tcperf.timing.time_fn's options (None: TIMING)
+    time_it: bool = True
+    keep: tuple[str, ...] = ()           # modules run in fp32 (a mixed recipe)
+    profile: bool = False
+    flops: bool = False
+    base: str | None = None              # a mixed recipe's base recipe, for its row
+    cold: str | None = None              # StreamSession: a folder for Inductor's and Triton's caches, empty
+    cap_s: float | None = None           # StreamSession: the first pass's time limit (tcperf.stream)
+
+
+def recipe_case(args: RecipeArgs, *, op: str, shape: dict, label: str | None = None,
+                suite: str | None = None) -> Case:
+    """A case for one recipe on a model, measured by recipe_task (a worker that keeps the recipe alive makes a
+    RecipeSession or StreamSession of it instead); its row's precision is `label` (a mixed recipe's name) or the
+    recipe's."""
+    return Case(op, shape, label or args.recipe, recipe_task, suite=op.split(".")[0] if suite is None else suite,
+                args=args, preload=preload)
 
 
 _PRELOADED: dict[str, object] = {}
 
 
-def preload(case: dict) -> None:
-    """The worker calls this while it waits for its turn: the spec loaded into host memory (unpickling, importing
-    the user's libraries, calling the user's factory: seconds that would otherwise hold the GPU idle)."""
-    source = case.get("source")
-    if source and source["kind"] == "imports":       # the model is not saved yet: its files and libraries now
-        import_files(source["files"])
-    elif source and "spec" not in case:
-        key = json.dumps(source, sort_keys=True)
+def preload(case: Case) -> None:
+    """What a worker does while it waits for its turn (Case.preload): the recipe's model loaded ahead."""
+    load_ahead(case.args)
+
+
+def load_ahead(args: RecipeArgs) -> None:
+    """The spec loaded into host memory (unpickling, importing the user's libraries, calling the user's factory:
+    seconds that would otherwise hold the GPU idle); spec_of takes it from here."""
+    source = args.source
+    if source is not None and source.kind == "imports":      # the model is not saved yet: its files and libraries
+        import_files(source.files)
+    elif source is not None and args.spec is None:
+        key = str(to_wire(source))
         if key not in _PRELOADED:
             try:
                 _PRELOADED[key] = load_source(source, "cpu")
@@ -484,69 +511,65 @@ def preload(case: dict) -> None:
                 _PRELOADED[key] = e
 
 
-def spec_of(case: dict, device) -> Spec:
-    """The case's spec on `device`: given (in this process), preloaded, or loaded now."""
-    if "spec" in case:
-        return case["spec"]
-    found = _PRELOADED.get(json.dumps(case["source"], sort_keys=True))
+def spec_of(args: RecipeArgs, device) -> Spec:
+    """The spec on `device`: given (in this process), preloaded, or loaded now."""
+    if args.spec is not None:
+        return args.spec
+    found = _PRELOADED.get(str(to_wire(args.source)))
     if isinstance(found, BaseException):
         raise found
-    return on_device(found, device) if found is not None else load_source(case["source"], device)
+    return on_device(found, device) if found is not None else load_source(args.source, device)
 
 
-def task(case: dict, device, job: dict) -> dict:
-    """The worker's entry point: the spec rebuilt from its source (or, in this process, given as case["spec"]),
-    the reference read (or made), one recipe."""
-    spec = spec_of(case, device)
-    steps = case.get("steps", accuracy.DEFAULT_STEPS)
-    rec = recipes.get(case.get("recipe") or case["precision"])
-    row = measure(spec, rec, case["mode"], device, reference_file=case["reference"], tolerance=case.get("tolerance"),
-                  steps=steps, timing=case.get("timing") or job.get("engine_timing"),
-                  time_it=case.get("time_it", True), keep=case.get("keep", ()), profile=case.get("profile", False),
-                  flops=case.get("flops", False), ceilings=job.get("ceilings"))
-    row["metrics"].update(label=spec.name, base=case.get("base"))
-    return {"op": case["op"], "suite": case.get("suite", ""), "shape": case["shape"], **row,
-            "precision": case["precision"]}
+def recipe_task(case: Case, device, job: Job) -> Result:
+    """One recipe measured: the spec rebuilt from its source (or given, in this process), the reference read (or
+    made), the recipe prepared, checked and timed."""
+    a = case.args
+    spec = spec_of(a, device)
+    row = measure(spec, a.recipe, a.mode, device, reference_file=a.reference, tolerance=a.tolerance, steps=a.steps,
+                  timing=a.timing, time_it=a.time_it, keep=a.keep, profile=a.profile, flops=a.flops,
+                  ceilings=job.ceilings)
+    row.metrics.update(label=spec.name, base=a.base)
+    return _named(row, case)
+
+
+def _named(row: Result, case: Case) -> Result:
+    """The case's identity on the engine's row: its op, suite and shape, and its precision (a mixed recipe's
+    label)."""
+    row.op, row.suite, row.shape, row.precision = case.op, case.suite, case.shape, case.precision
+    return row
 
 
 class RecipeSession:
-    """One recipe kept alive in a worker (tcperf.worker's session mode; the advisor's search): prepared and checked
-    once when opened (torch.compile compiles then, while another worker may be timing), timed when the parent says
-    the GPU is free, and timed again in short windows beside the other leading recipes (the runoff)."""
+    """One recipe kept alive in a worker (the advisor's search): prepared and checked once when made (torch.compile
+    compiles then, while another worker may be timing), timed when the parent says the GPU is free, and timed again
+    in short windows beside the other leading recipes (the runoff)."""
 
-    def __init__(self, case: dict, device, job: dict):
+    def __init__(self, case: Case, device, job: Job | None = None):
         self.case, self.device = case, torch.device(device)
-        self.spec = spec_of(case, device)
-        self.rec = recipes.get(case.get("recipe") or case["precision"])
-        self._row, self.step = prepare_checked(
-            self.spec, self.rec, case["mode"], self.device, reference_file=case["reference"],
-            tolerance=case.get("tolerance"), steps=case.get("steps", accuracy.DEFAULT_STEPS),
-            keep=case.get("keep", ()))
-        self._row["metrics"].update(label=self.spec.name, base=case.get("base"))
+        a = case.args
+        self.spec = spec_of(a, device)
+        self.rec = recipes.get(a.recipe)
+        self._row, self.step = prepare_checked(self.spec, self.rec, a.mode, self.device, reference_file=a.reference,
+                                               tolerance=a.tolerance, steps=a.steps, keep=a.keep)
+        self._row.metrics.update(label=self.spec.name, base=a.base)
+        _named(self._row, case)
 
-    def row(self) -> dict:
-        c = self.case
-        return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
-                "precision": c["precision"]}
+    def row(self) -> Result:
+        return self._row.replace(metrics=dict(self._row.metrics), warnings=list(self._row.warnings))
 
-    def time(self, timing: dict | None = None, profile: bool = False) -> dict:
+    def time(self, timing: dict | None = None, profile: bool = False) -> Result:
         """The step timed (and profiled), as measure() times it."""
-        if self.step is not None and self._row["status"] == "ok":
+        if self.step is not None and self._row.ok:
             _time(self._row, self.step, self.device, timing or TIMING, self.spec, self.rec, profile)
         return self.row()
 
-    def window(self, ms: float) -> dict:
-        """Back-to-back steps for about `ms` after a short warm-up: their mean (the runoff's sample)."""
+    def window(self, ms: float) -> float:
+        """Back-to-back steps for about `ms` after a short warm-up: their mean in ms (the runoff's sample)."""
         from .timing import time_fn
         m = time_fn(self.step, self.device, warmup_ms=min(50.0, ms / 4), rep_ms=ms, flush_l2=False,
                     back_to_back=True, min_reps=3, max_reps=100_000)
-        return {"status": "ok", "mean_ms": m.mean_ms, "median_ms": m.median_ms, "n": m.n}
-
-
-def run(cases: list[dict], device, *, timeout: float, on_result=None, extra: dict | None = None) -> list[dict]:
-    """Each case in a worker of its own recipe, in order (fp32 first makes the reference once)."""
-    from .runner import run_cases
-    return run_cases(cases, torch.device(device), timeout=timeout, on_result=on_result, extra=extra)
+        return float(m.mean_ms)
 
 
 def reference_path(folder, *parts) -> str:
@@ -555,61 +578,60 @@ def reference_path(folder, *parts) -> str:
 
 # --- a recipe on a workload's stream (the advisor's workload stage) ---------------------------------------------------
 class StreamSession:
-    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: opened = prepared (the model at
-    the recipe, the fp32 reference of the stream's first steps); `first` = one pass over the stream from cold
+    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: made = prepared (the model at the
+    recipe, the fp32 reference of the stream's first steps); `first` = one pass over the stream from cold
     (tcperf.stream.first_pass: its compiles and captures counted, its first CHECK_STEPS outputs checked against fp32
     on the unpadded inputs); `time` = the second warm-up pass (at its first call only) and the steady passes;
     `profile` = one pass under the profiler (the advisor asks it of its pick). `time` runs `first` if it has not run.
 
-    case["cold"]: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
-    machine or container; case["cap_s"]: the first pass's time limit (tcperf.stream), unless `first` is given one."""
+    args.cold: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
+    machine or container; args.cap_s: the first pass's time limit (tcperf.stream), unless `first` is given one."""
 
-    def __init__(self, case: dict, device, job: dict):
+    def __init__(self, case: Case, device, job: Job | None = None):
         self.case, self.device = case, torch.device(device)
-        if case.get("cold"):
-            _cold_caches(case["cold"])
-        self.spec = spec_of(case, device)
-        self.rec = recipes.get(case.get("recipe") or case["precision"])
+        if case.args.cold:
+            _cold_caches(case.args.cold)
+        self.spec = spec_of(case.args, device)
+        self.rec = recipes.get(case.args.recipe)
         self.stream = stream_of(self.spec)
         self.varying = _workload_shapes(self.spec)[0]
         self.first_seen, self.second_s, self.pass_ms = None, None, []
         self._row, self.step, self.ref = self._open()
+        _named(self._row, case)
 
     def _open(self):
-        case, rec, spec, mode = self.case, self.rec, self.spec, self.case["mode"]
-        keep = case.get("keep", ())
-        tol = case.get("tolerance") if mode == "infer" and case.get("tolerance") is not None else \
-            accuracy.DEFAULT_TOLERANCE["infer"]
-        row = {"precision": rec.name, "status": "ok", "message": "", "tolerance": tol, "warnings": [],
-               "metrics": {"recipe": rec.describe(has_conv2d(spec.model)), "keep_fp32": list(keep),
-                           "base": case.get("base"), "label": spec.name}}
-        why = "the factory gives no workload" if not self.stream else skip_reason(rec, spec, mode, self.device)
+        a, rec, spec = self.case.args, self.rec, self.spec
+        tol = a.tolerance if a.mode == "infer" and a.tolerance is not None else accuracy.DEFAULT_TOLERANCE["infer"]
+        row = Result("", {}, rec.name, tolerance=tol,
+                     metrics={"recipe": rec.describe(has_conv2d(spec.model)), "keep_fp32": list(a.keep),
+                              "base": a.base, "label": spec.name})
+        why = "the factory gives no workload" if not self.stream else skip_reason(rec, spec, a.mode, self.device)
         if why:
-            return {**row, "status": "skipped", "message": why}, None, None
-        ref = load_reference(case["reference"], spec, mode, self.device, case.get("steps", accuracy.DEFAULT_STEPS))
+            return row.replace(status="skipped", message=why), None, None
+        ref = load_reference(a.reference, spec, a.mode, self.device, a.steps)
         fresh(self.device, rec)
-        return row, _prepare(spec, rec, mode, self.device, keep=keep), ref
+        return row, _prepare(spec, rec, a.mode, self.device, keep=a.keep), ref
 
-    def first(self, cap_s: float | None = None) -> dict:
+    def first(self, cap_s: float | None = None) -> Result:
         """The first pass over the stream, from cold, and the accuracy of its first steps; stopped at `cap_s`
-        seconds (else case["cap_s"])."""
+        seconds (else args.cap_s)."""
         if self.step is None or self.first_seen is not None:
             return self.row()
         row, rec = self._row, self.rec
         self.first_seen = stream.first_pass(self.step.call, self.stream, self.device,
-                                            cap_s=cap_s if cap_s is not None else self.case.get("cap_s"),
+                                            cap_s=cap_s if cap_s is not None else self.case.args.cap_s,
                                             key=self._key, per_shape=_recompile_stop(rec))
-        row["metrics"]["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
-                                    "distinct": workload.distinct_shapes(self.stream)}
+        row.metrics["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
+                                 "distinct": workload.distinct_shapes(self.stream)}
         acc = stream_accuracy(self.first_seen.outputs, self.ref["stream"])
-        err, what, passes, why = accuracy.judge(acc, "infer", row["tolerance"])
-        row["metrics"].update(accuracy=acc, criterion=f"{what} on the stream's first steps")
-        row["error"] = err
+        err, what, passes, why = accuracy.judge(acc, "infer", row.tolerance)
+        row.metrics.update(accuracy=acc, criterion=f"{what} on the stream's first steps")
+        row.error = err
         if not passes:
-            row.update(status="wrong", message=why + (" at the real positions of the padded inputs"
-                                                      if rec.pad_to else ""))
+            row.status = "wrong"
+            row.message = why + (" at the real positions of the padded inputs" if rec.pad_to else "")
         if self.first_seen.stopped:
-            row.update(status="skipped", message=f"warm-up stopped: {self.first_seen.stopped}")
+            row.status, row.message = "skipped", f"warm-up stopped: {self.first_seen.stopped}"
             self.step = None
         return self.row()
 
@@ -620,18 +642,16 @@ class StreamSession:
         padded, _ = workload.pad(tensors, self.varying, self.rec.pad_to, [""] * len(tensors))
         return workload.shape_key(padded)
 
-    def row(self) -> dict:
-        c = self.case
-        return {"op": c["op"], "suite": c.get("suite", ""), "shape": c["shape"], **self._row,
-                "precision": c["precision"]}
+    def row(self) -> Result:
+        return self._row.replace(metrics=dict(self._row.metrics), warnings=list(self._row.warnings))
 
-    def time(self, passes: int = stream.PASSES, fresh: bool = True) -> dict:
+    def time(self, passes: int = stream.PASSES, fresh: bool = True) -> Result:
         """The second warm-up pass (at the first call only: CUDA graphs record there), then `passes` steady passes:
         the step time on this workload is the median pass over the stream's steps. Called again, it times again;
         fresh=False adds its passes to those before (the advisor times its recipes in interleaved rounds)."""
         if self.first_seen is None:
             self.first()
-        if self.step is None or self._row["status"] != "ok":
+        if self.step is None or not self._row.ok:
             return self.row()
         if self.second_s is None:
             self.second_s = stream.wall_pass(self.step.call, self.stream, self.device)
@@ -641,18 +661,18 @@ class StreamSession:
         self.pass_ms = steady["pass_ms"]
         n = len(self.stream)
         samples = [t / n for t in steady["pass_ms"]]
-        self._row.update(samples=samples, median_ms=steady["step_ms"], mean_ms=steady["step_ms"],
-                         min_ms=min(samples), iqr_ms=(max(samples) - min(samples)), n=len(samples))
+        row = self._row
+        row.samples, row.median_ms, row.mean_ms = samples, steady["step_ms"], steady["step_ms"]
+        row.min_ms, row.iqr_ms, row.n = min(samples), max(samples) - min(samples), len(samples)
         one_time = max(0.0, self.first_seen.seconds + self.second_s - 2 * steady["median_ms"] / 1e3)
-        self._row["metrics"]["stream"].update(steady, second_s=self.second_s, one_time_s=one_time)
-        self._row["metrics"].update(spread=steady["spread"], unstable=steady["spread"] > 0.1)
+        row.metrics["stream"].update(steady, second_s=self.second_s, one_time_s=one_time)
+        row.metrics.update(spread=steady["spread"], unstable=steady["spread"] > 0.1)
         return self.row()
 
-    def profile(self) -> dict:
+    def profile(self) -> Result:
         """One pass under the profiler (the advisor asks it of its pick only): kernel and matmul time a step, GPU
         busy, Tensor Core share."""
-        if self.step is None or self._row["status"] != "ok" or self.device.type != "cuda" or \
-                not self._row.get("median_ms"):
+        if self.step is None or not self._row.ok or self.device.type != "cuda" or not self._row.median_ms:
             return self.row()
         from .profiler import gpu_busy, profile
 
@@ -662,12 +682,12 @@ class StreamSession:
         n = len(self.stream)
         try:
             found = profile(one_pass, self.device, calls=1)
-            self._row["metrics"].update(tc_share=found["tc_share"], kernels=found["top"],
-                                        kernel_ms=found["kernel_ms"] / n, matmul_ms=found["matmul_ms"] / n,
-                                        gpu_busy=gpu_busy(found["kernel_ms"], self._row["median_ms"] * n))
+            self._row.metrics.update(tc_share=found["tc_share"], kernels=found["top"],
+                                     kernel_ms=found["kernel_ms"] / n, matmul_ms=found["matmul_ms"] / n,
+                                     gpu_busy=gpu_busy(found["kernel_ms"], self._row.median_ms * n))
         except Exception as e:       # the profiler failing leaves the timing standing
-            self._row["metrics"]["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160],
-                                                "time_us": 0.0, "tensor_core": False}]
+            self._row.metrics["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160],
+                                             "time_us": 0.0, "tensor_core": False}]
         return self.row()
 
 

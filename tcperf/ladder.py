@@ -28,16 +28,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+from dataclasses import dataclass
 from itertools import groupby
 
 import torch
 
 from . import accuracy, engine, models, recipes, source
-from .runner import TimingConfig, run_cases
+from .records import Case, Job, Result
+from .runner import Rows, run_cases
 
 log = logging.getLogger(__name__)   # progress a worker's parent reads when it kills it (runner: last logged)
 
-TASK = "model_cell"
 DEFAULT_STEPS = accuracy.DEFAULT_STEPS   # training steps the accuracy check compares
 AUTO_LIMIT = 4096       # --batch auto never tries beyond this
 GAIN = 1.01             # a larger batch is the faster one only when it gives at least 1% more items a second
@@ -45,11 +46,24 @@ MIN_REPS = 5
 
 
 # --- cases ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CellArgs:
+    """What a cell needs beyond its identity (the case's shape and precision): the named configuration with any
+    sizes changed ('full:dim=2048'), the steps the training check compares, fp32's reference file (made there by the
+    first cell that needs it), the rung the batch search builds on, and (CPU tests) a batch above which memory runs
+    out."""
+    config: str = "full"
+    steps: int = DEFAULT_STEPS
+    reference: str | None = None
+    base: str | None = None
+    oom_above: int | None = None
+
+
 def cell_case(model: str, mode: str, recipe: str, batch, *, config: str = "full", steps: int = DEFAULT_STEPS,
-              seed: int = 0, **extra) -> dict:
+              seed: int = 0, oom_above: int | None = None) -> Case:
     """A runner case for one cell; batch is an int or "auto"."""
-    return {"op": "model", "suite": "models", "task": TASK, "shape": shape_of(model, mode, batch, config),
-            "precision": recipe, "config": config, "steps": steps, "seed": seed, **extra}
+    return Case("model", shape_of(model, mode, batch, config), recipe, cell_task, suite="models", seed=seed,
+                args=CellArgs(config, steps, oom_above=oom_above))
 
 
 def shape_of(model: str, mode: str, batch, config: str) -> dict:
@@ -70,17 +84,15 @@ def cells(model_names, mode: str, recipe_names, batches, **kw) -> list[dict]:
     return out
 
 
-def cell_task(case: dict, device, job: dict) -> dict:
-    """The worker's entry point (tcperf.worker calls task(case, device, job))."""
-    shape = case["shape"]
-    recipe = batch_recipe(recipes.get(case["precision"]), case.get("base"))
-    result = measure_cell(shape["model"], shape["mode"], recipe, shape["batch"], device,
-                          config=case.get("config", "full"), steps=case.get("steps", DEFAULT_STEPS),
-                          seed=case.get("seed", 0), timing=job.get("timing"), ceilings=job.get("ceilings"),
-                          reference=case.get("reference"), oom_above=case.get("oom_above"),
-                          profile=bool(job.get("profile")))
+def cell_task(case: Case, device, job: Job) -> Result:
+    """One cell, in a worker."""
+    shape, a = case.shape, case.args
+    recipe = batch_recipe(recipes.get(case.precision), a.base)
+    result = measure_cell(shape["model"], shape["mode"], recipe, shape["batch"], device, config=a.config,
+                          steps=a.steps, seed=case.seed, timing=dataclasses.asdict(job.timing),
+                          ceilings=job.ceilings, reference=a.reference, oom_above=a.oom_above, profile=job.profile)
     if recipe.fastest_batch:
-        result["metrics"]["base_rung"] = recipe.over
+        result.metrics["base_rung"] = recipe.over
     return result
 
 
@@ -91,12 +103,12 @@ BATCH_BASES = tuple(name for name, r in recipes.RECIPES.items()
                     if r.step_graph and not r.autotune and not r.fastest_batch)
 
 
-def batch_base(case: dict, done: list[dict]) -> str | None:
+def batch_base(case: Case, done: list[Result]) -> str | None:
     """The rung the batch search builds on for this cell: the fastest of BATCH_BASES that passed its check among the
     rows already climbed (the issue's "fastest batch at the best rung"); None when none of them ran."""
-    ran = [r for r in done if group_key(r) == group_key(case) and r.get("status") == "ok"
-           and r["precision"] in BATCH_BASES and (r.get("metrics") or {}).get("throughput")]
-    return max(ran, key=lambda r: r["metrics"]["throughput"])["precision"] if ran else None
+    ran = [r for r in done if group_key(r.shape) == group_key(case.shape) and r.ok and r.precision in BATCH_BASES
+           and r.metrics.get("throughput")]
+    return max(ran, key=lambda r: r.metrics["throughput"]).precision if ran else None
 
 
 def batch_recipe(rec, base: str | None):
@@ -113,8 +125,8 @@ def batch_recipe(rec, base: str | None):
 def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = "full", steps: int = DEFAULT_STEPS,
                  seed: int = 0, timing: dict | None = None, ceilings: dict | None = None,
                  reference: str | dict | None = None, oom_above: int | None = None, check: bool = True,
-                 profile: bool = False) -> dict:
-    """One model x mode x recipe x batch cell -> a result dict in the store's format (op "model").
+                 profile: bool = False) -> Result:
+    """One model x mode x recipe x batch cell -> its row (op "model").
 
     reference: the fp32 reference (a dict from engine.reference, or the path of a file an earlier cell saved it
     in); made in the cell when missing. oom_above: simulate running out of memory above this batch (tests of
@@ -125,7 +137,7 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
     result = _base(model, mode, rec, batch, mod, config)
     why = rec.skip_reason(mode, device)
     if why:
-        return {**result, "status": "skipped", "message": why}
+        return result.replace(status="skipped", message=why)
     if batch == "auto":
         return auto_batch(model, mode, rec, device, config=config, steps=steps, seed=seed, timing=timing,
                           ceilings=ceilings, oom_above=oom_above, profile=profile)
@@ -139,8 +151,9 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
     given = {"ref": reference} if isinstance(reference, dict) else {"reference_file": reference}
     row = engine.measure(cell, rec, mode, device, **given, steps=steps, timing=_timing(timing), check=check,
                          flops=check, ceilings=ceilings, profile=profile)
-    row["metrics"] = {**result["metrics"], **row["metrics"]}
-    return {**result, **row}
+    row.op, row.suite, row.shape = result.op, result.suite, result.shape
+    row.metrics = {**result.metrics, **row.metrics}
+    return row
 
 
 def _timing(timing: dict | None) -> dict:
@@ -150,14 +163,13 @@ def _timing(timing: dict | None) -> dict:
     return {"warmup_ms": timing.get("warmup_ms", 25.0), "rep_ms": timing.get("rep_ms", 100.0), "min_reps": MIN_REPS}
 
 
-def _base(model: str, mode: str, rec, batch, mod, config: str) -> dict:
+def _base(model: str, mode: str, rec, batch, mod, config: str) -> Result:
     rung = recipes.LADDER.index(rec.name) if rec.name in recipes.LADDER else None
     shape = shape_of(model, mode, batch, config)
     name = f"{model}[{shape['sizes']}]" if "sizes" in shape else model
-    return {"op": "model", "suite": "models", "shape": shape, "precision": rec.name, "tolerance": rec.tolerance,
-            "warnings": [], "message": "",
-            "metrics": {"label": f"{name} {mode} b={batch}", "unit": mod.UNIT, "rung": rung,
-                        "recipe": rec.describe(mod.KIND), "config": config}}
+    return Result("model", shape, rec.name, suite="models", tolerance=rec.tolerance,
+                  metrics={"label": f"{name} {mode} b={batch}", "unit": mod.UNIT, "rung": rung,
+                           "recipe": rec.describe(mod.KIND), "config": config})
 
 
 def _release(device: torch.device) -> None:
@@ -185,7 +197,7 @@ def find_max_batch(fits, start: int = 1, limit: int = AUTO_LIMIT) -> int:
     return lo
 
 
-def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int = AUTO_LIMIT, **kw) -> dict:
+def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int = AUTO_LIMIT, **kw) -> Result:
     """The cell at the largest batch that fits, with the throughput of every batch tried (metrics.batch_curve) and
     the batch that gave the most items a second (metrics.fastest_batch).
     Each probe is a short throughput-only cell; with a torch.compile recipe every probe compiles afresh, so give
@@ -198,12 +210,12 @@ def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int
     best = find_max_batch(fits, start, limit)
     if best == 0:
         result = _base(model, mode, rec, "auto", models.get(model), kw.get("config", "full"))
-        result["metrics"]["batch_curve"] = curve
-        return {**result, "status": "oom", "message": f"batch {start} does not fit"}
+        result.metrics["batch_curve"] = curve
+        return result.replace(status="oom", message=f"batch {start} does not fit")
     result = _final_cell(model, mode, rec, device, best, curve, kw)
-    result["shape"]["batch"] = "auto"
-    result["metrics"].update(batch_curve=sorted(curve, key=lambda p: p["batch"]), fastest_batch=fastest(curve),
-                             label=f"{model} {mode} b=auto({result['metrics']['batch']})")
+    result.shape = {**result.shape, "batch": "auto"}
+    result.metrics.update(batch_curve=sorted(curve, key=lambda p: p["batch"]), fastest_batch=fastest(curve),
+                          label=f"{model} {mode} b=auto({result.metrics['batch']})")
     return result
 
 
@@ -217,8 +229,8 @@ def probe(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw:
     log.info("%s %s: probing batch %d", model, mode, batch)
     try:
         r = measure_cell(model, mode, rec, batch, device, **quick, check=False)
-        point.update(status=r["status"], throughput=r["metrics"].get("throughput"),
-                     peak_mem_gib=r["metrics"].get("peak_mem_gib"))
+        point.update(status=r.status, throughput=r.metrics.get("throughput"),
+                     peak_mem_gib=r.metrics.get("peak_mem_gib"))
     except torch.OutOfMemoryError:
         pass           # the exception (and the frames holding the step's tensors) is gone after this block
     finally:
@@ -274,7 +286,7 @@ def find_fastest_batch(rate, start: int, limit: int = AUTO_LIMIT) -> tuple[int |
     return fastest([{"batch": b, "status": "ok", "throughput": r} for b, r in rates.items() if r]), rates
 
 
-def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> dict:
+def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> Result:
     """The batch rung: the search (throughput-only probes of the recipe without the search), then the full cell
     (accuracy check against fp32 at that batch, FLOPs, profile) at the fastest batch. The row keeps the model's
     batch in its shape, so that it climbs the same ladder as the rungs below; metrics.batch is the one found."""
@@ -288,16 +300,16 @@ def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> 
     found, _ = find_fastest_batch(rate, batch)
     if found is None:
         result = _base(model, mode, rec, batch, models.get(model), kw.get("config", "full"))
-        result["metrics"]["batch_curve"] = curve
-        return {**result, "status": "oom", "message": f"batch {batch} does not fit"}
+        result.metrics["batch_curve"] = curve
+        return result.replace(status="oom", message=f"batch {batch} does not fit")
     found, result = _checked_cell(model, mode, plain, batch, device, curve, kw)
-    result["shape"]["batch"] = batch
-    result["metrics"].update(batch=found, fastest_batch=found, batch_curve=sorted(curve, key=lambda p: p["batch"]),
-                             label=f"{model} {mode} b={batch}->{found} (fastest)")
+    result.shape = {**result.shape, "batch": batch}
+    result.metrics.update(batch=found, fastest_batch=found, batch_curve=sorted(curve, key=lambda p: p["batch"]),
+                          label=f"{model} {mode} b={batch}->{found} (fastest)")
     return result
 
 
-def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw: dict) -> tuple[int, dict]:
+def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw: dict) -> tuple[int, Result]:
     """(the batch, its full cell): the fastest batch of the curve whose full cell fits and passes the training
     check. The full cell holds more than a probe: fp32's reference at that batch and the check's float64 outputs
     (GPT-2 at 32 x 1024: 12.3 GiB of float64 logits on an H100 that the probe had run at, 2026-11-26); where it
@@ -314,32 +326,32 @@ def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[di
             point["note"] = "fastest, but its full cell (fp32's reference, the check) ran out of memory"
             _release(device)
             continue
-        if cell.get("status") != "wrong":
+        if cell.status != "wrong":
             if failed:
-                cell["metrics"].setdefault("notes", []).append(
-                    f"batch {failed[0]} ran faster but failed the training check: {failed[1].get('message')}")
+                cell.metrics.setdefault("notes", []).append(
+                    f"batch {failed[0]} ran faster but failed the training check: {failed[1].message}")
             return point["batch"], cell
-        point["note"] = f"faster, but its training check failed: {cell.get('message')}"
+        point["note"] = f"faster, but its training check failed: {cell.message}"
         failed = failed or (point["batch"], cell)
     if failed:
         return failed
     raise torch.OutOfMemoryError("no batch's full cell (fp32's reference, the check) fits")
 
 
-def _full_cell(model: str, mode: str, rec, found: int, batch: int, device, kw: dict) -> dict:
+def _full_cell(model: str, mode: str, rec, found: int, batch: int, device, kw: dict) -> Result:
     same = {**kw, "reference": kw.get("reference") if found == batch else None}   # fp32 made at the found batch
     log.info("%s %s: the full cell at batch %d (fp32's reference there, the check)", model, mode, found)
     return measure_cell(model, mode, rec, found, device, **same)
 
 
-def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict) -> dict:
+def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict) -> Result:
     """The full cell (accuracy, FLOPs) at the largest batch that fit; one batch down the curve should memory
     that was free for the probe be short now."""
     fitting = sorted((p["batch"] for p in curve if p["status"] == "ok" and p["batch"] <= best), reverse=True)
 
-    def at(batch: int) -> dict:
+    def at(batch: int) -> Result:
         result = measure_cell(model, mode, rec, batch, device, **kw)
-        result["metrics"]["batch"] = batch
+        result.metrics["batch"] = batch
         return result
 
     for batch in fitting[:-1]:
@@ -351,88 +363,75 @@ def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict
 
 
 # --- the climb (parent side) ------------------------------------------------------------------------------------
-def group_key(r: dict) -> tuple:
-    """The rows that climb one ladder together: same model, sizes, mode and batch (rows on N ranks, from
-    tcperf.distributed.parallel, climb apart from one GPU's)."""
-    s = r.get("shape") or {}
+def group_key(s: dict) -> tuple:
+    """The rows (by their shape) that climb one ladder together: same model, sizes, mode and batch (rows on N ranks,
+    from tcperf.distributed.parallel, climb apart from one GPU's)."""
     return s.get("model"), s.get("sizes"), s.get("mode"), str(s.get("batch")), s.get("nproc"), s.get("parallel")
 
 
-def add_speedups(result: dict, earlier: list[dict]) -> None:
+def add_speedups(result: Result, earlier: list[Result]) -> None:
     """speedup_fp32 and speedup_prev (throughput ratios) from the rows of the same model, mode and batch: prev is the
     rung the recipe builds on (Recipe.over) where it ran, else the row before; pays_after_steps: the steps after
     which a longer compile than prev's has paid for itself (its extra compile seconds over the time it saves a
     step), where it compiles longer and steps faster."""
-    m = result.get("metrics") or {}
+    m = result.metrics
     mine = m.get("throughput")
-    same = [r for r in earlier if group_key(r) == group_key(result) and (r.get("metrics") or {}).get("throughput")]
+    same = [r for r in earlier if group_key(r.shape) == group_key(result.shape) and r.metrics.get("throughput")]
     if not mine or not same:
         return
-    fp32 = [r for r in same if r["precision"] == "fp32"]
+    fp32 = [r for r in same if r.precision == "fp32"]
     if fp32:
-        m["speedup_fp32"] = mine / fp32[-1]["metrics"]["throughput"]
-    over = m.get("base_rung") or getattr(recipes.RECIPES.get(result["precision"]), "over", None)
-    prev = ([r for r in same if r["precision"] == over] or same)[-1]
-    m.update(speedup_prev=mine / prev["metrics"]["throughput"], prev=prev["precision"])
+        m["speedup_fp32"] = mine / fp32[-1].metrics["throughput"]
+    over = m.get("base_rung") or getattr(recipes.RECIPES.get(result.precision), "over", None)
+    prev = ([r for r in same if r.precision == over] or same)[-1]
+    m.update(speedup_prev=mine / prev.metrics["throughput"], prev=prev.precision)
     pays = pays_after(prev, result)
     if pays is not None:
         m["pays_after_steps"] = pays
 
 
-def pays_after(before: dict, after: dict) -> float | None:
+def pays_after(before: Result, after: Result) -> float | None:
     """Steps after which `after`'s extra compile time over `before`'s is paid back by its faster steps; None unless
     it compiles longer and steps faster."""
-    extra = (after["metrics"].get("compile_s") or 0.0) - (before["metrics"].get("compile_s") or 0.0)
-    saved_s = ((before.get("mean_ms") or 0.0) - (after.get("mean_ms") or 0.0)) * 1e-3
-    if extra <= 0 or saved_s <= 0 or after.get("mean_ms") is None:
+    extra = (after.metrics.get("compile_s") or 0.0) - (before.metrics.get("compile_s") or 0.0)
+    saved_s = ((before.mean_ms or 0.0) - (after.mean_ms or 0.0)) * 1e-3
+    if extra <= 0 or saved_s <= 0 or after.mean_ms is None:
         return None
     return extra / saved_s
 
 
-def _with_reference(case: dict, folder: str) -> dict:
+def _with_reference(case: Case, folder: str) -> Case:
     """The file the fp32 reference of this model, mode, batch, steps and seed lives in: the first cell that needs
     it makes it, the others read it."""
-    s = case["shape"]
+    s, a = case.shape, case.args
     if s["batch"] == "auto":
         return case
-    path = engine.reference_path(folder, s["model"], s["mode"], s["batch"], case.get("config", "full"),
-                                 case.get("steps", DEFAULT_STEPS), case.get("seed", 0))
-    return {**case, "reference": path}
+    path = engine.reference_path(folder, s["model"], s["mode"], s["batch"], a.config, a.steps, case.seed)
+    return case.replace(args=dataclasses.replace(a, reference=path))
 
 
-def climb(cases: list[dict], device, *, timeout: float = 600.0, timing: TimingConfig | None = None,
-          profile: bool = False, pad: bool = False, on_result=None, extra: dict | None = None,
-          ceilings: dict | None = None) -> list[dict]:
+def climb(cases: list[Case], device, job: Job = Job(), *, on_result=None) -> list[Result]:
     """Run the cells recipe by recipe in the order given (one worker process per recipe), each row completed
     with its speedups before `on_result` sees it; run_cases's signature, so that measure_into_store can call it.
-    ceilings: {precision: TFLOPS} measured on this GPU, for MFU (else the datasheet peak). Returns the rows in
+    job.ceilings: {precision: TFLOPS} measured on this GPU, for MFU (else the datasheet peak). Returns the rows in
     the order they finished."""
-    done: list[dict] = []
-    extra = {**(extra or {}), **({"ceilings": ceilings} if ceilings else {})}
-
-    def finish(r: dict) -> None:
-        add_speedups(r, done)
-        done.append(r)
-        if on_result:
-            on_result(r)
-
+    done = Rows(on_result, complete=add_speedups)
     with tempfile.TemporaryDirectory(prefix="tcperf-ladder-") as folder:
-        for recipe, group in groupby(cases, key=lambda c: c["precision"]):
-            to_run = [{**case, "known": skip_result(case, device)} for case in group]     # a skip starts no worker
+        for recipe, group in groupby(cases, key=lambda c: c.precision):
+            to_run = [case.replace(known=skip_result(case, device)) for case in group]     # a skip starts no worker
             if recipes.get(recipe).fastest_batch:
-                to_run = [{**case, "base": batch_base(case, done)} for case in to_run]
-            run_cases([case if case["known"] else _with_reference(case, folder) for case in to_run],
-                      torch.device(device), timeout=timeout, timing=timing, profile=profile, pad=pad,
-                      on_result=finish, extra=extra)
+                to_run = [c.replace(args=dataclasses.replace(c.args, base=batch_base(c, done))) for c in to_run]
+            run_cases([case if case.known else _with_reference(case, folder) for case in to_run],
+                      torch.device(device), job, on_result=done.add)
     return done
 
 
-def skip_result(case: dict, device) -> dict | None:
+def skip_result(case: Case, device) -> Result | None:
     """The skipped row for a cell whose recipe does not apply to its model, mode or device; None otherwise."""
-    shape, rec = case["shape"], recipes.get(case["precision"])
+    shape, rec = case.shape, recipes.get(case.precision)
     mod = models.get(shape["model"])
     why = rec.skip_reason(shape["mode"], device)
     if why is None:
         return None
-    result = _base(shape["model"], shape["mode"], rec, shape["batch"], mod, case.get("config", "full"))
-    return {**result, "status": "skipped", "message": why}
+    result = _base(shape["model"], shape["mode"], rec, shape["batch"], mod, case.args.config)
+    return result.replace(status="skipped", message=why)

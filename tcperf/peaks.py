@@ -52,17 +52,17 @@ def percent_of(value: float | None, peak: float | None) -> float | None:
 
 def measure_now(device: torch.device, precision: str | None = None) -> dict:
     """This GPU's copy bandwidth, and the Tensor Core ceiling at `precision` if given, timed now in this process
-    (a few hundred ms; tcperf.worker.measure_case checks each result before it times it): {precision: TFLOPS,
+    (a few hundred ms; tcperf.ops.case.measure_case checks each result before it times it): {precision: TFLOPS,
     "bandwidth": GB/s, "from": ...}, a value None where its case failed. For the advisor's speed of light and
     generate's byte limit where `tcperf ceilings` has not run."""
-    from .worker import measure_case     # here: the worker imports this module
-    job = {"pad": False}
-    copy = measure_case({"op": "copy", "precision": "fp32", "suite": "quick", "shape": {"n": QUICK_COPY}}, device, job)
-    out = {"bandwidth": copy.get("gbps") if copy["status"] == "ok" else None,
+    from .ops.case import measure_case     # here: the ops import peaks' neighbours, not the other way round
+    from .records import Case, Job
+    copy = measure_case(Case("copy", {"n": QUICK_COPY}, "fp32", suite="quick"), device, Job())
+    out = {"bandwidth": copy.gbps if copy.ok else None,
            "from": "measured now (one copy" + (", one GEMM)" if precision else ")")}
     if precision:
-        gemm = measure_case({"op": "gemm", "precision": precision, "suite": "quick",
-                             "shape": {"m": QUICK_GEMM, "n": QUICK_GEMM, "k": QUICK_GEMM, "a_t": "N",
-                                       "b_t": "T" if precision == "int8" else "N"}}, device, job)
-        out[precision] = gemm.get("tflops") if gemm["status"] == "ok" else None
+        shape = {"m": QUICK_GEMM, "n": QUICK_GEMM, "k": QUICK_GEMM, "a_t": "N",
+                 "b_t": "T" if precision == "int8" else "N"}
+        gemm = measure_case(Case("gemm", shape, precision, suite="quick"), device, Job())
+        out[precision] = gemm.tflops if gemm.ok else None
     return out

@@ -1,14 +1,26 @@
-"""Runs cases in worker processes, one per precision group, and survives what a case can do to its worker.
+"""Worker processes, the parent's side, and the cases run through them.
 
-A crash, a CUDA error that kills the process, an out-of-memory or a hang past `timeout` seconds is recorded for
-the case it happened in (`error` / `oom` / `timeout`); a fresh worker takes the rest of the group. Each result
-reaches `on_result` the moment it arrives, so the caller can store it at once. The parent never spins: it
-blocks on a queue fed by a reader thread, with the case's timeout.
+A Worker is one `python -m tcperf.worker` process (tcperf.worker): its calls are sent in order and answered in
+order, each under a timeout; a hang or a death comes back as a Result with status timeout / error / oom (named by
+the signal, with the worker's last line), and every later call answers the same at once. InProcess answers the
+same calls in this process, for a model no worker can receive. Every feature measures through these two: a run of
+cases (run_cases), a recipe kept alive for the advisor (a held object: `hold=True`, then its methods), a spare
+started before its case is known (Spares), a rank of many (tcperf.distributed.launch).
 
-    results = run_cases(cases, torch.device("cuda"), on_result=lambda r: store.add_result(run_id, r))
+run_cases records a crash, an out-of-memory or a hang for the case it happened in and gives the rest of the group
+to a fresh worker; each result reaches `on_result` the moment it arrives, so the caller can store it at once. The
+parent never spins: it blocks on a queue fed by a reader thread, with the call's timeout.
+
+    results = run_cases(cases, torch.device("cuda"), Job(profile=True), on_result=store_it)
+
+    worker = Worker(device, own_group=True)
+    row = worker.call(engine.RecipeSession, case, device, hold=True, timeout=600)   # prepared and checked
+    row = worker.call("window", timeout=60, ms=300)                                  # one of its methods
+    worker.close()
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import queue
@@ -18,117 +30,138 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
 
 import torch
 
-from .worker import LOG_MARK
+from .records import Case, Job, Result, TimingConfig, from_wire, name_of, to_wire
+from .worker import LOG_MARK, guarded, serve
 
-STARTUP_TIMEOUT = 300.0   # importing torch and creating a CUDA context, before the first case
+__all__ = ["Worker", "InProcess", "Spares", "Rows", "run_cases", "run_case", "preload", "Job", "TimingConfig"]
 
-
-@dataclass
-class TimingConfig:
-    warmup_ms: float = 25.0
-    rep_ms: float = 100.0
-    flush_l2: bool = True
-    graph: bool = False
+STARTUP_TIMEOUT = 300.0   # importing torch and creating a CUDA context, before the first call
 
 
-def group_key(case: dict) -> str:
+# --- what a worker runs -----------------------------------------------------------------------------------------
+def run_case(case: Case, device, job: Job) -> Result:
+    """A case measured by its task (a kernel case: tcperf.ops.case.measure_case); an exception is the case's row,
+    with status error (oom for out of memory), here as in a worker."""
+    from .ops.case import measure_case
+    result = guarded(lambda: (case.task or measure_case)(case, device, job))
+    return case.own(result) if result.op or result.ok else case.failed(result.status, result.message)
+
+
+def preload(cases: list[Case]) -> None:
+    """Each case's preload (its model into host memory), while another worker measures: what fails here fails again
+    in the case itself, where it is recorded."""
+    for case in cases:
+        if case.preload is not None:
+            try:
+                case.preload(case)
+            except Exception:        # noqa: BLE001 - reported by the case
+                pass
+
+
+# --- a run of cases -------------------------------------------------------------------------------------------------
+class Rows(list):
+    """A run's rows in the order they came, each completed (complete(row, the rows before)) and handed to
+    on_result the moment it is added, so that the caller can store it at once."""
+
+    def __init__(self, on_result=None, complete=None):
+        super().__init__()
+        self.on_result, self.complete = on_result, complete
+
+    def add(self, row: Result) -> None:
+        if self.complete:
+            self.complete(row, list(self))
+        self.append(row)
+        if self.on_result:
+            self.on_result(row)
+
+
+def group_key(case: Case) -> tuple:
     """Cases that may share a worker: the same precision (its flags are process-global) and the same task."""
-    return f"{case.get('task', '')}|{case['precision']}"
+    return case.task, case.precision
 
 
-def task_key(case: dict) -> str:
+def task_key(case: Case):
     """Cases that may share a worker whatever their precision: the same task. For kernel cases (`tcperf run`)
     precision.apply sets and restores every global flag a kernel reads (TF32 for matmul and cuDNN, cuDNN autotune),
     cuDNN's autotune cache keys hold the TF32 flag, and nothing compiles; one worker then pays the CUDA start-up
     (context, cuBLAS, cuDNN, the profiler) once instead of once a precision. With a worker a precision, a `tcperf
     run` on an H100 spent 7.7-8.3 s on tf32, bf16 and int8 against 0.8-2.8 s on the others with as many cases: the
     next worker was still starting while the previous precision measured (2026-11-25, 39 s inside, 46 s wall)."""
-    return case.get("task", "")
+    return case.task
 
 
-def run_cases(cases: list[dict], device: torch.device, *, timeout: float = 120.0,
-              timing: TimingConfig | None = None, profile: bool = False, pad: bool = False,
-              on_result=None, extra: dict | None = None, group_by=group_key) -> list[dict]:
+def run_cases(cases: list[Case], device, job: Job = Job(), *, on_result=None, group_by=group_key) -> list[Result]:
     """Measure every case; returns the results in the order they finished. group_by: which cases share a worker
     (group_key: a worker a precision; task_key: one worker a task). A case with a `known` row (a skip its caller
     decided without a worker) is reported first, as it is, and starts no worker.
 
-    While one group measures, the next group's worker is already importing torch (it starts measuring only
-    when told to), so a suite of many precisions does not pay the start-up once per group."""
-    job = {"device": str(device), "timing": asdict(timing or TimingConfig()), "profile": profile, "pad": pad,
-           "sys_path": [p for p in sys.path if p], **(extra or {})}
-    results = []
-    for case in cases:                       # rows known without a worker (a skip decided in the parent): no
-        if case.get("known") is not None:    # process is started for them
-            results.append(_with_identity(dict(case["known"]), case))
-            if on_result:
-                on_result(results[-1])
-    groups: dict[str, list[dict]] = {}
+    While one group measures, the next group's worker is already importing torch and preloading (it is sent its
+    first case only when the group before has finished), so a suite of many precisions does not pay the start-up
+    once per group."""
+    device, rows = torch.device(device), Rows(on_result)
+    for case in cases:
+        if case.known is not None:
+            rows.add(case.own(case.known.replace(metrics=dict(case.known.metrics))))
+    groups: dict = {}
     for case in cases:                       # first-appearance order of groups, suite order inside each
-        if case.get("known") is None:
+        if case.known is None:
             groups.setdefault(group_by(case), []).append(case)
-    queue_ = list(groups.values())
-    ahead = _Worker({**job, "cases": queue_[0]}) if queue_ else None
+    ordered = list(groups.values())
+    ahead = _start(ordered[0], device, job) if ordered else None
     try:
-        for i, group in enumerate(queue_):
-            first, ahead = ahead, (_Worker({**job, "cases": queue_[i + 1]}) if i + 1 < len(queue_) else None)
-            for r in _run_group(group, job, timeout, first):
-                results.append(r)
-                if on_result:
-                    on_result(r)
+        for i, group in enumerate(ordered):
+            first, ahead = ahead, (_start(ordered[i + 1], device, job) if i + 1 < len(ordered) else None)
+            for r in _run_group(group, device, job, first):
+                rows.add(r)
     finally:
         if ahead is not None:
             ahead.close()
-    return results
+    return rows
 
 
-def _run_group(cases: list[dict], job: dict, timeout: float, worker: "_Worker"):
-    pending = cases
+def _start(cases: list[Case], device, job: Job) -> "Worker":
+    worker = Worker(device, profiler=job.profile)
+    worker.send(preload, cases, quiet=True)
+    return worker
+
+
+def _run_group(cases: list[Case], device, job: Job, worker: "Worker"):
+    pending = list(cases)
     while pending:
-        worker = worker or _Worker({**job, "cases": pending})
-        finished, failure = 0, None
+        worker = worker or _start(pending, device, job)
         try:
-            worker.go()
-            for event in worker.events(timeout):
-                if event["event"] == "result":
-                    finished = event["i"] + 1
-                    yield _with_identity(event["result"], pending[event["i"]])
-                elif event["event"] == "failed":
-                    failure = event
+            for r in _on(worker, pending, device, job):
+                yield r
         finally:
             worker.close()
             worker = None
-        if failure is None:
+
+
+def _on(worker: "Worker", pending: list[Case], device, job: Job):
+    """The pending cases on one worker, each removed from `pending` as its row is yielded, until the worker ends. A
+    worker that ended before its first case started fails them all: nothing would work in this group."""
+    first = True
+    while pending:
+        worker.case = pending[0]
+        r = worker.call(run_case, pending[0], device, job, timeout=job.timeout)
+        if worker.ended is not None and not worker.calls_started:
+            for case in pending:
+                yield case.failed(r.status, r.message, exit=r.metrics.get("exit"))
+            pending.clear()
             return
-        if failure.get("i") is None:
-            if finished == 0:                 # died before its first case: nothing will work in this group
-                for case in pending:
-                    yield _failed(case, failure["status"], failure["message"])
-                return
-            pending = pending[finished:]      # died between cases: a fresh worker takes the rest
-            continue
-        yield _failed(pending[failure["i"]], failure["status"], failure["message"])
-        pending = pending[failure["i"] + 1:]
+        if first and worker.started:
+            r.metrics["worker_start_s"] = worker.started     # where a run's time goes: stored with its first row
+        first = False
+        yield r
+        pending.pop(0)
+        if worker.ended is not None:
+            return
 
 
-def _with_identity(result: dict, case: dict) -> dict:
-    """The stored row always says which case it was, whatever the task returned."""
-    for key in ("op", "suite", "shape", "precision"):
-        if result.get(key) in (None, "") and case.get(key) is not None:
-            result[key] = case[key]
-    return result
-
-
-def _failed(case: dict, status: str, message: str) -> dict:
-    return {"op": case["op"], "suite": case.get("suite", ""), "shape": case.get("shape", {}),
-            "precision": case["precision"], "status": status, "message": message,
-            "metrics": {"tags": case.get("tags", {})}}
-
-
+# --- a worker process ---------------------------------------------------------------------------------------------
 def exit_text(rc: int) -> str:
     """'exit 3', or 'killed by SIGSEGV' for a negative return code."""
     if rc is not None and rc < 0:
@@ -146,75 +179,127 @@ def _worker_env() -> dict:
     return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TCPERF_PARENT": str(os.getpid())}
 
 
-class _Worker:
-    """One `python -m tcperf.worker` process, its protocol lines on a queue, its stderr in a temporary file."""
+class Worker:
+    """One `python -m tcperf.worker` process: its protocol lines on a queue (`inbox`, shared by many workers where
+    given: lines arrive as (worker, line)), its stderr in a temporary file. `case`: the case its answers belong to
+    (a failure is recorded as that case's row). own_group: the worker leads a process group of its own, with
+    Inductor's compile workers, so that pause() stops them all and close() ends them all."""
 
-    def __init__(self, job: dict, env: dict | None = None):
+    def __init__(self, device, *, env: dict | None = None, own_group: bool = False, profiler: bool = False,
+                 case: Case | None = None, inbox: queue.Queue | None = None):
+        self.device, self.case, self.own_group = torch.device(device), case, own_group
         self.stderr = tempfile.TemporaryFile(mode="w+")
-        # a session's worker leads a process group of its own, with Inductor's compile workers: pause() stops them
-        # all, close() ends them all
-        self.group = bool(job.get("session"))
         self.proc = subprocess.Popen([sys.executable, "-m", "tcperf.worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.stderr, text=True,
-                                     env={**_worker_env(), **(env or {})}, start_new_session=self.group)
-        self.lines: queue.Queue = queue.Queue()
+                                     env={**_worker_env(), **(env or {})}, start_new_session=own_group)
+        self.lines: queue.Queue = inbox if inbox is not None else queue.Queue()
+        self.shared = inbox is not None
+        self.started: dict | None = None      # seconds the worker took to import torch and ready the device
+        self.up_at: float | None = None       # perf_counter when it said so
+        self.ended: Result | None = None      # the failure that ended it
+        self.calls_started = 0                # calls whose answer was wanted that it began
+        self.where = ""                       # the last beat it sent
+        self.waiting: collections.deque = collections.deque()      # for each call sent: is its answer wanted?
         threading.Thread(target=self._read, daemon=True).start()
-        self._send(json.dumps(job) + "\n")   # it imports torch, then waits for go()
+        sys_path = [p for p in sys.path if p]
+        self._write({"device": str(self.device), "sys_path": sys_path, "profiler": profiler})
 
-    def _send(self, text: str, close: bool = False) -> None:
-        try:
-            self.proc.stdin.write(text)
-            self.proc.stdin.flush()
-            if close:
-                self.proc.stdin.close()
-        except (BrokenPipeError, OSError, ValueError):
-            pass   # it already died; events() reports that with its stderr
+    # sending and answering
+    def send(self, target, *args, hold: bool = False, quiet: bool = False, **kwargs) -> None:
+        """Call `target` (a module-level function or class; a method name: the held object's method) with these
+        arguments (records, plain data). hold: keep the object made. quiet: its answer is read and dropped."""
+        request = {"method": target} if isinstance(target, str) else {"call": name_of(target), "hold": hold}
+        request.update(args=to_wire(list(args)), kwargs=to_wire(kwargs))
+        self.waiting.append(not quiet)
+        self._write(request)
 
-    def go(self) -> None:
-        """Start measuring (the previous group's worker has finished, so the GPU is ours)."""
-        self._send("go\n", close=True)
+    def reply(self, timeout: float):
+        """The answer to the oldest call whose answer is wanted (the quiet ones before it are read and dropped), or
+        the failure that ended the worker: no answer within `timeout` (it is killed), or its death."""
+        while self.waiting:
+            wanted = self.waiting.popleft()
+            answer = self._answer(timeout if wanted else max(timeout, STARTUP_TIMEOUT), wanted)
+            if wanted or self.ended is not None:
+                return self._owned(answer)
+        raise RuntimeError("worker protocol: no call is waiting for its answer")
 
-    def _read(self):
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)   # end of file: the worker exited
+    def call(self, target, *args, timeout: float, hold: bool = False, **kwargs):
+        self.send(target, *args, hold=hold, **kwargs)
+        return self.reply(timeout)
 
-    def events(self, timeout: float):
-        """Yield protocol events; a hang or death ends with one {"event": "failed", "i": case or None} event."""
-        current = None
+    def _answer(self, timeout: float, wanted: bool):
+        if self.ended is None and self.started is None:
+            up = self._expect("up", STARTUP_TIMEOUT)
+            if up is not None:
+                self.started, self.up_at = up["started"], time.perf_counter()
+        if self.ended is None and self._expect("start", timeout) is not None:
+            self.calls_started += wanted
+            reply = self._expect("reply", timeout)
+            if reply is not None:
+                return from_wire(reply["result"])
+        return self.ended.replace(metrics=dict(self.ended.metrics))
+
+    def _owned(self, answer):
+        if self.case is not None and isinstance(answer, Result):
+            if not answer.op and answer.status != "ok":
+                return self.case.failed(answer.status, answer.message, **answer.metrics)
+            return self.case.own(answer)
+        return answer
+
+    def _expect(self, kind: str, limit: float) -> dict | None:
+        """The next event of this kind (beats between restart the limit: the worker is making progress), or None
+        when the worker ended (self.ended says how)."""
         while True:
-            event = self.next_event(STARTUP_TIMEOUT if current is None else timeout, current)
+            event = self.next_event(limit)
             if event["event"] == "failed":
-                yield event
-                return
-            if event["event"] == "start":
-                current = event["i"]
-            elif event["event"] == "result":
-                current = None
-                yield event
-            elif event["event"] == "done":
-                return
+                self.ended = Result("", {}, "", event["status"], message=event["message"],
+                                    metrics={"exit": event.get("exit")})
+                self.close()
+                return None
+            if event["event"] == "beat":
+                self.where = event["label"]
+                continue
+            if event["event"] != kind:
+                raise RuntimeError(f"worker protocol: expected {kind!r}, got {event}")
+            return event
 
-    def next_event(self, limit: float, current=None) -> dict:
-        """The next protocol event, or {"event": "failed", ...} when none comes within `limit` seconds (the
-        worker is killed) or the worker died."""
+    def next_event(self, limit: float) -> dict:
+        """The next protocol event, or {"event": "failed", ...} when none comes within `limit` seconds (the worker
+        is killed) or the worker died."""
         try:
             line = self.lines.get(timeout=limit)
         except queue.Empty:
-            self.proc.kill()
-            return {"event": "failed", "i": current, "status": "timeout",
+            self.kill()
+            return {"event": "failed", "status": "timeout",
                     "message": f"no answer within {limit:.0f} s: worker killed{self.last_logged()}"}
+        return self.event(line[1] if self.shared else line)
+
+    def event(self, line: str | None) -> dict:
+        """A protocol line as its event; None (the end of its output) as its death."""
         if line is None:
-            return self._death(current)
+            return self._death()
         return json.loads(line)
 
-    def _death(self, current):
+    def _death(self) -> dict:
         rc = self.proc.wait()
         tail = self.stderr_tail()
         status = "oom" if "out of memory" in tail.lower() else "error"
         last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
-        return {"event": "failed", "i": current, "status": status, "exit": rc,
+        return {"event": "failed", "status": status, "exit": rc,
                 "message": f"worker died ({exit_text(rc)}): {last}"[:400]}
+
+    # the process
+    def _write(self, message: dict, close: bool = False) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(message, default=str) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass   # it already died; its answer says so, with its stderr
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put((self, line) if self.shared else line)
+        self.lines.put((self, None) if self.shared else None)   # end of file: the worker exited
 
     def last_logged(self) -> str:
         """'; last logged: ...', the last line of tcperf's progress log (worker.LOG_MARK) in the worker's stderr:
@@ -223,6 +308,8 @@ class _Worker:
         return f"; last logged: {lines[-1][len(LOG_MARK):].strip()[:240]}" if lines else ""
 
     def stderr_tail(self, chars: int = 4000) -> str:
+        if self.stderr.closed:
+            return ""
         self.stderr.seek(0, os.SEEK_END)
         size = self.stderr.tell()
         self.stderr.seek(max(0, size - chars))
@@ -231,132 +318,119 @@ class _Worker:
     def signal(self, sig) -> None:
         """Send `sig` to the worker (and to its process group, when it leads one)."""
         try:
-            if self.group:
+            if self.own_group:
                 os.killpg(self.proc.pid, sig)
             elif self.proc.poll() is None:
                 self.proc.send_signal(sig)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def close(self):
-        self._send("", close=True)
-        if self.group:
-            self.signal(signal.SIGKILL)      # its compile workers too
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        self.stderr.close()
-
-
-class Session:
-    """One worker that holds one object across commands (tcperf.worker's session mode): the advisor's search keeps a
-    prepared recipe alive, to time it again beside others later. Each command has its own timeout; a hang kills the
-    worker and a death is read from its stderr, and either comes back as a row with status timeout / error / oom,
-    as run_cases records them. Every later command then answers the same row at once.
-
-        s = Session(case, device)
-        row = s.call("open", timeout=600)          # the object made: case["task"](case, device, job)
-        row = s.call("window", 30, ms=300)         # one of its methods
-        s.close()
-    """
-
-    def __init__(self, case: dict, device, *, env: dict | None = None, extra: dict | None = None,
-                 preload: bool = True, spare: "_Worker | None" = None):
-        """spare: a worker from Spares, already up, that becomes this session."""
-        self.case, self.ended, self.up = case, None, False
-        self.up_at: float | None = None        # perf_counter when the worker had imported torch
-        if spare is not None:
-            spare._send(json.dumps({"case": case}) + "\n")
-            self.worker = spare
-            return
-        job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True,
-               "no_preload": not preload, "cases": [case], **(extra or {})}
-        self.worker = _Worker(job, env)
-
-    def call(self, name: str, timeout: float, **args) -> dict:
-        """Run method `name` in the worker; its row, or the row of the failure that ended the worker."""
-        if self.ended is None and not self.up:
-            self._expect("up", STARTUP_TIMEOUT)
-            self.up = self.ended is None
-            self.up_at = time.perf_counter()
-        if self.ended is not None:
-            return dict(self.ended)
-        self.worker._send(json.dumps({"call": name, "args": args}) + "\n")
-        self._expect("start", timeout)
-        reply = self._expect("reply", timeout) if self.ended is None else None
-        return _with_identity(reply["result"], self.case) if reply else dict(self.ended)
-
-    def _expect(self, kind: str, limit: float) -> dict | None:
-        event = self.worker.next_event(limit, 0)
-        if event["event"] == "failed":
-            self.ended = _failed(self.case, event["status"], event["message"])
-            self.ended["metrics"]["exit"] = event.get("exit")
-            self.close()
-            return None
-        if event["event"] != kind:
-            raise RuntimeError(f"worker protocol: expected {kind!r}, got {event}")
-        return event
-
     def pause(self) -> None:
         """Stop the worker and its compile workers (SIGSTOP) so that they use neither the GPU nor the CPU while
         another recipe is timed (a step whose host work sets its pace slows down beside busy cores)."""
-        self._signal(signal.SIGSTOP)
+        self.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
-        self._signal(signal.SIGCONT)
-
-    def _signal(self, sig) -> None:
-        if self.worker is not None:
-            self.worker.signal(sig)
+        self.signal(signal.SIGCONT)
 
     def kill(self) -> None:
-        """End the worker now, from any thread: a call under way in another thread answers with its death (the
-        advisor stops a recipe that can no longer win); close() still follows."""
-        self._signal(signal.SIGKILL)
+        """End the worker now, from any thread: a call under way in another thread answers with its death."""
+        self.signal(signal.SIGKILL)
 
     def close(self) -> None:
-        if self.worker is not None:
+        if self.proc.returncode is None:
             self.resume()                   # a stopped process would not read the end of its input
-            self.worker.close()
-            self.worker = None
-            self.ended = self.ended or _failed(self.case, "error", "the worker was closed")
+            try:
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            if self.own_group:
+                self.signal(signal.SIGKILL)      # its compile workers too
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+        if not self.stderr.closed:
+            self.stderr.close()
+        if self.ended is None:
+            self.ended = Result("", {}, "", "error", message="the worker was closed")
+
+
+class InProcess:
+    """A worker's calls answered in this process, for what no worker can receive (a model pickle cannot carry) and
+    for a rank an outer torchrun started: the same calls and answers, without a pipe, a timeout or a death of its
+    own. Nothing runs here between calls, so pause and resume have nothing to stop."""
+
+    def __init__(self, device, *, case: Case | None = None):
+        self.device, self.case = torch.device(device), case
+        self.held: dict = {}
+        self.answers: collections.deque = collections.deque()
+        self.started, self.ended, self.calls_started, self.where = None, None, 0, ""
+
+    def send(self, target, *args, hold: bool = False, quiet: bool = False, **kwargs) -> None:
+        request = {"method": target} if isinstance(target, str) else {"call": target, "hold": hold}
+        answer = guarded(lambda: serve(self.held, request, args, kwargs))
+        self.calls_started += not quiet
+        if not quiet:
+            self.answers.append(answer)
+
+    def reply(self, timeout: float):
+        answer = self.answers.popleft()
+        if self.case is not None and isinstance(answer, Result):
+            return self.case.own(answer) if answer.op or answer.ok else \
+                self.case.failed(answer.status, answer.message)
+        return answer
+
+    def call(self, target, *args, timeout: float, hold: bool = False, **kwargs):
+        self.send(target, *args, hold=hold, **kwargs)
+        return self.reply(timeout)
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.held.clear()
+        self.ended = self.ended or Result("", {}, "", "error", message="the worker was closed")
 
 
 class Spares:
-    """Session workers started ahead of need: each imports torch and makes its CUDA context at once, loads the model
-    into host memory when told its source (preload), and becomes a Session the moment a case needs one; every spare
-    taken is replaced. They do not start the profiler ahead (tcperf.worker._ready_device's warm-up): a profile
-    leaves CUPTI attached where torch does not tear it down, and the eager steps these workers time ran 10-20%
-    slower after one (tcperf.profiler.detach_after_profiling); a recipe's own profile comes after its timing. On an
-    H200 a worker took 16-19 s from its start to its first command while eight others compiled (the advisor,
-    2026-11-24): this takes that off the path of every recipe.
+    """Workers started ahead of need: each imports torch and makes its CUDA context at once, loads the model into host
+    memory when told its case (preload), and is handed out the moment a case needs a worker; every one taken is
+    replaced. They do not start the profiler ahead (tcperf.worker.ready_device's warm-up): a profile leaves CUPTI
+    attached where torch does not tear it down, and the eager steps these workers time ran 10-20% slower after one
+    (tcperf.profiler.detach_after_profiling); a recipe's own profile comes after its timing. On an H200 a worker
+    took 16-19 s from its start to its first command while eight others compiled (the advisor, 2026-11-24): this
+    takes that off the path of every recipe.
 
         spares = Spares(device, 8, env)
         spares.preload(case)                 # the model's source: the spares load it now
-        session = spares.session(case)       # a Session, as Session(case, device, env=env) but already up
+        worker = spares.take(case)           # a Worker, as Worker(device, env=env, own_group=True) but already up
         spares.close()
     """
 
     def __init__(self, device, count: int, env: dict | None = None):
         self.device, self.count, self.env = device, count, env
-        self.job = {"device": str(device), "sys_path": [p for p in sys.path if p], "session": True, "spare": True,
-                    "cases": []}
-        self.template: dict | None = None
+        self.template: Case | None = None
         self.lock = threading.Lock()
         self.idle = [self._start() for _ in range(count)]
 
-    def _start(self) -> "_Worker":
-        worker = _Worker(self.job, self.env)
+    def _start(self) -> Worker:
+        worker = Worker(self.device, env=self.env, own_group=True)
         if self.template is not None:
-            worker._send(json.dumps({"preload": self.template}) + "\n")
+            worker.send(preload, [self.template], quiet=True)
         return worker
 
-    def preload(self, case: dict) -> None:
+    def preload(self, case: Case) -> None:
         """Tell every spare, now and later, the case whose model to load into host memory."""
         with self.lock:
             self.template = case
             for worker in self.idle:
-                worker._send(json.dumps({"preload": case}) + "\n")
+                worker.send(preload, [case], quiet=True)
 
     def resize(self, count: int) -> None:
         """Keep at most `count` spares (a large model: each holds a copy in host memory)."""
@@ -372,7 +446,8 @@ class Spares:
             while len(self.idle) > count:
                 self.idle.pop().close()
 
-    def session(self, case: dict) -> Session:
+    def take(self, case: Case) -> Worker:
+        """A worker for `case`: an idle spare (a new worker when none is left)."""
         with self.lock:
             spare = None
             while self.idle and spare is None:
@@ -383,20 +458,21 @@ class Spares:
             if self.count:
                 self.idle.append(self._start())
         if spare is None:
-            return Session(case, self.device, env=self.env)
-        spare.signal(signal.SIGCONT)            # taken while the spares were stopped: the search decides
-        return Session(case, self.device, spare=spare)
+            return Worker(self.device, env=self.env, own_group=True, case=case)
+        spare.resume()                          # taken while the spares were stopped: the search decides
+        spare.case = case
+        return spare
 
     def pause(self) -> None:
         """Stop the idle spares (they may be importing or loading, on the CPU a timed step needs)."""
         with self.lock:
             for worker in self.idle:
-                worker.signal(signal.SIGSTOP)
+                worker.pause()
 
     def resume(self) -> None:
         with self.lock:
             for worker in self.idle:
-                worker.signal(signal.SIGCONT)
+                worker.resume()
 
     def close(self) -> None:
         with self.lock:

@@ -20,7 +20,7 @@ Every failure (no file, no such name, a factory that raises or returns the wrong
 is one `UserError` line: the command exits 2 before anything is measured or stored.
 
 In a worker:
-    source = save_source(spec, folder, target="examples/awkward_mlp.py:factory")   # the parent
+    source = save_source(spec, folder, target="examples/awkward_mlp.py:factory")   # the parent: a records.Source
     spec = load_source(source, device)            # a worker: the same weights and inputs
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ import torch
 
 from . import workload as workmod
 from .errors import UserError, one_line
+from .records import Source
 from .spec import Spec, tensors, to_device
 
 DICT_KEYS = ("model", "inputs", "example_inputs", "targets", "loss_fn", "metric_fn", "workload")
@@ -233,7 +234,7 @@ def builtin(name: str, config: str, batch: int, seed: int, device) -> Spec:
 
 
 # --- the same spec in a worker --------------------------------------------------------------------------------------
-def save_source(spec: Spec, folder, target: str | None = None) -> dict:
+def save_source(spec: Spec, folder, target: str | None = None) -> Source:
     """What a worker needs to rebuild `spec`: the factory target (its functions come back by calling it again) plus
     the parent's weights and inputs, so that every worker measures the very same model; without a target, the whole
     spec pickled (cloudpickle where installed). Raises when the spec cannot be pickled (without cloudpickle: a
@@ -243,10 +244,10 @@ def save_source(spec: Spec, folder, target: str | None = None) -> dict:
         path = folder / "spec-state.pt"
         torch.save({"state": spec.model.state_dict(), "args": spec.args, "kwargs": spec.kwargs,
                     "targets": spec.targets, "workload": spec.workload}, path)
-        return {"kind": "file", "target": target, "state": str(path), "name": spec.name}
+        return Source(target=target, state=str(path), name=spec.name)
     path = folder / "spec.pt"
     torch.save(spec, path, pickle_module=_pickler())
-    return {"kind": "pickle", "path": str(path), "files": _user_files()}
+    return Source(pickle=str(path), files=tuple(_user_files()))
 
 
 def _user_files() -> list[str]:
@@ -267,20 +268,21 @@ def _pickler():
         return pickle
 
 
-def load_source(source: dict, device) -> Spec:
-    """The spec a source names, on `device`."""
-    kind = source["kind"]
-    if kind == "pickle":
-        spec = torch.load(source["path"], weights_only=False, pickle_module=_on_demand(source.get("files", [])))
-    elif kind == "file":
-        spec = load_spec(source["target"])
-        saved = torch.load(source["state"], weights_only=False)
-        spec.model.load_state_dict(saved["state"])
-        spec.args, spec.kwargs, spec.targets = saved["args"], saved["kwargs"], saved["targets"]
-        spec.workload = saved.get("workload")
-        spec.name = source.get("name", spec.name)
+def load_source(source: Source, device) -> Spec:
+    """The spec a source names, on `device`: the pickled spec, or the factory called again (with the parent's
+    weights and inputs where they were saved)."""
+    if source.kind == "pickle":
+        spec = torch.load(source.pickle, weights_only=False, pickle_module=_on_demand(source.files))
+    elif source.kind == "factory":
+        spec = load_spec(source.target)
+        if source.state:
+            saved = torch.load(source.state, weights_only=False)
+            spec.model.load_state_dict(saved["state"])
+            spec.args, spec.kwargs, spec.targets = saved["args"], saved["kwargs"], saved["targets"]
+            spec.workload = saved.get("workload")
+        spec.name = source.name or spec.name
     else:
-        raise ValueError(f"unknown spec source {kind!r}")
+        raise ValueError(f"{source} names no model: only files to import")
     return on_device(spec, torch.device(device))
 
 
@@ -301,9 +303,9 @@ def _on_demand(files) -> types.ModuleType:
     return shim
 
 
-def imports_source(files: list[str]) -> dict:
+def imports_source(files: list[str]) -> Source:
     """Not a model yet: the user's files, for a worker to import while the parent still loads the model."""
-    return {"kind": "imports", "files": list(files)}
+    return Source(files=tuple(files))
 
 
 def import_files(files) -> None:

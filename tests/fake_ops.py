@@ -7,6 +7,7 @@ import time
 import torch
 
 from tcperf.ops.base import Op, Prepared, generator, randn
+from tcperf.records import Result
 
 
 class Scale(Op):
@@ -54,31 +55,30 @@ HANG = Scale("hang", "hang")
 OOM = Scale("oom", "oom")
 
 
-# --- a session's object, for tcperf.runner.Session and Spares --------------------------------------------------
+# --- an object a worker holds, for tcperf.runner.Worker and Spares ------------------------------------------------
 PRELOADED: dict = {}
 
 
 def preload(case):
     """What a worker loads while it waits: here, a note that it did."""
-    PRELOADED[case["source"]["name"]] = os.getpid()
+    PRELOADED[case.args] = os.getpid()
 
 
 class Held:
-    """One object kept alive in a session worker: says whether its model was preloaded, and counts its calls."""
+    """One object kept alive in a worker: says whether its model was preloaded, and counts its calls."""
 
-    def __init__(self, case, device, job):
+    def __init__(self, case, device):
         self.case, self.calls = case, 0
 
     def row(self):
-        return {"op": "held", "shape": {}, "precision": "fp32", "status": "ok",
-                "metrics": {"preloaded": self.case["source"]["name"] in PRELOADED, "pid": os.getpid()}}
+        return Result("held", {}, "fp32", metrics={"preloaded": self.case.args in PRELOADED, "pid": os.getpid()})
 
     def count(self):
         self.calls += 1
-        return {**self.row(), "metrics": {"calls": self.calls}}
+        return self.row().replace(metrics={"calls": self.calls})
 
     def env(self, variable: str):
-        return {**self.row(), "metrics": {"value": os.environ.get(variable)}}
+        return self.row().replace(metrics={"value": os.environ.get(variable)})
 
     def nap(self, seconds: float):
         import time

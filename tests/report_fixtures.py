@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tcperf.records import Result
 from tcperf.store import Store
 from tcperf.tensorcore import gemm_verdict
 
@@ -149,7 +150,7 @@ def store_run(store: Store, kind: str, rows: list[dict], env: dict | None = None
               warnings=()) -> int:
     run_id = store.start_run(kind, f"tcperf {kind}", env or gpu_env())
     for r in rows:
-        store.add_result(run_id, r)
+        store.add_result(run_id, Result.from_row(r))
     store.finish_run(run_id, status, list(warnings))
     return run_id
 

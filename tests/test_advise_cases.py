@@ -60,7 +60,7 @@ def test_check_build_new_cases():
 
 # --- the grid logic, on made-up rows -----------------------------------------------------------------------------
 def _advice(pick, ok=(), keep=()):
-    from tcperf.advisor.measure import RecipeResult
+    from tcperf.advisor.trials import RecipeResult
     rows = [RecipeResult(name, "ok", timing={"mean_ms": 1.0}) for name in ok]
     rows.append(RecipeResult(pick, "ok", timing={"mean_ms": 1.0}, keep_fp32=list(keep), base="bf16" if keep else None))
     return types.SimpleNamespace(recipes=rows, verdict={"recommended": pick}, tolerance=0.05)
@@ -86,7 +86,7 @@ def test_picks_outside_the_grid_are_timed_once():
 
 
 def test_the_hand_grid_times_the_advisors_contenders_before_a_deadline_can_cut_them():
-    from tcperf.advisor.measure import RecipeResult
+    from tcperf.advisor.trials import RecipeResult
     advice = _advice("cuda_graphs")          # BERT training on an H100, 2026-11-27: the advisor's ms a step
     advice.recipes += [RecipeResult(n, "ok", timing={"mean_ms": ms}) for n, ms in
                        (("tf32+compile", 27.7), ("step_graph", 9.22), ("amp_fp16+cuda_graphs", 9.91))]

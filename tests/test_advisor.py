@@ -16,7 +16,7 @@ from fragile import Fragile
 import tcperf
 from tcperf import precision
 from tcperf import source
-from tcperf.advisor import lint, measure
+from tcperf.advisor import lint, trials
 from tcperf.advisor.snippets import accelerate, lightning, plain
 from tcperf.cli import main
 from tcperf.errors import UserError
@@ -235,8 +235,8 @@ def test_factory_forms(tmp_path):
 def _setups():
     for name in RECIPES:
         for kind in ("cnn", "transformer"):
-            yield measure.setup_of(name, kind)
-    yield measure.setup_of("amp_fp16", "transformer", ("1",))
+            yield trials.setup_of(name, kind)
+    yield trials.setup_of("amp_fp16", "transformer", ("1",))
 
 
 @pytest.mark.parametrize("mode", ["infer", "train"])
@@ -255,7 +255,7 @@ def _cnn():
 @pytest.mark.parametrize("recipe", ["fp32", "tf32", "amp_fp16", "amp_bf16", "channels_last"])
 @pytest.mark.parametrize("mode", ["infer", "train"])
 def test_pytorch_snippets_run(recipe, mode):
-    setup = measure.setup_of(recipe, "cnn", ("0",) if recipe.startswith("amp") else ())
+    setup = trials.setup_of(recipe, "cnn", ("0",) if recipe.startswith("amp") else ())
     model, x, y = _cnn()
     ns = {"model": model, "x": x, "y": y, "loss_fn": nn.functional.cross_entropy,
           "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)}
@@ -267,7 +267,7 @@ def test_pytorch_snippets_run(recipe, mode):
 
 
 def test_the_whole_step_graph_snippet_captures_the_step_and_the_others_say_they_cannot():
-    setup = measure.setup_of("step_graph", "transformer")
+    setup = trials.setup_of("step_graph", "transformer")
     code = plain(setup, "train")
     assert "with torch.cuda.graph(graph):" in code and "graph.replay()" in code and "GradScaler" not in code
     assert "no switch here" in lightning(setup, "train") and "no switch here" in accelerate(setup, "train")
@@ -275,7 +275,7 @@ def test_the_whole_step_graph_snippet_captures_the_step_and_the_others_say_they_
 
 # --- the verdict on timed results (what a GPU run gives it) ----------------------------------------------------------
 def _timed(name, ms, status="ok", **kw):
-    r = measure.RecipeResult(name, status, error=0.01, criterion="output rel. error", **kw)
+    r = trials.RecipeResult(name, status, error=0.01, criterion="output rel. error", **kw)
     r.timing = {"median_ms": ms, "iqr_ms": ms / 50, "min_ms": ms, "mean_ms": ms, "n": 9, "samples": [ms] * 9}
     return r
 
@@ -288,7 +288,7 @@ def test_verdict_ranks_by_the_mean_step_not_the_median():
     spells.timing.update(mean_ms=0.70, samples=[0.55] * 6 + [0.9] * 4)
     steady = _timed("cuda_graphs", 0.68)
     results = [_timed("fp32", 7.0), steady, spells]
-    measure.add_speedups(results)
+    trials.add_speedups(results)
     v = decide(results, [], "infer", "cuda")
     assert v["recommended"] == "cuda_graphs" and v["step_ms"] == 0.68 and v["unstable"] is None
     assert spells.speedup == pytest.approx(7.0 / 0.70)
@@ -317,7 +317,7 @@ def test_verdict_picks_the_fastest_recipe_within_tolerance():
     results = [_timed("fp32", 10.0), _timed("amp_fp16", 2.5, "fails", message="NaN/inf in the outputs"),
                _timed("amp_bf16", 4.0), _timed("compile", 3.0),
                _timed("amp_fp16+fp32[energy]", 2.8, base="amp_fp16", keep_fp32=["energy"])]
-    measure.add_speedups(results)
+    trials.add_speedups(results)
     head = lint.Layer("head", "Linear", "gemm", {"m": 1024, "n": 50257, "k": 768}, 1, 7.9e10)
     lint.flag([head], ["bf16"])
     head.cost = {"precision": "bf16", "ms": 0.5, "padded_ms": 0.25, "gain": 2.0, "share": 0.18, "saved_share": 0.09}
@@ -408,7 +408,7 @@ def test_gpu_torchao_snippets_run_and_stay_close_to_fp32(cuda, recipe, mode):
     mine = copy.deepcopy(model)
     ns = {"model": mine, "x": x, "y": y, "loss_fn": nn.functional.mse_loss,
           "optimizer": torch.optim.SGD(mine.parameters(), lr=0.0)}
-    exec(plain(measure.setup_of(recipe, "transformer"), mode, "cuda"), ns)
+    exec(plain(trials.setup_of(recipe, "transformer"), mode, "cuda"), ns)
     if mode == "infer":
         out = ns["outputs"].double()
         assert float(torch.linalg.vector_norm(out - ref) / torch.linalg.vector_norm(ref)) < 0.1
@@ -435,7 +435,7 @@ def test_gpu_the_whole_step_graph_snippet_trains_as_the_plain_loop(cuda):
     mine = copy.deepcopy(model)
     ns = {"model": mine, "x": x, "y": y, "loss_fn": nn.functional.cross_entropy,
           "optimizer": torch.optim.SGD(mine.parameters(), lr=0.05)}
-    exec(plain(measure.setup_of("step_graph", "transformer"), "train", "cuda"), ns)
+    exec(plain(trials.setup_of("step_graph", "transformer"), "train", "cuda"), ns)
     fourth = float(ns["loss"])
     fifth = float(ns["train_step"](x, y))
     assert fourth == pytest.approx(losses[3], rel=0.02) and fifth == pytest.approx(losses[4], rel=0.02)

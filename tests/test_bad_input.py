@@ -16,6 +16,7 @@ import torch
 
 import tcperf
 
+from tcperf.records import Result
 from tcperf.advisor import api
 from tcperf.cli import main
 from tcperf.errors import UserError
@@ -27,8 +28,8 @@ def stored(db_path):
     """A store holding one finished run of one result."""
     store = Store.open(db_path)
     run_id = store.start_run("bench", "tcperf bench --suite quick", {"cpu": {"model": "test cpu"}})
-    store.add_result(run_id, {"op": "gemm", "precision": "fp32", "status": "ok", "shape": {"m": 8, "n": 8, "k": 8},
-                              "median_ms": 1.0, "iqr_ms": 0.1, "metrics": {"iters": 3}})
+    store.add_result(run_id, Result.from_row({"op": "gemm", "precision": "fp32", "status": "ok", "shape": {"m": 8, "n": 8, "k": 8},
+                              "median_ms": 1.0, "iqr_ms": 0.1, "metrics": {"iters": 3}}))
     store.finish_run(run_id)
     return db_path
 

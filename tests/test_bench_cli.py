@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from tcperf.records import Result
 from tcperf import peaks
 from tcperf.cli import main
 from tcperf.store import Store
@@ -51,9 +52,9 @@ def test_filter_matches_tags_by_substring_and_shapes_exactly():
     from tcperf.commands.bench import select
     cases = suites.load("deepbench-gemm-train", "cpu")
     speaker = select(cases, ["application=speaker"], None)
-    assert speaker and all("Speaker" in c["tags"]["application"] for c in speaker)
+    assert speaker and all("Speaker" in c.tags["application"] for c in speaker)
     both = select(cases, ["a_t=T", "m=1024,2048"], 3)
-    assert len(both) <= 3 and all(c["shape"]["a_t"] == "T" and c["shape"]["m"] in (1024, 2048) for c in both)
+    assert len(both) <= 3 and all(c.shape["a_t"] == "T" and c.shape["m"] in (1024, 2048) for c in both)
 
 
 @pytest.mark.parametrize("argv,expect", [
@@ -121,15 +122,15 @@ def test_store_ceilings_takes_the_best_figure_of_the_latest_run_per_precision(db
     env = {"gpu": {"name": "NVIDIA H200"}}
     first = s.start_run("ceilings", "tcperf ceilings", env)
     for prec, tflops, gbps in (("bf16", 700.0, None), ("fp32", 50.0, None), ("bandwidth", None, 4200.0)):
-        s.add_result(first, {"op": "ceiling", "precision": prec, "status": "ok", "tflops": tflops, "gbps": gbps})
+        s.add_result(first, Result.from_row({"op": "ceiling", "precision": prec, "status": "ok", "tflops": tflops, "gbps": gbps}))
     second = s.start_run("ceilings", "tcperf ceilings --precision bf16", env)
-    s.add_result(second, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 740.0})
-    s.add_result(second, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 690.0})   # a larger size
-    s.add_result(second, {"op": "ceiling", "precision": "fp32", "status": "error"})
+    s.add_result(second, Result.from_row({"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 740.0}))
+    s.add_result(second, Result.from_row({"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 690.0}))   # a larger size
+    s.add_result(second, Result.from_row({"op": "ceiling", "precision": "fp32", "status": "error"}))
     other = s.start_run("ceilings", "tcperf ceilings", {"gpu": {"name": "NVIDIA H100 80GB HBM3"}})
-    s.add_result(other, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 690.0})
+    s.add_result(other, Result.from_row({"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": 690.0}))
     bench = s.start_run("bench", "tcperf bench", env)
-    s.add_result(bench, {"op": "gemm", "precision": "bf16", "status": "ok", "tflops": 999.0})
+    s.add_result(bench, Result.from_row({"op": "gemm", "precision": "bf16", "status": "ok", "tflops": 999.0}))
     assert s.ceilings("NVIDIA H200") == {"bf16": 740.0, "fp32": 50.0, "bandwidth": 4200.0}
     assert s.ceilings("NVIDIA A100") == {}
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: "NVIDIA H200")     # what a command asks
@@ -140,6 +141,6 @@ def test_store_ceilings_takes_the_best_figure_of_the_latest_run_per_precision(db
 def test_ceiling_cases_measure_every_size_and_int8_with_b_column_major():
     from tcperf.commands.ceilings import cases
     got = cases(["bf16", "int8"], (4096, 8192), 1024)
-    gemms = [(c["precision"], c["shape"]["m"], c["shape"]["b_t"]) for c in got if c["op"] == "gemm"]
+    gemms = [(c.precision, c.shape["m"], c.shape["b_t"]) for c in got if c.op == "gemm"]
     assert gemms == [("bf16", 4096, "N"), ("bf16", 8192, "N"), ("int8", 4096, "T"), ("int8", 8192, "T")]
-    assert [c["precision"] for c in got if c["op"] == "copy"] == ["bandwidth"]
+    assert [c.precision for c in got if c.op == "copy"] == ["bandwidth"]

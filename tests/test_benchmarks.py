@@ -319,7 +319,7 @@ def test_models_gpu_rungs_and_hand_loops_share_one_batch_rule():
     from tcperf import models
     for config in ("small", "full"):
         cases = bench.mode_cases("train", {"gpt2": ["amp_bf16"]}, config, ["gpt2"])
-        assert [c["shape"]["batch"] for c in cases] == [bench.own_batch("gpt2", config)]
+        assert [c.shape["batch"] for c in cases] == [bench.own_batch("gpt2", config)]
     assert bench.own_batch("gpt2", "small") == bench.QUICK_BATCH
     assert bench.own_batch("gpt2", "full") == models.config(models.get("gpt2"), "full")["batch"]
 

@@ -13,6 +13,7 @@ from tcperf import cli
 from tcperf.distributed import collectives, launch, link
 from tcperf.distributed.collectives import COLLECTIVES, Collective, Prepared
 from tcperf.errors import UserError
+from tcperf.records import Job, TimingConfig
 from tcperf.store import Store
 from tcperf.timing import time_loop
 
@@ -45,9 +46,9 @@ def test_sizes_and_labels():
 
 def test_deepbench_suite_is_the_allreduce_table():
     cases = collectives.deepbench(["all_reduce"], ["fp32", "bf16"], 2)
-    floats = [c["tags"]["floats"] for c in cases[:7]]
+    floats = [c.tags["floats"] for c in cases[:7]]
     assert floats[0] == 100000 and floats[4] == 16777217 and len(cases) == 14
-    assert cases[0]["shape"]["bytes"] == 400000 and cases[7]["shape"]["bytes"] == 200000   # bf16: 2 bytes a float
+    assert cases[0].shape["bytes"] == 400000 and cases[7].shape["bytes"] == 200000   # bf16: 2 bytes a float
 
 
 @pytest.mark.parametrize("text, want", [
@@ -78,15 +79,14 @@ def broken_task(case, device, job):
 
 def test_every_collective_checks_out_on_4_ranks_and_a_broken_one_is_not_timed():
     cases = collectives.cases(list(COLLECTIVES), ["fp32", "bf16"], [12345], 4)
-    cases += [{**collectives.case(name, "fp32", 4096, 4), "task": "test_comm:broken_task"} for name in ("stale", "max")]
-    rows = launch.run_cases(cases, torch.device("cpu"), nproc=4, timeout=60,
-                            timing=launch.TimingConfig(rep_ms=1.0))
+    cases += [collectives.case(name, "fp32", 4096, 4).replace(task=broken_task) for name in ("stale", "max")]
+    rows = launch.run_cases(cases, torch.device("cpu"), Job(TimingConfig(rep_ms=1.0), timeout=60), nproc=4)
     good, broken = rows[:-2], rows[-2:]
-    assert all(r["status"] == "ok" and r["error"] == 0 for r in good), [(r["op"], r["message"]) for r in good]
-    assert [r["status"] for r in broken] == ["wrong", "wrong"]
-    assert broken[0]["error"] == float("inf") and broken[1]["error"] == pytest.approx(1 - 4 / 10)
-    assert all(r.get("median_ms") is None for r in broken)      # correctness gates timing
-    sized = {(r["op"], r["precision"], r["shape"]["bytes"]): r["bytes"] for r in good}
+    assert all(r.status == "ok" and r.error == 0 for r in good), [(r.op, r.message) for r in good]
+    assert [r.status for r in broken] == ["wrong", "wrong"]
+    assert broken[0].error == float("inf") and broken[1].error == pytest.approx(1 - 4 / 10)
+    assert all(r.median_ms is None for r in broken)      # correctness gates timing
+    sized = {(r.op, r.precision, r.shape["bytes"]): r.bytes for r in good}
     assert sized[("comm.all_gather", "fp32", 12345)] == 3084 * 4    # 3086 floats rounded down to 4 chunks
     assert sized[("comm.all_reduce", "bf16", 12345)] == 6172 * 2
 
@@ -113,15 +113,15 @@ def slow_rank_task(case, device, job):
 
 
 def test_the_time_is_the_slowest_ranks_loop_mean_repeated():
-    case = {**collectives.case("slow", "fp32", 4096, 2), "task": "test_comm:slow_rank_task"}
-    row = launch.run_cases([case], torch.device("cpu"), nproc=2, timeout=60, timing=launch.TimingConfig(rep_ms=1))[0]
-    m = row["metrics"]
-    assert row["status"] == "ok", row["message"]
-    assert len(row["samples"]) == collectives.REPEATS and m["iters"] == collectives.MIN_REPS   # the probe said 3 ms
-    assert all(3.0 <= t < 9 for t in row["samples"])          # rank 1's loops
+    case = collectives.case("slow", "fp32", 4096, 2).replace(task=slow_rank_task)
+    row = launch.run_cases([case], torch.device("cpu"), Job(TimingConfig(rep_ms=1), timeout=60), nproc=2)[0]
+    m = row.metrics
+    assert row.status == "ok", row.message
+    assert len(row.samples) == collectives.REPEATS and m["iters"] == collectives.MIN_REPS   # the probe said 3 ms
+    assert all(3.0 <= t < 9 for t in row.samples)          # rank 1's loops
     assert all(t < 0.5 for t in m["rank0_ms"])                 # rank 0 alone would have looked free
-    assert row["median_ms"] == pytest.approx(sorted(row["samples"])[collectives.REPEATS // 2])
-    assert m["busbw_gbps"] == pytest.approx(4096 / (row["median_ms"] * 1e-3) / 1e9)
+    assert row.median_ms == pytest.approx(sorted(row.samples)[collectives.REPEATS // 2])
+    assert m["busbw_gbps"] == pytest.approx(4096 / (row.median_ms * 1e-3) / 1e9)
 
 
 def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):

@@ -15,11 +15,12 @@ from tcperf import compile_cache
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = """
 import json, sys, torch
-from tcperf.generate import measure
-from tcperf.worker import run_case
-case = measure.case({"kind": "builtin", "name": "tiny"}, "plain", "bf16", 1, 4, 3, max_batch=1, compile=True)
-row = run_case(case, torch.device("cpu"), {"timing": {"rep_ms": 1.0}, "compile_cache": sys.argv[1]})
-print(json.dumps({"status": row["status"], "message": row.get("message"), **{k: row["metrics"].get(k) for k in
+from tcperf.generate import sweep
+from tcperf.records import Job, TimingConfig
+from tcperf.runner import run_case
+case = sweep.case({"kind": "builtin", "name": "tiny"}, "plain", "bf16", 1, 4, 3, max_batch=1, compile=True)
+row = run_case(case, torch.device("cpu"), Job(TimingConfig(rep_ms=1.0), compile_cache=sys.argv[1]))
+print(json.dumps({"status": row.status, "message": row.message, **{k: row.metrics.get(k) for k in
                   ("compile_cache", "compile_s")}}))
 """
 
@@ -85,8 +86,8 @@ def test_the_command_gives_the_workers_the_stores_folder(tmp_path, monkeypatch):
     class Stop(BaseException):          # past the command's own handlers: nothing is measured
         pass
 
-    def stop(kind, cases, args, **kw):
-        seen.update(kw["extra"])
+    def stop(kind, cases, args, job, **kw):
+        seen["compile_cache"] = job.compile_cache
         raise Stop
     monkeypatch.setattr(command, "measure_into_store", stop)
     with pytest.raises(Stop):

@@ -14,6 +14,7 @@ from tcperf import cli, recipes
 from tcperf.distributed import launch, overlap, parallel
 from tcperf.distributed.overlap import Kernel
 from tcperf.errors import UserError
+from tcperf.records import Case, Job, Result
 from tcperf.store import Store
 
 HERE = "test_distributed"
@@ -25,14 +26,14 @@ def ok_task(case, device, job):
     """Every rank's pid gathered on rank 0; a collective, so a rank missing would show."""
     pids = [None] * dist.get_world_size()
     dist.all_gather_object(pids, os.getpid())
-    return {"op": "t", "precision": "p", "status": "ok", "metrics": {"pids": pids, "world": dist.get_world_size()}}
+    return Result("t", {}, "p", metrics={"pids": pids, "world": dist.get_world_size()})
 
 
 def crash_task(case, device, job):
     if dist.get_rank() == 1:
         raise ValueError("boom on purpose")
     dist.barrier()
-    return {"status": "ok"}
+    return Result("t", {}, "p")
 
 
 def hang_task(case, device, job):
@@ -41,11 +42,11 @@ def hang_task(case, device, job):
         time.sleep(600)
     launch.beat("barrier")
     dist.barrier()
-    return {"status": "ok"}
+    return Result("t", {}, "p")
 
 
-def _case(task: str, i: int) -> dict:
-    return {"op": "t", "suite": "s", "shape": {"i": i}, "precision": "p", "task": f"{HERE}:{task}"}
+def _case(task, i: int) -> Case:
+    return Case("t", {"i": i}, "p", task, suite="s")
 
 
 def _gone(pids) -> bool:
@@ -60,15 +61,15 @@ def _gone(pids) -> bool:
 
 def test_a_rank_that_raises_or_hangs_is_named_and_the_run_goes_on():
     t0 = time.monotonic()
-    cases = [_case("ok_task", 0), _case("crash_task", 1), _case("hang_task", 2), _case("ok_task", 3)]
-    rows = launch.run_cases(cases, torch.device("cpu"), nproc=2, timeout=4)
-    assert [r["status"] for r in rows] == ["ok", "error", "timeout", "ok"]
-    crashed, hung = rows[1]["message"], rows[2]["message"]
+    cases = [_case(ok_task, 0), _case(crash_task, 1), _case(hang_task, 2), _case(ok_task, 3)]
+    rows = launch.run_cases(cases, torch.device("cpu"), Job(timeout=4), nproc=2)
+    assert [r.status for r in rows] == ["ok", "error", "timeout", "ok"]
+    crashed, hung = rows[1].message, rows[2].message
     assert crashed.startswith("rank 1:") and "boom on purpose" in crashed
     assert "rank 1 at 'set-up'" in hung and "rank(s) 0 waited" in hung and "every rank stopped" in hung
-    assert [r["shape"] for r in rows] == [{"i": i} for i in range(4)]    # each failed row says which case it was
-    assert rows[0]["metrics"]["world"] == 2
-    first, last = rows[0]["metrics"]["pids"], rows[3]["metrics"]["pids"]
+    assert [r.shape for r in rows] == [{"i": i} for i in range(4)]    # each failed row says which case it was
+    assert rows[0].metrics["world"] == 2
+    first, last = rows[0].metrics["pids"], rows[3].metrics["pids"]
     assert set(first).isdisjoint(last)                           # fresh ranks after each failure
     assert _gone(first + last)                                   # nothing left running
     assert time.monotonic() - t0 < 90
@@ -94,11 +95,11 @@ def test_under_torchrun_the_cases_run_in_this_process(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", str(launch.free_port()))
     assert launch.under_torchrun() and launch.check_nproc(None, torch.device("cpu")) == 1
     try:
-        rows = launch.run_cases([_case("ok_task", 0)], torch.device("cpu"), nproc=1, timeout=30)
+        rows = launch.run_cases([_case(ok_task, 0)], torch.device("cpu"), Job(timeout=30), nproc=1)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-    assert rows[0]["metrics"]["pids"] == [os.getpid()]
+    assert rows[0].metrics["pids"] == [os.getpid()]
 
 
 def test_bad_nproc_is_one_line(monkeypatch, capsys):
@@ -155,36 +156,35 @@ def test_a_profile_without_communication_is_unmeasured_not_zero(monkeypatch):
     """Two ranks whose profiles hold no communication kernel (as 2 H200s' did): the figures are unmeasured, not 0.0."""
     monkeypatch.setattr(dist, "get_world_size", lambda: 2)
     monkeypatch.setattr(dist, "all_reduce", lambda t: t.mul_(2))           # two ranks that saw the same
-    row = {"mean_ms": 40.0, "metrics": {}}
+    row = Result("model", {}, "fp32", mean_ms=40.0)
     monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: TRACE[:4])
     parallel.exposed_comm(row, None, torch.device("cpu"))
-    assert row["metrics"]["exposed_comm_share"] is not None and row["metrics"]["profiled_comm_kernels"] == 2
+    assert row.metrics["exposed_comm_share"] is not None and row.metrics["profiled_comm_kernels"] == 2
     compute_only = [k for k in TRACE if not overlap.is_comm(k.name)]
     monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: compute_only)
-    row = {"mean_ms": 40.0, "metrics": {}}
+    row = Result("model", {}, "fp32", mean_ms=40.0)
     parallel.exposed_comm(row, None, torch.device("cpu"))
-    m = row["metrics"]
+    m = row.metrics
     assert m["exposed_comm_share"] is None and m["comm_ms"] is None and m["profiled_comm_kernels"] == 0
     assert "none of them communication" in m["exposed_note"]
 
 
 def test_scaling_efficiency_is_against_the_same_recipe_on_one_gpu():
-    one = {"shape": {"model": "gpt2", "mode": "train", "batch": 4}, "precision": "amp_bf16",
-           "metrics": {"throughput": 100.0}}
-    other = {**one, "precision": "fp32", "metrics": {"throughput": 10.0}}
-    row = {"shape": {**one["shape"], "nproc": 2, "parallel": "ddp"}, "precision": "amp_bf16",
-           "metrics": {"throughput": 190.0}}
+    one = Result("model", {"model": "gpt2", "mode": "train", "batch": 4}, "amp_bf16", metrics={"throughput": 100.0})
+    other = one.replace(precision="fp32", metrics={"throughput": 10.0})
+    row = Result("model", {**one.shape, "nproc": 2, "parallel": "ddp"}, "amp_bf16", metrics={"throughput": 190.0})
     parallel.add_scaling(row, [one, other])
-    assert row["metrics"]["scaling_efficiency"] == pytest.approx(0.95)
-    assert row["metrics"]["speedup_1gpu"] == pytest.approx(1.9)
+    assert row.metrics["scaling_efficiency"] == pytest.approx(0.95)
+    assert row.metrics["speedup_1gpu"] == pytest.approx(1.9)
 
 
 def test_fsdp2_cells_only_for_transformers():
-    one = [{"shape": {"model": m, "mode": "train", "batch": 2}, "precision": "fp32"} for m in ("gpt2", "resnet50")]
-    out = parallel.cells(one, 2, ["ddp", "fsdp2"], timeout=100)
-    assert [(c["shape"]["model"], c["shape"].get("parallel")) for c in out] == [
+    from tcperf import ladder
+    one = [ladder.cell_case(m, "train", "fp32", 2) for m in ("gpt2", "resnet50")]
+    out = parallel.cells(one, 2, ["ddp", "fsdp2"])
+    assert [(c.shape["model"], c.shape.get("parallel")) for c in out] == [
         ("gpt2", None), ("gpt2", "ddp"), ("gpt2", "fsdp2"), ("resnet50", None), ("resnet50", "ddp")]
-    assert out[1]["task"] == parallel.RUN_TASK and out[1]["rank_timeout"] == pytest.approx(90)
+    assert out[1].task is parallel.run_cell and out[0].task is ladder.cell_task
 
 
 # --- DDP and FSDP2 as their users configure them, on 2 gloo ranks ----------------------------------------------------
@@ -193,14 +193,14 @@ def wrapped_task(case, device, job):
     from tcperf import models, precision, recipes
     torch.manual_seed(0)
     mod = models.get("gpt2")
-    model, rec = mod.build(mod.CONFIGS["small"]), recipes.get(case["precision"])
+    model, rec = mod.build(mod.CONFIGS["small"]), recipes.get(case.precision)
     seen = []
     model.blocks[0].attn.qkv.register_forward_hook(lambda m, args, out: seen.append(str(m.weight.dtype)))
-    wrapped = parallel.wrap(model, parallel.PARALLELS[case["shape"]["parallel"]], rec)
+    wrapped = parallel.wrap(model, parallel.PARALLELS[case.shape["parallel"]], rec)
     inputs, _ = mod.make_batch(mod.CONFIGS["small"], 2, device, torch.Generator().manual_seed(0))
     with precision.apply(rec.precision, "cpu"):
         wrapped(*inputs).float().sum().backward()
-    return {"op": "t", "precision": rec.name, "status": "ok", "metrics": {**describe(wrapped), "forward": seen}}
+    return Result("t", {}, rec.name, metrics={**describe(wrapped), "forward": seen})
 
 
 def describe(wrapped) -> dict:
@@ -211,14 +211,14 @@ def describe(wrapped) -> dict:
     policies = [u._get_fsdp_state()._mp_policy for u in units]
     groups = [u._get_fsdp_state()._fsdp_param_group for u in wrapped.blocks]
     return {"fsdp": [type(u).__name__.startswith("FSDP") for u in units],
-            "policy": sorted({(str(p.param_dtype), str(p.reduce_dtype)) for p in policies}),
+            "policy": [list(p) for p in sorted({(str(p.param_dtype), str(p.reduce_dtype)) for p in policies})],
             "reshard": [g.post_forward_mesh_info is not None for g in groups]}
 
 
 WRAPPED = [  # recipe, parallel, what the wrapper holds and the dtype of a block's weight during forward
-    ("amp_bf16", "fsdp2", {"fsdp": [True] * 3, "policy": [("torch.bfloat16", "torch.float32")],
+    ("amp_bf16", "fsdp2", {"fsdp": [True] * 3, "policy": [["torch.bfloat16", "torch.float32"]],
                            "reshard": [True, False], "forward": ["torch.bfloat16"]}),
-    ("fp32", "fsdp2_no_reshard", {"fsdp": [True] * 3, "policy": [("None", "torch.float32")],
+    ("fp32", "fsdp2_no_reshard", {"fsdp": [True] * 3, "policy": [["None", "torch.float32"]],
                                   "reshard": [False, False], "forward": ["torch.float32"]}),
     ("amp_bf16", "ddp", {"ddp": [True, 25.0, True], "forward": ["torch.float32"]}),   # autocast casts per op
     ("amp_bf16+compile", "ddp", {"ddp": [True, 25.0, False]}),      # wrapped only (a forward would compile)
@@ -226,19 +226,20 @@ WRAPPED = [  # recipe, parallel, what the wrapper holds and the dtype of a block
 
 
 def test_ddp_and_fsdp2_get_the_options_that_matter_for_speed():
-    cases = [{**_case("wrap_only_task" if "compile" in recipe else "wrapped_task", i), "precision": recipe,
-              "shape": {"parallel": par}} for i, (recipe, par, _) in enumerate(WRAPPED)]
-    rows = launch.run_cases(cases, torch.device("cpu"), nproc=2, timeout=60)     # one launch, 2 gloo ranks
+    cases = [_case(wrap_only_task if "compile" in recipe else wrapped_task, i).replace(precision=recipe,
+                                                                                         shape={"parallel": par})
+             for i, (recipe, par, _) in enumerate(WRAPPED)]
+    rows = launch.run_cases(cases, torch.device("cpu"), Job(timeout=60), nproc=2)     # one launch, 2 gloo ranks
     for row, (recipe, par, want) in zip(rows, WRAPPED):
-        assert row["status"] == "ok", row.get("message")
-        assert {k: row["metrics"][k] for k in want} == want, (recipe, par, row["metrics"])
+        assert row.status == "ok", row.message
+        assert {k: row.metrics[k] for k in want} == want, (recipe, par, row.metrics)
 
 
 def wrap_only_task(case, device, job):
     from tcperf import models, recipes
     mod = models.get("gpt2")
-    par, rec = parallel.PARALLELS[case["shape"]["parallel"]], recipes.get(case["precision"])
-    return {"status": "ok", "metrics": describe(parallel.wrap(mod.build(mod.CONFIGS["small"]), par, rec))}
+    par, rec = parallel.PARALLELS[case.shape["parallel"]], recipes.get(case.precision)
+    return Result("t", {}, rec.name, metrics=describe(parallel.wrap(mod.build(mod.CONFIGS["small"]), par, rec)))
 
 
 def test_parallel_options_are_named_as_stored():

@@ -94,7 +94,7 @@ def scramble(model, mode):
     return ["weights scrambled"]
 
 
-SCRAMBLED = recipes.Recipe("scrambled", "fp32", transform=f"{__name__}:scramble")
+SCRAMBLED = recipes.Recipe("scrambled", "fp32", transform=scramble)
 
 
 def test_a_degenerate_reference_compares_the_last_layers_input():
@@ -103,10 +103,10 @@ def test_a_degenerate_reference_compares_the_last_layers_input():
     ref = engine.reference(spec, "infer", "cpu")
     assert ref["degenerate"] == "all zero" and ref["tap"] == "head"
     row = engine.measure(spec, SCRAMBLED, "infer", "cpu", ref=ref, time_it=False)
-    assert row["status"] == "wrong" and row["metrics"]["accuracy"]["compared"] == "input of head"
-    assert "degenerate (all zero)" in row["warnings"][0] and "input of head" in row["warnings"][0]
+    assert row.status == "wrong" and row.metrics["accuracy"]["compared"] == "input of head"
+    assert "degenerate (all zero)" in row.warnings[0] and "input of head" in row.warnings[0]
     fine = engine.measure(spec, "amp_bf16", "infer", "cpu", ref=ref, time_it=False)
-    assert fine["status"] == "ok" and 0 < fine["error"] < 0.05
+    assert fine.status == "ok" and 0 < fine.error < 0.05
 
 
 def nudge(model, mode):
@@ -116,8 +116,8 @@ def nudge(model, mode):
     return ["weights nudged"]
 
 
-SCRAMBLED_COMPILED = recipes.Recipe("scrambled_compiled", "fp32", compile=True, transform=f"{__name__}:scramble")
-NUDGED_COMPILED = recipes.Recipe("nudged_compiled", "fp32", compile=True, transform=f"{__name__}:nudge")
+SCRAMBLED_COMPILED = recipes.Recipe("scrambled_compiled", "fp32", compile=True, transform=scramble)
+NUDGED_COMPILED = recipes.Recipe("nudged_compiled", "fp32", compile=True, transform=nudge)
 
 
 def test_a_layer_swap_far_off_fails_before_its_compile(monkeypatch):
@@ -129,10 +129,10 @@ def test_a_layer_swap_far_off_fails_before_its_compile(monkeypatch):
     spec = Spec(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)), (torch.randn(8, 16),))
     ref = engine.reference(spec, "infer", "cpu")
     row = engine.measure(spec, SCRAMBLED_COMPILED, "infer", "cpu", ref=ref, tolerance=0.05, time_it=False)
-    assert row["status"] == "wrong" and row["metrics"]["checked"] == "eager" and not compiled
-    assert "checked before compiling" in row["message"] and row["error"] > 2 * 0.05
+    assert row.status == "wrong" and row.metrics["checked"] == "eager" and not compiled
+    assert "checked before compiling" in row.message and row.error > 2 * 0.05
     row = engine.measure(spec, NUDGED_COMPILED, "infer", "cpu", ref=ref, tolerance=0.05, time_it=False)
-    assert row["status"] == "ok" and "checked" not in row["metrics"] and len(compiled) == 1
+    assert row.status == "ok" and "checked" not in row.metrics and len(compiled) == 1
 
 
 # --- fp16 weights, with fp32 islands --------------------------------------------------------------------------------
@@ -182,8 +182,8 @@ def test_gpu_cuda_graphs_train_and_bf16_weights_compile(cuda):
     for model, recipe, mode in (("gpt2", "cuda_graphs", "train"), ("gpt2", "bf16+compile", "infer"),
                                 ("resnet50", "fp16+cuda_graphs", "infer"), ("resnet50", "amp_fp16", "train")):
         r = ladder.measure_cell(model, mode, recipe, 16, cuda, config="small", timing={"rep_ms": 50})
-        assert r["status"] == "ok", (model, recipe, mode, r["message"])
-        assert r["metrics"]["throughput"] > 0
+        assert r.status == "ok", (model, recipe, mode, r.message)
+        assert r.metrics["throughput"] > 0
 
 
 @pytest.mark.gpu
@@ -255,12 +255,12 @@ def test_a_pickled_models_worker_imports_the_users_file_it_names_and_no_other(tm
                                       "def factory():\n    return Net(), torch.randn(2, 4)\n")
     (tmp_path / "other.py").write_text("import os\nif os.environ.get('IN_WORKER'):\n"
                                        "    raise RuntimeError('a worker imported a file its model does not name')\n")
-    parent = ("import json, sys; from pathlib import Path; from tcperf import source\n"
+    parent = ("import json, sys; from pathlib import Path; from tcperf import records, source\n"
               "spec = source.load_spec(sys.argv[1] + '/mine.py:factory')\n"
               "source.import_file(Path(sys.argv[1]) / 'other.py')\n"
-              "print(json.dumps(source.save_source(spec, sys.argv[1])))\n")
-    worker = ("import json, sys; from tcperf import source\n"
-              "spec = source.load_source(json.loads(sys.argv[1]), 'cpu')\n"
+              "print(json.dumps(records.to_wire(source.save_source(spec, sys.argv[1]))))\n")
+    worker = ("import json, sys; from tcperf import records, source\n"
+              "spec = source.load_source(records.from_wire(json.loads(sys.argv[1])), 'cpu')\n"
               "print(json.dumps([type(spec.model).__module__, sorted(m for m in sys.modules if "
               "m.startswith('tcperf_user_'))]))\n")
     env = {**__import__("os").environ, "PYTHONPATH": root}
@@ -268,7 +268,7 @@ def test_a_pickled_models_worker_imports_the_users_file_it_names_and_no_other(tm
                            timeout=120)
     assert saved.returncode == 0, saved.stderr[-2000:]
     src = json.loads(saved.stdout.strip().splitlines()[-1])
-    assert src["kind"] == "pickle" and len(src["files"]) == 2, src
+    assert src["pickle"] and len(src["files"]) == 2, src
     loaded = subprocess.run([sys.executable, "-c", worker, json.dumps(src)], capture_output=True, text=True,
                             env={**env, "IN_WORKER": "1"}, timeout=120)
     assert loaded.returncode == 0, loaded.stderr[-2000:]

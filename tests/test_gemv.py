@@ -339,13 +339,14 @@ def test_triton_layers_compiled_with_cuda_graphs(cuda, bits, kernel):
 
 @pytest.mark.gpu
 def test_compiled_decode_on_the_triton_kernels(cuda):
-    from tcperf.generate import measure
-    from tcperf.worker import run_case
+    from tcperf.generate import sweep
+    from tcperf.records import Job, TimingConfig
+    from tcperf.runner import run_case
     src = {"kind": "builtin", "name": "tiny"}
-    rows = [run_case(measure.case(src, "plain", name, b, 16, 8, max_batch=4, kernel="triton"), cuda,
-                     {"timing": {"rep_ms": 20}}) for name in ("int8wo", "int4wo-32") for b in (1, 2, 4)]
-    assert [r["status"] for r in rows] == ["ok"] * 6, [r.get("message") for r in rows]     # 2, 4: a dynamic batch
-    assert all(r["metrics"]["kernel"]["passed"] for r in rows)
+    rows = [run_case(sweep.case(src, "plain", name, b, 16, 8, max_batch=4, kernel="triton"), cuda,
+                     Job(TimingConfig(rep_ms=20))) for name in ("int8wo", "int4wo-32") for b in (1, 2, 4)]
+    assert [r.status for r in rows] == ["ok"] * 6, [r.message for r in rows]     # 2, 4: a dynamic batch
+    assert all(r.metrics["kernel"]["passed"] for r in rows)
 
 
 @pytest.mark.parametrize("args, words", [(["--models", "Llama-9B"], "unknown model 'Llama-9B'"),

@@ -9,7 +9,7 @@ import torch
 
 from tcperf import cli
 from tcperf import quant as core_quant
-from tcperf.generate import accounting, loop, measure, quant
+from tcperf.generate import accounting, loop, quant, sweep
 from tcperf.generate import model as plain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -149,25 +149,26 @@ def test_precision_names():
 def test_model_accuracy_judges_the_perplexity_rise():
     tokens = torch.randint(0, 50, (2, 6), generator=torch.Generator().manual_seed(0))
     ref = torch.randn(2, 6, 50)
-    same = measure.model_accuracy(ref.clone(), ref, tokens, 0.01)
+    same = sweep.model_accuracy(ref.clone(), ref, tokens, 0.01)
     assert same["rise"] == 0 and same["top1_agree"] == 1 and same["passed"] and same["judged"]
-    bad = measure.model_accuracy(ref + 3 * torch.randn_like(ref), ref, tokens, 0.01)
+    bad = sweep.model_accuracy(ref + 3 * torch.randn_like(ref), ref, tokens, 0.01)
     assert not bad["passed"] and bad["rise"] > 0.01 and bad["perplexity_bf16"] == same["perplexity"]
 
 
 # --- the worker task: out of memory ends the sweep -------------------------------------------------------------
 def test_out_of_memory_is_recorded_and_ends_the_sweep():
-    from tcperf.worker import run_case
+    from tcperf.records import Job, TimingConfig
+    from tcperf.runner import run_case
     src = {"kind": "builtin", "name": "tiny"}
-    job = {"timing": {"rep_ms": 1.0}}
-    rows = [run_case(measure.case(src, "plain", "bf16", b, 4, 3, max_batch=4, oom_above=1), torch.device("cpu"), job)
+    job = Job(TimingConfig(rep_ms=1.0))
+    rows = [run_case(sweep.case(src, "plain", "bf16", b, 4, 3, max_batch=4, oom_above=1), torch.device("cpu"), job)
             for b in (1, 2, 4)]
-    assert [r["status"] for r in rows] == ["ok", "oom", "skipped"]
-    assert "ends there" in rows[2]["message"]
-    m = rows[0]["metrics"]
-    assert m["itl_ms"]["n"] >= 2 * measure.MIN_REPEATS and m["accuracy"] == {"judged": False,
-                                                                             "note": measure.NOT_JUDGED}
-    assert rows[0]["bytes"] == m["decode"]["weight_bytes"] + m["decode"]["kv_bytes"]
+    assert [r.status for r in rows] == ["ok", "oom", "skipped"]
+    assert "ends there" in rows[2].message
+    m = rows[0].metrics
+    assert m["itl_ms"]["n"] >= 2 * sweep.MIN_REPEATS and m["accuracy"] == {"judged": False,
+                                                                             "note": sweep.NOT_JUDGED}
+    assert rows[0].bytes == m["decode"]["weight_bytes"] + m["decode"]["kv_bytes"]
 
 
 # --- bad input: one line, exit 2 --------------------------------------------------------------------------------
@@ -246,13 +247,14 @@ def test_compiled_decode_on_cuda(cuda, name):
     why = quant.unsupported(r, cuda)
     if why:
         pytest.skip(why)
-    from tcperf.worker import run_case
+    from tcperf.records import Job, TimingConfig
+    from tcperf.runner import run_case
     src = {"kind": "builtin", "name": "tiny"}
-    rows = [run_case(measure.case(src, "plain", name, b, 16, 8, max_batch=4), cuda, {"timing": {"rep_ms": 20}})
+    rows = [run_case(sweep.case(src, "plain", name, b, 16, 8, max_batch=4), cuda, Job(TimingConfig(rep_ms=20)))
             for b in (1, 4)]
-    assert [r["status"] for r in rows] == ["ok", "ok"], [r.get("message") for r in rows]
-    assert rows[0]["metrics"]["decode"]["gbps"] > 0
-    parts = rows[0]["metrics"]["parts"]                 # where the step goes: its kernels seen by the profiler
+    assert [r.status for r in rows] == ["ok", "ok"], [r.message for r in rows]
+    assert rows[0].metrics["decode"]["gbps"] > 0
+    parts = rows[0].metrics["parts"]                 # where the step goes: its kernels seen by the profiler
     assert parts.get("linear_ms", 0) > 0 and parts["kernel_ms"] <= 1.2 * parts["step_ms"], parts
 
 

@@ -11,7 +11,7 @@ import torch
 from tcperf import cli
 from tcperf import quant as core_quant
 from tcperf.commands import generate as command
-from tcperf.generate import loop, measure, quant, trained
+from tcperf.generate import loop, quant, sweep, trained
 from tcperf.generate import model as plain
 from tcperf.store import Store
 
@@ -57,15 +57,16 @@ def test_int4_plain_copy_round_trips():
 
 def test_a_kernel_bug_is_not_timed_and_exits_1(monkeypatch):
     from rich.console import Console
-    from tcperf.worker import run_case
+    from tcperf.records import Job, TimingConfig
+    from tcperf.runner import run_case
     bug = {"rel_error": 0.3, "layer": "output at 1 row(s)", "layers": 9, "tolerance": 0.01, "passed": False}
     monkeypatch.setattr(core_quant, "check_layers", lambda model: bug)      # the path a failure takes
-    measure._SESSIONS.clear()
-    row = run_case(measure.case({"kind": "builtin", "name": "tiny"}, "plain", "int8wo", 1, 4, 3, max_batch=1),
-                   torch.device("cpu"), {"timing": {"rep_ms": 1.0}})
-    measure._SESSIONS.clear()
-    assert row["status"] == "wrong" and row["message"].startswith("kernel bug: ") and "median_ms" not in row
-    assert command.failures([row], Console(file=sys.stderr)) == 1
+    sweep._SESSIONS.clear()
+    row = run_case(sweep.case({"kind": "builtin", "name": "tiny"}, "plain", "int8wo", 1, 4, 3, max_batch=1),
+                   torch.device("cpu"), Job(TimingConfig(rep_ms=1.0)))
+    sweep._SESSIONS.clear()
+    assert row.status == "wrong" and row.message.startswith("kernel bug: ") and row.median_ms is None
+    assert command.failures([row.to_row()], Console(file=sys.stderr)) == 1
 
 
 # --- the model check on trained weights -------------------------------------------------------------------------
@@ -81,7 +82,7 @@ def _perplexity(path, name: str) -> float:
     model = trained.load(path, "cpu", r.act)
     quant.quantize(model, r)
     tokens = trained.held_out("cpu")
-    return trained.perplexity(measure.PlainSession.logits(model, tokens, r.kv_dtype), tokens)
+    return trained.perplexity(sweep.PlainSession.logits(model, tokens, r.kv_dtype), tokens)
 
 
 def test_trained_model_int8_perplexity_within_its_limit_of_bf16(stdlib):

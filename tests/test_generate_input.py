@@ -152,19 +152,19 @@ def test_a_precision_the_loop_cannot_run_is_a_row_made_without_a_worker():
     """transformers' loop keeps its KV cache in the model's dtype: int8wo+kvfp8 there is skipped by the parent
     (tcperf.runner's `known` rows), one row, with the reason the worker would have given."""
     cases = _plan("--loop", "plain,hf", "--precision", "bf16,int8wo+kvfp8", "--batch", "1,2")
-    known = [c for c in cases if c.get("known")]
-    assert [(c["precision"], c["shape"]["loop"], c["shape"]["batch"]) for c in known] == [("int8wo+kvfp8", "hf", 1)]
-    row = known[0]["known"]
-    assert row["status"] == "skipped" and "KV cache" in row["message"] and row["metrics"]["loop"] == "hf"
+    known = [c for c in cases if c.known]
+    assert [(c.precision, c.shape["loop"], c.shape["batch"]) for c in known] == [("int8wo+kvfp8", "hf", 1)]
+    row = known[0].known
+    assert row.status == "skipped" and "KV cache" in row.message and row.metrics["loop"] == "hf"
     assert len(cases) - len(known) == 6                       # bf16 in both loops, int8wo+kvfp8 plain, at 1 and 2
 
 
 def test_default_is_the_headline_and_sweep_is_everything(capsys):
-    headline = {(c["precision"], c["shape"]["loop"], c["shape"]["batch"]) for c in _plan()}
+    headline = {(c.precision, c.shape["loop"], c.shape["batch"]) for c in _plan()}
     assert headline == {(p, "plain", 1) for p in ("bf16", "int8wo", "int4wo-128")}
     sweep = _plan("--sweep")
-    assert {c["precision"] for c in sweep} >= {"fp8-row", "int4wo-32", "int8wo+kvfp8"}
-    assert {c["shape"]["loop"] for c in sweep} == {"plain", "hf"} and {c["shape"]["batch"] for c in sweep} == {1, 2, 4}
+    assert {c.precision for c in sweep} >= {"fp8-row", "int4wo-32", "int8wo+kvfp8"}
+    assert {c.shape["loop"] for c in sweep} == {"plain", "hf"} and {c.shape["batch"] for c in sweep} == {1, 2, 4}
     with pytest.raises(SystemExit):
         cli.main(["generate", "--help"])
     assert "Expected time: half an hour" in " ".join(capsys.readouterr().out.split())

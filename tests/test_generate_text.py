@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tcperf import cli
-from tcperf.generate import hf, loop, measure
+from tcperf.generate import hf, loop, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ["the quick brown fox jumps over the lazy dog.", "a tensor core multiplies small matrices quickly.",
@@ -117,14 +117,15 @@ def test_cli_judges_a_gpt2_folder_in_the_hf_loop_and_says_so_in_the_table(tmp_pa
 
 
 def test_a_config_only_folder_is_not_judged(tmp_path):
-    from tcperf.worker import run_case
+    from tcperf.records import Job, TimingConfig
+    from tcperf.runner import run_case
     src = hf.source(_folder(tmp_path / "config", weights=False))
     assert not src["saved_weights"]
-    measure._SESSIONS.clear()
-    row = run_case(measure.case(src, "plain", "bf16", 1, 4, 3, max_batch=1), torch.device("cpu"),
-                   {"timing": {"rep_ms": 1.0}})
-    measure._SESSIONS.clear()
-    assert row["status"] == "ok" and row["metrics"]["accuracy"] == {"judged": False, "note": measure.NOT_JUDGED}
+    sweep._SESSIONS.clear()
+    row = run_case(sweep.case(src, "plain", "bf16", 1, 4, 3, max_batch=1), torch.device("cpu"),
+                   Job(TimingConfig(rep_ms=1.0)))
+    sweep._SESSIONS.clear()
+    assert row.status == "ok" and row.metrics["accuracy"] == {"judged": False, "note": sweep.NOT_JUDGED}
 
 
 @pytest.mark.parametrize("case, says", [

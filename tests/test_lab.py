@@ -16,6 +16,7 @@ import pytest
 from tcperf import cli, lab
 from tcperf.errors import UserError
 from tcperf.lab import bench
+from tcperf.records import Result
 from tcperf.precision import get as get_precision
 from tcperf.store import Store
 
@@ -177,8 +178,8 @@ def test_interpreter_switch_is_restored(monkeypatch):
 
 
 def _row(n, numpy_ms, kernel_ms, pageable_ms, pinned_ms):
-    return {"op": "lab.vector_add", "precision": "fp32", "status": "ok", "shape": {"n": n}, "median_ms": kernel_ms,
-            "metrics": {"numpy_ms": numpy_ms, "e2e_pageable_ms": pageable_ms, "e2e_pinned_ms": pinned_ms}}
+    return Result("lab.vector_add", {"n": n}, "fp32", median_ms=kernel_ms,
+                  metrics={"numpy_ms": numpy_ms, "e2e_pageable_ms": pageable_ms, "e2e_pinned_ms": pinned_ms})
 
 
 def test_crossover_is_the_size_from_which_the_gpu_always_wins():
@@ -189,9 +190,9 @@ def test_crossover_is_the_size_from_which_the_gpu_always_wins():
     assert bench.crossover(rows, "e2e_pageable_ms") == 4
     assert bench.crossover(rows + [_row(5, 5.0, 0.1, 6.0, 6.0)], "e2e_pinned_ms") is None   # loses at the end
     (summary,) = bench.crossovers(list(reversed(rows)))
-    assert summary["metrics"]["crossover"] == {"fp32 kernel only": 1, "fp32 incl. copies, pageable": 4,
-                                               "fp32 incl. copies, pinned": 2}
-    assert summary["shape"] == {"summary": "crossover"} and summary["metrics"]["sizes"] == [1, 2, 3, 4]
+    assert summary.metrics["crossover"] == {"fp32 kernel only": 1, "fp32 incl. copies, pageable": 4,
+                                            "fp32 incl. copies, pinned": 2}
+    assert summary.shape == {"summary": "crossover"} and summary.metrics["sizes"] == [1, 2, 3, 4]
 
 
 def test_lab_command_on_cpu_checks_in_the_interpreter_and_stores_a_lab_run(db_path, capsys):

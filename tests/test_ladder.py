@@ -14,6 +14,7 @@ from rich.console import Console
 from tcperf import cli, ladder, models, precision, recipes
 from tcperf.commands.models import print_ladder
 from tcperf.errors import UserError
+from tcperf.records import Job, Result, to_wire
 from tcperf.store import Store
 
 
@@ -108,38 +109,38 @@ def test_what_a_recipe_needs_is_read_off_the_model():
 
 def test_skipped_cell_says_why():
     r = ladder.measure_cell("gpt2", "train", "bf16", 2, "cpu", config="small")
-    assert r["status"] == "skipped" and "infer only" in r["message"] and r["precision"] == "bf16"
+    assert r.status == "skipped" and "infer only" in r.message and r.precision == "bf16"
     r = ladder.measure_cell("gpt2", "train", "channels_last", 2, "cpu", config="small")
-    assert r["status"] == "skipped" and "no 2-D convolution" in r["message"]
+    assert r.status == "skipped" and "no 2-D convolution" in r.message
 
 
 # --- one cell ---------------------------------------------------------------------------------------------------
 def test_infer_cell_figures_and_accuracy():
     r = ladder.measure_cell("resnet50", "infer", "amp_bf16", 4, "cpu", config="small", timing={"rep_ms": 20})
-    m = r["metrics"]
-    assert r["status"] == "ok", r["message"]
-    assert r["shape"] == {"model": "resnet50", "mode": "infer", "batch": 4} and r["op"] == "model"
-    assert m["unit"] == "img/s" and m["throughput"] == pytest.approx(4 / (r["mean_ms"] * 1e-3))
-    assert r["n"] >= ladder.MIN_REPS and r["iqr_ms"] >= 0 and m["rung"] == recipes.LADDER.index("amp_bf16")
-    assert m["model_flops"] > 0 and r["tflops"] > 0 and m["mfu"] is None     # no peak for a CPU
+    m = r.metrics
+    assert r.status == "ok", r.message
+    assert r.shape == {"model": "resnet50", "mode": "infer", "batch": 4} and r.op == "model"
+    assert m["unit"] == "img/s" and m["throughput"] == pytest.approx(4 / (r.mean_ms * 1e-3))
+    assert r.n >= ladder.MIN_REPS and r.iqr_ms >= 0 and m["rung"] == recipes.LADDER.index("amp_bf16")
+    assert m["model_flops"] > 0 and r.tflops > 0 and m["mfu"] is None     # no peak for a CPU
     acc = m["accuracy"]
     assert 0 < acc["rel_error"] < 0.05 and acc["top1_agree"] >= 0.5 and not acc["nonfinite"]
-    assert r["error"] == acc["rel_error"]
-    json.dumps(r)                                  # what the worker sends back must be plain JSON
+    assert r.error == acc["rel_error"]
+    json.dumps(to_wire(r))                         # what the worker sends back must be plain JSON
 
 
 def test_train_cell_holds_the_loss_fall_to_fp32s():
     r = ladder.measure_cell("gpt2", "train", "amp_bf16", 2, "cpu", config="small", steps=4, timing={"rep_ms": 20})
-    acc = r["metrics"]["accuracy"]
-    assert r["status"] == "ok", r["message"]
+    acc = r.metrics["accuracy"]
+    assert r.status == "ok", r.message
     assert acc["steps"] == 4 and acc["skipped_steps"] == 0 and acc["loss"] < acc["loss_first"]   # it learns
     assert acc["rule"] == "fall" and acc["fall_spread"] >= 0 and acc["kept"] >= 1 - acc["allowed"]
-    assert "run-to-run spread" in acc["criterion"] and r["metrics"]["criterion"] == "share of fp32's loss fall lost"
-    assert r["error"] == pytest.approx(acc["shortfall"])
+    assert "run-to-run spread" in acc["criterion"] and r.metrics["criterion"] == "share of fp32's loss fall lost"
+    assert r.error == pytest.approx(acc["shortfall"])
     ref = {"mode": "train", "losses": [100.0] * 4, "noise": [[100.0] * 4]}
     given = ladder.measure_cell("gpt2", "train", "amp_bf16", 2, "cpu", config="small", steps=4,
                                 timing={"rep_ms": 20}, reference=ref)
-    assert given["status"] == "wrong" and "loss gap" in given["message"]   # the reference passed in is used
+    assert given.status == "wrong" and "loss gap" in given.message   # the reference passed in is used
 
 
 def scramble(model, mode):
@@ -158,34 +159,34 @@ def poison(model, mode):
     return []
 
 
-BROKEN = recipes.Recipe("broken", "fp32", transform=f"{__name__}:scramble", tolerance=0.1)
-NAN = recipes.Recipe("nan", "amp_bf16", transform=f"{__name__}:poison")
+BROKEN = recipes.Recipe("broken", "fp32", transform=scramble, tolerance=0.1)
+NAN = recipes.Recipe("nan", "amp_bf16", transform=poison)
 
 
 @pytest.mark.parametrize("mode", ["infer", "train"])
 def test_accuracy_check_flags_a_broken_recipe(mode):
     r = ladder.measure_cell("lstm", mode, f"{__name__}:BROKEN", 4, "cpu", config="small", steps=3,
                             timing={"rep_ms": 10})
-    assert r["status"] == "wrong" and ("tolerance" in r["message"] or "allowed" in r["message"])
-    assert r["error"] > 0.1 and r["metrics"]["throughput"] > 0     # flagged, and timed all the same
-    assert r["metrics"]["notes"] == ["weights scrambled"] and r["metrics"]["rung"] is None
+    assert r.status == "wrong" and ("tolerance" in r.message or "allowed" in r.message)
+    assert r.error > 0.1 and r.metrics["throughput"] > 0     # flagged, and timed all the same
+    assert r.metrics["notes"] == ["weights scrambled"] and r.metrics["rung"] is None
 
 
 def test_nonfinite_is_a_finding_not_a_crash():
     r = ladder.measure_cell("gpt2", "train", f"{__name__}:NAN", 2, "cpu", config="small", steps=2,
                             timing={"rep_ms": 10})
-    assert r["status"] == "wrong" and "NaN/inf in the loss" in r["message"]
-    assert r["metrics"]["accuracy"]["nonfinite"] and math.isfinite(r["median_ms"])
+    assert r.status == "wrong" and "NaN/inf in the loss" in r.message
+    assert r.metrics["accuracy"]["nonfinite"] and math.isfinite(r.median_ms)
 
 
 def test_compile_rung_reports_compile_time_apart():
     """The one torch.compile test on the CPU (inductor's C++ build makes it the slowest here)."""
     r = ladder.measure_cell("gpt2", "infer", "compile", 2, "cpu", config="small", timing={"rep_ms": 10})
-    m = r["metrics"]
-    assert r["status"] == "ok", r["message"]
+    m = r.metrics
+    assert r.status == "ok", r.message
     assert m["compile_s"] > 0 and "compile_s" not in ladder.measure_cell(
-        "gpt2", "infer", "amp_bf16", 2, "cpu", config="small", timing={"rep_ms": 5}, check=False)["metrics"]
-    assert m["first_call_s"] == pytest.approx(m["compile_s"] + r["mean_ms"] * 1e-3)   # kept out of the steps
+        "gpt2", "infer", "amp_bf16", 2, "cpu", config="small", timing={"rep_ms": 5}, check=False).metrics
+    assert m["first_call_s"] == pytest.approx(m["compile_s"] + r.mean_ms * 1e-3)   # kept out of the steps
     assert m["accuracy"]["rel_error"] < 0.05
 
 
@@ -211,8 +212,8 @@ def test_find_max_batch_edges():
 def test_batch_auto_on_a_simulated_oom():
     r = ladder.measure_cell("lstm", "infer", "fp32", "auto", "cpu", config="small", oom_above=5,
                             timing={"rep_ms": 5})
-    m = r["metrics"]
-    assert r["status"] == "ok" and r["shape"]["batch"] == "auto" and m["batch"] == 5
+    m = r.metrics
+    assert r.status == "ok" and r.shape["batch"] == "auto" and m["batch"] == 5
     assert m["items_per_step"] == 5 * models.get("lstm").CONFIGS["small"]["seq"]
     curve = {p["batch"]: p for p in m["batch_curve"]}
     assert set(curve) == {1, 2, 4, 8, 6, 5} and curve[8]["status"] == curve[6]["status"] == "oom"
@@ -233,17 +234,17 @@ def test_climb_in_workers_fills_speedups_and_records_oom():
     cases = ladder.cells(["gpt2"], "train", ["fp32", "amp_bf16", "tf32"], [2], config="small", steps=3)
     cases.insert(1, ladder.cell_case("gpt2", "train", "fp32", 4, config="small", steps=3, oom_above=2))
     seen = []
-    rows = ladder.climb(cases, "cpu", timeout=120, on_result=seen.append)
-    by = {(r["precision"], r["shape"]["batch"]): r for r in rows}
-    assert seen == rows and [r["precision"] for r in rows] == ["fp32", "fp32", "amp_bf16", "tf32"]
-    assert by[("tf32", 2)]["message"] == "tf32 needs a CUDA GPU"        # decided in the parent: no worker
-    assert by[("fp32", 4)]["status"] == "oom" and "simulated" in by[("fp32", 4)]["message"]
+    rows = ladder.climb(cases, "cpu", Job(timeout=120), on_result=seen.append)
+    by = {(r.precision, r.shape["batch"]): r for r in rows}
+    assert seen == rows and [r.precision for r in rows] == ["fp32", "fp32", "amp_bf16", "tf32"]
+    assert by[("tf32", 2)].message == "tf32 needs a CUDA GPU"        # decided in the parent: no worker
+    assert by[("fp32", 4)].status == "oom" and "simulated" in by[("fp32", 4)].message
     bf16 = by[("amp_bf16", 2)]
-    assert bf16["status"] == "ok" and bf16["metrics"]["reference"] == "made by an earlier recipe's worker"
-    assert bf16["metrics"]["speedup_fp32"] == pytest.approx(
-        bf16["metrics"]["throughput"] / by[("fp32", 2)]["metrics"]["throughput"])
-    assert bf16["metrics"]["prev"] == "fp32"
-    assert by[("tf32", 2)]["status"] == "skipped"
+    assert bf16.status == "ok" and bf16.metrics["reference"] == "made by an earlier recipe's worker"
+    assert bf16.metrics["speedup_fp32"] == pytest.approx(
+        bf16.metrics["throughput"] / by[("fp32", 2)].metrics["throughput"])
+    assert bf16.metrics["prev"] == "fp32"
+    assert by[("tf32", 2)].status == "skipped"
 
 
 # --- the command --------------------------------------------------------------------------------------------------
@@ -274,10 +275,10 @@ def test_changed_sizes_build_that_model_and_climb_apart_from_the_stock_one(db_pa
     rows = json.loads(capsys.readouterr().out)["results"]
     assert rc == 0 and [r["shape"]["sizes"] for r in rows] == ["dim=32,layers=1"] * 2
     assert rows[0]["flops"] < ladder.measure_cell("gpt2", "train", "fp32", 2, "cpu", config="small",
-                                                  steps=2)["flops"]                # a narrower, shallower model
+                                                  steps=2).flops                # a narrower, shallower model
     assert rows[1]["metrics"]["prev"] == "fp32" and "[dim=32,layers=1]" in rows[1]["metrics"]["label"]
-    stock = {**rows[0], "shape": {k: v for k, v in rows[0]["shape"].items() if k != "sizes"}}
-    assert ladder.group_key(stock) != ladder.group_key(rows[0])
+    stock = {k: v for k, v in rows[0]["shape"].items() if k != "sizes"}
+    assert ladder.group_key(stock) != ladder.group_key(rows[0]["shape"])
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -322,8 +323,8 @@ def test_fused_rung_rebuilds_the_given_optimizer_with_its_fused_kernel():
 @pytest.mark.gpu
 def test_gpu_resnet50_cell(cuda):
     r = ladder.measure_cell("resnet50", "train", "channels_last", 32, cuda, steps=3, timing={"rep_ms": 200})
-    m = r["metrics"]
-    assert r["status"] == "ok", r["message"]
+    m = r.metrics
+    assert r.status == "ok", r.message
     assert m["peak_mem_gib"] > 0.5 and 0 < m["mfu"] < 1 and m["mfu_basis"]["precision"] == "bf16"
 
 
@@ -342,10 +343,10 @@ def test_gpu_resnet50_cell(cuda):
 ])
 def test_gpu_rungs_on_small_models(cuda, model, recipe, mode):
     r = ladder.measure_cell(model, mode, recipe, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
-    if r["status"] == "skipped":
-        pytest.skip(r["message"])
-    assert r["status"] == "ok", r["message"]
-    assert r["metrics"]["throughput"] > 0 and r["metrics"]["peak_mem_gib"] > 0
+    if r.status == "skipped":
+        pytest.skip(r.message)
+    assert r.status == "ok", r.message
+    assert r.metrics["throughput"] > 0 and r.metrics["peak_mem_gib"] > 0
 
 
 @pytest.mark.gpu
@@ -356,10 +357,10 @@ def test_gpu_batch_auto_survives_a_real_oom(cuda):
     free, _ = torch.cuda.mem_get_info()
     ballast = torch.empty(max(0, free - 10 * 2**30), dtype=torch.uint8, device=cuda)  # noqa: F841 (held)
     r = ladder.measure_cell("gpt2", "infer", "amp_bf16", "auto", cuda, timing={"rep_ms": 20})
-    curve = r["metrics"]["batch_curve"]
-    assert r["status"] == "ok" and any(p["status"] == "oom" for p in curve)
+    curve = r.metrics["batch_curve"]
+    assert r.status == "ok" and any(p["status"] == "oom" for p in curve)
     # The final cell adds the accuracy check (an fp32 reference), so it may settle below the largest probe that fit.
-    assert r["metrics"]["batch"] in {p["batch"] for p in curve if p["status"] == "ok"}
+    assert r.metrics["batch"] in {p["batch"] for p in curve if p["status"] == "ok"}
 
 
 @pytest.mark.gpu
@@ -368,8 +369,8 @@ def test_gpu_a_graphed_step_counts_its_private_pool(cuda):
     memory must not read as a fraction of the same step compiled (0.9 against 10.9 GiB for ResNet-50, H200)."""
     rows = {r: ladder.measure_cell("resnet50", "train", r, 32, cuda, config="small", steps=3, timing={"rep_ms": 50})
             for r in ("compile", "step_graph")}
-    assert all(r["status"] == "ok" for r in rows.values()), [r["message"] for r in rows.values()]
-    peaks = {name: r["metrics"]["peak_mem_gib"] for name, r in rows.items()}
+    assert all(r.status == "ok" for r in rows.values()), [r.message for r in rows.values()]
+    peaks = {name: r.metrics["peak_mem_gib"] for name, r in rows.items()}
     assert peaks["step_graph"] >= 0.5 * peaks["compile"], peaks
 
 
@@ -411,7 +412,7 @@ def test_prepare_compiles_in_the_recipes_mode(monkeypatch):
     """torch.compile gets the autotune options (no mode: it takes one or the other), and the advice's snippet
     writes the same options."""
     import dataclasses
-    from tcperf.advisor import measure, snippets
+    from tcperf.advisor import trials, snippets
     seen = []
     monkeypatch.setattr(torch, "compile", lambda model, **kw: seen.append(kw) or model)
     autotuned = dataclasses.replace(recipes.RECIPES["fp32"], name="fp32_autotune", compile=True, autotune=True)
@@ -419,7 +420,7 @@ def test_prepare_compiles_in_the_recipes_mode(monkeypatch):
     recipes.prepare(torch.nn.Linear(4, 4), recipes.RECIPES["compile"], "infer", torch.randn(2, 4), "cpu")
     assert [{k: v for k, v in kw.items() if k != "dynamic"} for kw in seen] == [
         {"options": recipes.AUTOTUNE}, {"mode": "default"}]
-    code = snippets.plain(measure.setup_of("autotune", "cnn"), "train")
+    code = snippets.plain(trials.setup_of("autotune", "cnn"), "train")
     assert f"torch.compile(model, options={recipes.AUTOTUNE!r})" in code, code
 
 
@@ -451,13 +452,13 @@ def test_the_batch_rung_is_the_full_cell_at_the_fastest_batch(caplog):
     rung = dataclasses.replace(recipes.RECIPES["fp32"], name="fp32_batch", fastest_batch=True)
     r = ladder.measure_cell("gpt2", "train", rung, 2, "cpu", config="small", steps=2, timing={"rep_ms": 10},
                             oom_above=4)
-    m = r["metrics"]
-    assert r["status"] == "ok", r["message"]
+    m = r.metrics
+    assert r.status == "ok", r.message
     ok = [p for p in m["batch_curve"] if p["status"] == "ok"]
-    assert r["shape"]["batch"] == 2 and "(fastest)" in m["label"]           # the row climbs batch 2's ladder
+    assert r.shape["batch"] == 2 and "(fastest)" in m["label"]           # the row climbs batch 2's ladder
     assert m["batch"] == ladder.fastest(ok)                                 # CPU timings: whichever was fastest
     assert all(p["status"] == "oom" for p in m["batch_curve"] if p["batch"] > 4)
-    assert m["accuracy"] and r["precision"] == "fp32_batch"          # checked against fp32 at the batch found
+    assert m["accuracy"] and r.precision == "fp32_batch"          # checked against fp32 at the batch found
     said = caplog.text                   # the progress a killed worker's parent reports (runner: last logged)
     assert "gpt2 train: probing batch 2" in said and f"the full cell at batch {m['batch']}" in said
     assert "fp32 strict's reference (train, 2 steps and 2 noise runs)" in said
@@ -482,10 +483,10 @@ def test_the_batch_rung_falls_back_a_batch_when_the_full_cell_at_the_fastest_run
         tried.append((batch, kw["reference"]))
         if batch == 4:
             raise torch.OutOfMemoryError("float64 logits")
-        return {"status": "ok", "shape": {"batch": batch}, "metrics": {}}
+        return Result("model", {"batch": batch}, "fp32")
     monkeypatch.setattr(ladder, "measure_cell", cell)
     found, r = ladder._checked_cell("gpt2", "train", None, 2, "cpu", curve, {"reference": "fp32-b2.pt"})
-    assert found == 2 and tried == [(4, None), (2, "fp32-b2.pt")] and r["status"] == "ok"
+    assert found == 2 and tried == [(4, None), (2, "fp32-b2.pt")] and r.status == "ok"
     assert "ran out of memory" in curve[1]["note"]
 
 
@@ -499,33 +500,33 @@ def test_the_batch_rung_takes_the_fastest_batch_that_passes_the_check(monkeypatc
     def cell(model, mode, rec, batch, device, **kw):
         tried.append(batch)
         wrong = batch in fails
-        return {"status": "wrong" if wrong else "ok", "message": f"check failed at {batch}" if wrong else "",
-                "shape": {"batch": batch}, "metrics": {"notes": []}}
+        return Result("model", {"batch": batch}, "fp32", "wrong" if wrong else "ok",
+                      message=f"check failed at {batch}" if wrong else "", metrics={"notes": []})
     monkeypatch.setattr(ladder, "measure_cell", cell)
     fails = {1024}
     found, r = ladder._checked_cell("resnet50", "train", None, 256, "cpu", curve, {})
-    assert found == 512 and tried == [1024, 512] and r["status"] == "ok"
-    assert r["metrics"]["notes"] == ["batch 1024 ran faster but failed the training check: check failed at 1024"]
+    assert found == 512 and tried == [1024, 512] and r.status == "ok"
+    assert r.metrics["notes"] == ["batch 1024 ran faster but failed the training check: check failed at 1024"]
     assert "training check failed" in curve[2]["note"]
     fails, tried[:] = {256, 512, 1024}, []
     found, r = ladder._checked_cell("resnet50", "train", None, 256, "cpu", curve, {})
-    assert found == 1024 and tried == [1024, 512, 256] and r["status"] == "wrong"       # none passes: the fastest
+    assert found == 1024 and tried == [1024, 512, 256] and r.status == "wrong"       # none passes: the fastest
 
 
 def test_a_rung_on_top_of_another_is_compared_with_it_and_says_when_its_compile_pays():
     def row(name, ms, compile_s):
-        return {"precision": name, "mean_ms": ms, "shape": {"model": "gpt2", "mode": "train", "batch": 16},
-                "metrics": {"throughput": 1000 / ms, "compile_s": compile_s}}
+        return Result("model", {"model": "gpt2", "mode": "train", "batch": 16}, name, mean_ms=ms,
+                      metrics={"throughput": 1000 / ms, "compile_s": compile_s})
     done = [row("fp32", 100.0, 0.0), row("step_graph", 40.0, 30.0), row("autotune", 38.0, 90.0)]
     chunked = row("chunked_ce", 36.0, 31.0)
     ladder.add_speedups(done[2], done[:2])
     ladder.add_speedups(chunked, done)
-    assert done[2]["metrics"]["prev"] == "step_graph" and chunked["metrics"]["prev"] == "step_graph"
-    assert done[2]["metrics"]["pays_after_steps"] == pytest.approx(60.0 / 0.002)      # 60 s more, 2 ms a step
-    assert chunked["metrics"]["speedup_prev"] == pytest.approx(40.0 / 36.0)
+    assert done[2].metrics["prev"] == "step_graph" and chunked.metrics["prev"] == "step_graph"
+    assert done[2].metrics["pays_after_steps"] == pytest.approx(60.0 / 0.002)      # 60 s more, 2 ms a step
+    assert chunked.metrics["speedup_prev"] == pytest.approx(40.0 / 36.0)
     slower = row("autotune", 41.0, 90.0)
     ladder.add_speedups(slower, done[:2])
-    assert "pays_after_steps" not in slower["metrics"]                                # never pays
+    assert "pays_after_steps" not in slower.metrics                                # never pays
 
 
 def test_the_batch_rung_searches_at_the_fastest_rung_it_may_repeat():
@@ -533,8 +534,8 @@ def test_the_batch_rung_searches_at_the_fastest_rung_it_may_repeat():
     (414k against 399k tokens/s on an H100) while the batch search ran on the graph alone. Autotune is not a base:
     its compile comes again at each batch tried."""
     def row(name, value, status="ok", batch=16):
-        return {"precision": name, "status": status, "shape": {"model": "gpt2", "mode": "train", "batch": batch},
-                "metrics": {"throughput": value}}
+        return Result("model", {"model": "gpt2", "mode": "train", "batch": batch}, name, status,
+                      metrics={"throughput": value})
     case = ladder.cell_case("gpt2", "train", "batch", 16)
     done = [row("fused", 400.0), row("step_graph", 399.0), row("autotune", 430.0), row("chunked_ce", 414.0),
             row("chunked_ce", 500.0, batch=32), row("chunked_ce", 520.0, status="wrong")]
@@ -546,6 +547,6 @@ def test_the_batch_rung_searches_at_the_fastest_rung_it_may_repeat():
                                                                                  "chunked_ce")
     assert ladder.batch_recipe(rung, "step_graph") is rung and ladder.batch_recipe(rung, None) is rung
     assert ladder.batch_recipe(recipes.get("chunked_ce"), "step_graph") is recipes.get("chunked_ce")
-    found = {**row("batch", 430.0), "metrics": {"throughput": 430.0, "base_rung": "chunked_ce"}}
+    found = row("batch", 430.0).replace(metrics={"throughput": 430.0, "base_rung": "chunked_ce"})
     ladder.add_speedups(found, done[:4])
-    assert found["metrics"]["prev"] == "chunked_ce" and found["metrics"]["speedup_prev"] == pytest.approx(430 / 414)
+    assert found.metrics["prev"] == "chunked_ce" and found.metrics["speedup_prev"] == pytest.approx(430 / 414)

@@ -9,6 +9,7 @@ import time
 import pytest
 from rich.console import Console
 
+from tcperf.records import Result
 from tcperf import ops, suites
 from tcperf.commands.ceilings import of_run
 from tcperf.commands.show import ceilings_for, print_run, time_lines
@@ -35,13 +36,14 @@ def gpu_rows() -> list[dict]:
     return [_row(case, i) for i, case in enumerate(cases)]
 
 
-def _row(case: dict, i: int) -> dict:
-    op, shape, prec = ops.get(case["op"]), case["shape"], case["precision"]
+def _row(case, i: int) -> dict:
+    op, shape, prec = ops.get(case.op), case.shape, case.precision
     cliff = shape.get("m") == 8191
     metrics = {"label": op.label(shape), "tensor_cores_used": prec != "fp32", "tc_share": 0.43 if i % 5 else 1,
                "verdict": {"misaligned": ["k=8191"]} if cliff else {}, "wall_s": 0.4,
                "phases_s": {"prepare": 0.01, "check": 0.05, "time": 0.1, "kernels": 0.2}}
-    row = {**case, "status": "ok", "metrics": metrics, "warnings": WARNINGS[i % 4], "message": ""}
+    row = {"op": case.op, "shape": shape, "precision": prec, "suite": case.suite, "status": "ok", "metrics": metrics,
+           "warnings": WARNINGS[i % 4], "message": ""}
     if cliff and prec in SKIPPED:
         return {**row, "status": "skipped", "message": SKIPPED[prec], "warnings": []}
     if cliff and prec in ("tf32", "fp16", "bf16"):
@@ -57,7 +59,7 @@ def stored_run(rows: list[dict], db: str, kind: str = "run") -> tuple[Store, int
     env = {"device": "cuda", "gpu": {"name": H100}, "libraries": {"torch": "2.11.0+cu130"}}
     run_id = store.start_run(kind, "tcperf run", env)
     for r in rows:
-        store.add_result(run_id, r)
+        store.add_result(run_id, Result.from_row(r))
     store.finish_run(run_id, "done", ["other processes use the GPU (pids 4242): figures may be low"])
     return store, run_id
 
@@ -106,7 +108,7 @@ def test_stored_ceilings_win_and_only_a_run_gets_a_quick_one(db_path):
     rows = gpu_rows()
     store, run_id = stored_run(rows, db_path)
     ceilings = store.start_run("ceilings", "tcperf ceilings", {"device": "cuda", "gpu": {"name": H100}})
-    store.add_result(ceilings, {"op": "ceiling", "shape": {}, "precision": "bf16", "status": "ok", "tflops": 744.0})
+    store.add_result(ceilings, Result.from_row({"op": "ceiling", "shape": {}, "precision": "bf16", "status": "ok", "tflops": 744.0}))
     store.finish_run(ceilings)
     found, caption = ceilings_for(store, store.run(run_id), rows)
     assert found["bf16"] == 744.0 and found["fp16"] == of_run(rows, "cuda")["fp16"]

@@ -1,26 +1,29 @@
 """The runner against real worker processes: correctness gates timing, and a case that crashes, hangs or runs
-out of memory is recorded while the run goes on."""
+out of memory is recorded while the run goes on; a worker holds an object across calls, a spare becomes a worker
+for its case at once, and the in-process twin answers the same calls."""
 import os
 import time
 
 import pytest
 import torch
 
-from tcperf.runner import TimingConfig, run_cases, task_key
+from fake_ops import Held, preload
+from tcperf.records import Case, Job, Result, TimingConfig
+from tcperf.runner import InProcess, Spares, Worker, run_cases, task_key
 
 CPU = torch.device("cpu")
 FAST = TimingConfig(warmup_ms=1, rep_ms=5)
 
 
 def case(op, precision="fp32", n=1000):
-    return {"op": f"fake_ops:{op}", "shape": {"n": n}, "precision": precision, "suite": "test"}
+    return Case(f"fake_ops:{op}", {"n": n}, precision, suite="test")
 
 
 def run(*cases, timeout=60.0):
     seen = []
-    results = run_cases(list(cases), CPU, timeout=timeout, timing=FAST, on_result=seen.append)
+    results = run_cases(list(cases), CPU, Job(FAST, timeout=timeout), on_result=seen.append)
     assert seen == results
-    return {r["op"].split(":")[-1].lower(): r for r in results}
+    return {r.op.split(":")[-1].lower(): r for r in results}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +32,7 @@ def apart():
     on_result saw: shared by the three tests below, which only read it (each ran the same workers again: 2-4 s on
     2 cores)."""
     seen = []
-    rows = run_cases([case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")], CPU, timing=FAST,
+    rows = run_cases([case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")], CPU, Job(FAST),
                      on_result=seen.append)
     return rows, seen
 
@@ -37,54 +40,54 @@ def apart():
 def test_good_case_is_checked_then_timed(apart):
     rows, seen = apart
     assert seen == rows
-    r = next(x for x in rows if x["precision"] == "fp32")
-    assert r["op"].split(":")[-1].lower() == "good" and r["status"] == "ok" and r["error"] < 1e-12
-    assert r["n"] >= 5 and len(r["samples"]) == r["n"] and r["median_ms"] > 0
-    assert r["gbps"] > 0
+    r = next(x for x in rows if x.precision == "fp32")
+    assert r.op.split(":")[-1].lower() == "good" and r.status == "ok" and r.error < 1e-12
+    assert r.n >= 5 and len(r.samples) == r.n and r.median_ms > 0
+    assert r.gbps > 0
 
 
 @pytest.mark.parametrize("bug", ["WRONG", "UNWRITTEN", "NAN"])
 def test_wrong_kernel_is_caught_and_not_timed(bug):
     r = run(case(bug), case("GOOD"))
     bad = r[bug.lower()]
-    assert bad["status"] == "wrong" and bad.get("median_ms") is None
-    assert "tolerance" in bad["message"]
-    assert r["good"]["status"] == "ok"
+    assert bad.status == "wrong" and bad.median_ms is None
+    assert "tolerance" in bad.message
+    assert r["good"].status == "ok"
 
 
 def test_crash_is_recorded_and_the_group_goes_on():
     seen = []
-    rows = run_cases([case("GOOD"), case("CRASH"), case("GOOD", n=2000)], CPU, timeout=60.0, timing=FAST,
+    rows = run_cases([case("GOOD"), case("CRASH"), case("GOOD", n=2000)], CPU, Job(FAST, timeout=60.0),
                      on_result=seen.append)
     assert seen == rows
-    crash = next(x for x in rows if x["op"] == "fake_ops:CRASH")
-    assert crash["status"] == "error" and "worker died (exit 3)" in crash["message"]
-    assert {x["shape"]["n"] for x in rows if x["status"] == "ok"} == {1000, 2000}
+    crash = next(x for x in rows if x.op == "fake_ops:CRASH")
+    assert crash.status == "error" and "worker died (exit 3)" in crash.message
+    assert {x.shape["n"] for x in rows if x.status == "ok"} == {1000, 2000}
 
 
 def test_hang_past_timeout_is_recorded():
     r = run(case("HANG"), case("GOOD"), timeout=3.0)
-    assert r["hang"]["status"] == "timeout" and "3 s" in r["hang"]["message"]
-    assert "about to hang" in r["hang"]["message"]          # where it was: the last line tcperf's log gave
-    assert r["good"]["status"] == "ok"
+    assert r["hang"].status == "timeout" and "3 s" in r["hang"].message
+    assert "about to hang" in r["hang"].message          # where it was: the last line tcperf's log gave
+    assert r["good"].status == "ok"
 
 
 def test_out_of_memory_is_recorded():
     r = run(case("OOM"), case("GOOD"))
-    assert r["oom"]["status"] == "oom" and "out of memory" in r["oom"]["message"]
-    assert r["good"]["status"] == "ok"
+    assert r["oom"].status == "oom" and "out of memory" in r["oom"].message
+    assert r["good"].status == "ok"
 
 
 def test_unsupported_precision_is_skipped_with_reason():
     r = run(case("GOOD", precision="tf32"))["good"]
-    assert r["status"] == "skipped" and "CUDA GPU" in r["message"]
+    assert r.status == "skipped" and "CUDA GPU" in r.message
 
 
 def test_precisions_run_in_separate_workers_without_leaking(apart):
     """Each precision group gets a fresh process: tf32 flags set by one cannot reach the next."""
     results, _ = apart
-    assert sorted(r["precision"] for r in results) == ["bf16", "fp32", "fp64"]
-    assert all(r["status"] == "ok" for r in results)
+    assert sorted(r.precision for r in results) == ["bf16", "fp32", "fp64"]
+    assert all(r.status == "ok" for r in results)
 
 
 def test_task_key_runs_every_precision_in_one_worker_and_each_case_says_where_its_time_went(apart):
@@ -92,27 +95,38 @@ def test_task_key_runs_every_precision_in_one_worker_and_each_case_says_where_it
     case stores the seconds of its phases, and they fit inside its wall time. The default grouping (`apart`): a
     start-up a precision."""
     cases = [case("GOOD", "fp32"), case("GOOD", "bf16"), case("GOOD", "fp64")]
-    shared = run_cases(cases, CPU, timing=FAST, group_by=task_key)
+    shared = run_cases(cases, CPU, Job(FAST), group_by=task_key)
     apart, _ = apart
-    assert [r["precision"] for r in shared] == ["fp32", "bf16", "fp64"] and all(r["status"] == "ok" for r in shared)
-    assert sum("worker_start_s" in r["metrics"] for r in shared) == 1
-    assert sum("worker_start_s" in r["metrics"] for r in apart) == 3
-    started = shared[0]["metrics"]["worker_start_s"]
+    assert [r.precision for r in shared] == ["fp32", "bf16", "fp64"] and all(r.status == "ok" for r in shared)
+    assert sum("worker_start_s" in r.metrics for r in shared) == 1
+    assert sum("worker_start_s" in r.metrics for r in apart) == 3
+    started = shared[0].metrics["worker_start_s"]
     assert set(started) == {"imports", "device"} and started["imports"] > 0
     for r in shared:
-        phases = r["metrics"]["phases_s"]
+        phases = r.metrics["phases_s"]
         assert set(phases) == {"prepare", "check", "time"} and all(s >= 0 for s in phases.values())
-        assert sum(phases.values()) <= r["metrics"]["wall_s"]
+        assert sum(phases.values()) <= r.metrics["wall_s"]
 
 
 def test_worker_that_cannot_start_fails_every_case_clearly():
-    r = run_cases([{"op": "no_such_module:X", "shape": {"n": 1}, "precision": "fp32"}], CPU, timing=FAST)
-    assert r[0]["status"] == "error" and "No module named" in r[0]["message"]
+    r = run_cases([Case("no_such_module:X", {"n": 1}, "fp32")], CPU, Job(FAST))
+    assert r[0].status == "error" and "No module named" in r[0].message
 
 
-# --- sessions started ahead of need ------------------------------------------------------------------------------
+def test_a_worker_that_dies_before_its_first_case_fails_every_case_of_its_group(monkeypatch):
+    """Nothing would work in that group: each case says why, none waits for a worker of its own."""
+    import tcperf.runner as runner
+    broken = {**runner._worker_env(), "TCPERF_PARENT": "not a pid"}     # the worker dies as it starts
+    monkeypatch.setattr(runner, "_worker_env", lambda: broken)
+    rows = run_cases([case("GOOD"), case("GOOD", n=2000)], CPU, Job(FAST, timeout=60))
+    assert [r.status for r in rows] == ["error", "error"]
+    assert all("worker died (exit 1)" in r.message and "invalid literal" in r.message for r in rows)
+    assert [r.shape["n"] for r in rows] == [1000, 2000]
+
+
+# --- a worker that holds an object; spares; the in-process twin --------------------------------------------------
 def held_case(name="m"):
-    return {"op": "held", "shape": {}, "precision": "fp32", "task": "fake_ops:Held", "source": {"name": name}}
+    return Case("held", {}, "fp32", args=name, preload=preload)
 
 
 def process_state(pid: int) -> str:
@@ -120,91 +134,106 @@ def process_state(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[0]
 
 
-def test_a_spare_loads_the_model_it_is_told_and_becomes_a_session_at_once():
-    from tcperf.runner import Spares
+def test_a_spare_loads_the_model_it_is_told_and_becomes_a_worker_for_its_case_at_once():
     spares = Spares(CPU, 1)
     try:
         spares.preload(held_case())
-        session = spares.session(held_case())
+        worker = spares.take(held_case())
         assert len(spares.idle) == 1                       # the one taken is replaced
-        row = session.call("open", 60)
-        assert row["status"] == "ok" and row["metrics"]["preloaded"]
-        assert session.call("count", 60)["metrics"]["calls"] == 1
-        session.close()
+        row = worker.call(Held, worker.case, CPU, hold=True, timeout=60)
+        assert row.status == "ok" and row.metrics["preloaded"]
+        assert worker.call("count", timeout=60).metrics["calls"] == 1
+        worker.close()
     finally:
         spares.close()
     assert spares.idle == []
 
 
-def test_a_session_killed_from_another_thread_answers_its_call_with_its_death():
+def test_the_in_process_twin_answers_the_same_calls():
+    here = InProcess(CPU, case=held_case())
+    assert here.call(Held, here.case, CPU, hold=True, timeout=60).status == "ok"
+    assert here.call("count", timeout=60).metrics["calls"] == 1
+    failed = here.call("no_such_method", timeout=60)
+    assert failed.status == "error" and "no_such_method" in failed.message and failed.op == "held"
+
+
+def test_a_worker_killed_from_another_thread_answers_its_call_with_its_death():
     import threading
-    from tcperf.runner import Session
-    session = Session(held_case(), CPU)
+    worker = Worker(CPU, case=held_case())
     try:
-        assert session.call("open", 60)["status"] == "ok"
-        threading.Timer(0.5, session.kill).start()
+        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
+        threading.Timer(0.5, worker.kill).start()
         t0 = time.perf_counter()
-        row = session.call("nap", 60, seconds=30)
-        assert row["status"] == "error" and "SIGKILL" in row["message"] and time.perf_counter() - t0 < 10
+        row = worker.call("nap", seconds=30, timeout=60)
+        assert row.status == "error" and "SIGKILL" in row.message and time.perf_counter() - t0 < 10
+        assert row.op == "held"                                  # the failure is its case's row
+        assert worker.call("count", timeout=60).status == "error"   # every later call: the same, at once
     finally:
-        session.close()
+        worker.close()
 
 
-def test_a_session_worker_has_cupti_let_go_after_each_profile(monkeypatch):
-    """A session is timed again after it is profiled (the advisor): TEARDOWN_CUPTI=1 there, as
+def test_a_worker_that_holds_an_object_has_cupti_let_go_after_each_profile(monkeypatch):
+    """A held recipe is timed again after it is profiled (the advisor): TEARDOWN_CUPTI=1 there, as
     tcperf.profiler.detach_after_profiling sets it, else CUPTI stays attached and slows every launch."""
-    from tcperf.runner import Session
     monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
-    session = Session(held_case(), CPU)
+    worker = Worker(CPU, case=held_case())
     try:
-        assert session.call("open", 60)["status"] == "ok"
-        assert session.call("env", 60, variable="TEARDOWN_CUPTI")["metrics"]["value"] == "1"
+        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
+        assert worker.call("env", variable="TEARDOWN_CUPTI", timeout=60).metrics["value"] == "1"
     finally:
-        session.close()
+        worker.close()
 
 
 def test_spares_kept_for_later_are_not_replaced_when_taken():
-    from tcperf.runner import Spares
     spares = Spares(CPU, 3)
     try:
         spares.keep(2)
         assert len(spares.idle) == 2
-        spares.session(held_case()).close()
+        spares.take(held_case()).close()
         assert len(spares.idle) == 1                       # taken, not replaced
     finally:
         spares.close()
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
-def test_a_paused_session_is_stopped_until_resumed():
-    from tcperf.runner import Session
-    session = Session(held_case(), CPU)
+def test_a_paused_worker_is_stopped_until_resumed():
+    worker = Worker(CPU, own_group=True, case=held_case())
     try:
-        assert session.call("open", 60)["status"] == "ok"
-        pid = session.worker.proc.pid
-        session.pause()
+        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
+        worker.pause()
         time.sleep(0.2)
-        assert process_state(pid) == "T"
-        session.resume()
-        assert session.call("count", 60)["metrics"]["calls"] == 1
+        assert process_state(worker.proc.pid) == "T"
+        worker.resume()
+        assert worker.call("count", timeout=60).metrics["calls"] == 1
     finally:
-        session.close()
+        worker.close()
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_idle_spares_stop_and_go_on_and_one_taken_while_stopped_runs():
-    from tcperf.runner import Spares
     spares = Spares(CPU, 1)
     try:
         spares.pause()
         time.sleep(0.2)
         assert process_state(spares.idle[0].proc.pid) == "T"
-        session = spares.session(held_case())          # taken while stopped: it runs
-        assert session.call("open", 60)["status"] == "ok"
+        worker = spares.take(held_case())          # taken while stopped: it runs
+        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
         spares.resume()
-        session.close()
+        worker.close()
     finally:
         spares.close()
+
+
+def test_records_cross_the_pipe_as_themselves():
+    """A case's records, functions and devices go to a worker and back unchanged (tcperf.records.to_wire)."""
+    from tcperf.records import Source, from_wire, to_wire
+    import json
+    c = Case("gemm", {"m": 1}, "bf16", task=run_cases, args=Source(target="a.py:f", files=("x.py",)),
+             known=Result("gemm", {}, "bf16", error=float("inf")))
+    assert from_wire(json.loads(json.dumps(to_wire(c)))) == c
+    assert from_wire(json.loads(json.dumps(to_wire(torch.device("cuda", 1))))) == torch.device("cuda", 1)
+    with pytest.raises(TypeError, match="cannot be sent to a worker"):
+        to_wire(lambda: None)
 
 
 PARENT = """
@@ -252,11 +281,12 @@ def test_a_known_row_is_reported_without_starting_a_worker(monkeypatch):
     start a worker."""
     import tcperf.runner as runner
     started = []
-    real = runner._Worker
-    monkeypatch.setattr(runner, "_Worker", lambda job: started.append([c["op"] for c in job["cases"]]) or real(job))
-    skipped = {**case("GOOD", precision="bf16"), "known": {"status": "skipped", "message": "not on this device"}}
-    results = run_cases([skipped, case("GOOD")], CPU, timeout=60, timing=FAST)
-    assert [(r["precision"], r["status"]) for r in results] == [("bf16", "skipped"), ("fp32", "ok")]
-    assert results[0]["op"] == "fake_ops:GOOD" and results[0]["message"] == "not on this device"
+    real = runner._start
+    monkeypatch.setattr(runner, "_start", lambda cases, device, job: started.append([c.op for c in cases])
+                        or real(cases, device, job))
+    skipped = case("GOOD", precision="bf16").replace(known=Result("", {}, "", "skipped", message="not on this device"))
+    results = run_cases([skipped, case("GOOD")], CPU, Job(FAST, timeout=60))
+    assert [(r.precision, r.status) for r in results] == [("bf16", "skipped"), ("fp32", "ok")]
+    assert results[0].op == "fake_ops:GOOD" and results[0].message == "not on this device"
     assert started == [["fake_ops:GOOD"]]                  # one worker, for the fp32 case alone
-    assert run_cases([skipped], CPU, timeout=60, timing=FAST)[0]["status"] == "skipped" and len(started) == 1
+    assert run_cases([skipped], CPU, Job(FAST, timeout=60))[0].status == "skipped" and len(started) == 1

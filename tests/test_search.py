@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from tcperf.advisor import runoff, search
-from tcperf.advisor.measure import Item
+from tcperf.advisor.trials import Item
+from tcperf.records import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 KILLERS = ROOT / "tests" / "thirdparty" / "killers.py"
@@ -92,20 +93,22 @@ def test_the_sentence_states_margin_and_spread():
 
 # --- the grid, through a scripted bench ----------------------------------------------------------------------
 class Script:
-    """A session whose rows come from a table: {label: (step_ms, matmul_ms, kernel_ms, passes)}."""
+    """A worker whose rows come from a table: {label: (step_ms, matmul_ms, kernel_ms, passes)}; the call that makes
+    its recipe is logged as "open"."""
 
     def __init__(self, label: str, table: dict, log: list):
-        self.label, self.table, self.log = label, table, log
+        self.label, self.table, self.log, self.case = label, table, log, None
 
-    def call(self, name: str, timeout: float, **args) -> dict:
+    def call(self, target, *args, timeout: float, hold: bool = False, **kwargs):
+        name = "open" if hold else target
         self.log.append((name, self.label))
         step, matmul, kernel, ok = self.table[self.label]
-        row = {"precision": self.label, "status": "ok" if ok else "wrong", "message": "" if ok else "too far",
-               "metrics": {"matmul_ms": matmul, "kernel_ms": kernel}}
+        row = Result("advise.recipe", {}, self.label, "ok" if ok else "wrong", message="" if ok else "too far",
+                     metrics={"matmul_ms": matmul, "kernel_ms": kernel})
         if name == "time":
-            row.update(mean_ms=step, median_ms=step, iqr_ms=0.0, min_ms=step, n=10, samples=[step] * 10)
+            row = row.replace(mean_ms=step, median_ms=step, iqr_ms=0.0, min_ms=step, n=10, samples=[step] * 10)
         if name == "window":
-            return {"status": "ok", "mean_ms": step}
+            return float(step)
         return row
 
     def pause(self):
@@ -119,6 +122,8 @@ class Script:
 
 
 class ScriptedBench:
+    kind = "a recipe"
+
     def __init__(self, table: dict, mode: str = "infer"):
         import torch
         self.table, self.mode, self.device, self.timeout = table, mode, torch.device("cuda"), 60.0
@@ -207,14 +212,14 @@ class Gated(Script):
         super().__init__(label, table, log)
         self.gates = gates
 
-    def call(self, name, timeout, **args):
-        if name == "open" and self.label == "slow":
+    def call(self, target, *args, timeout, hold=False, **kwargs):
+        if hold and self.label == "slow":
             self.gates["slow opening"].set()
             self.gates["release"].wait(10)
-        if name == "open" and self.label == "fast":
+        if hold and self.label == "fast":
             self.gates["slow opening"].wait(10)
-        row = super().call(name, timeout, **args)
-        if name == "time" and self.label == "fast":
+        row = super().call(target, *args, timeout=timeout, hold=hold, **kwargs)
+        if target == "time" and self.label == "fast":
             self.gates["release"].set()
         return row
 
@@ -253,7 +258,7 @@ def test_a_recipes_compiled_tiers_are_queued_together_and_compiled_evidence_tigh
 
 
 def s_result(label: str, ms: float):
-    from tcperf.advisor.measure import RecipeResult
+    from tcperf.advisor.trials import RecipeResult
     return RecipeResult(label, "ok", timing={"mean_ms": ms, "median_ms": ms})
 
 
@@ -334,10 +339,10 @@ def test_the_probe_hands_the_saved_model_on_before_checking_it(monkeypatch):
     order = []
     monkeypatch.setattr(probe.Probe, "check", lambda self: order.append("check") or self.row())
     spec = Spec(torch.nn.Linear(4, 4), (torch.randn(2, 4),), name="lin")
-    case = {"spec": spec, "source": None, "mode": "infer", "reference": None, "steps": 2, "recipes": ["fp32"]}
+    args = probe.ProbeArgs(None, "infer", None, 2, ("fp32",), "", spec=spec)
     monkeypatch.setattr(probe.Probe, "reference", lambda self: self.row())
-    probe.run_probe(case, "cpu", timeout=10, isolate=False, loaded=lambda source: order.append(source["name"]))
-    assert order == ["lin", "check"]
+    facts = probe.run_probe(args, "cpu", timeout=10, isolate=False, loaded=lambda source: order.append("saved"))
+    assert order == ["saved", "check"] and facts.name == "lin"
 
 
 def test_a_spare_imports_the_users_file_before_the_model_is_saved(tmp_path):
@@ -346,7 +351,7 @@ def test_a_spare_imports_the_users_file_before_the_model_is_saved(tmp_path):
     from tcperf.source import imports_source, module_name
     user = tmp_path / "user_model.py"
     user.write_text("IMPORTED = True\n")
-    engine.preload({"source": imports_source([str(user)])})
+    engine.load_ahead(engine.RecipeArgs("fp32", "infer", source=imports_source([str(user)])))
     assert sys.modules[module_name(user)].IMPORTED
 
 
@@ -383,7 +388,7 @@ def test_the_spares_are_closed_before_the_runoff_but_those_a_workload_needs(late
 
 
 def test_idle_spares_hold_a_bounded_share_of_the_gpus_memory():
-    from tcperf.advisor.measure import spare_limit
+    from tcperf.advisor.trials import spare_limit
     assert spare_limit(80e9) == 16 and spare_limit(24e9) == 4 and spare_limit(1e9) == 1
 
 

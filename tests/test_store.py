@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import create_engine, select, text
 
 import pgserver
+from tcperf.records import Result
 from tcperf.errors import UserError
 from tcperf.store import HEAD, SCHEMA_VERSION, Store, case_key, mask, migrate
 from tcperf.store.schema import metadata
@@ -43,8 +44,8 @@ def _sql(where: str, statement: str):
 def test_round_trip(where):
     s = Store(where)
     run = s.start_run("bench", "tcperf bench x", ENV)
-    s.add_result(run, {"op": "gemm", "shape": {"m": 2, "n": 3, "k": 4}, "precision": "bf16", "status": "ok",
-                       "median_ms": 1.5, "samples": [1.4, 1.5, 1.6], "metrics": {"label": "2x3x4"}})
+    s.add_result(run, Result.from_row({"op": "gemm", "shape": {"m": 2, "n": 3, "k": 4}, "precision": "bf16", "status": "ok",
+                       "median_ms": 1.5, "samples": [1.4, 1.5, 1.6], "metrics": {"label": "2x3x4"}}))
     s.finish_run(run, warnings=["unstable"])
     [r] = s.results(run)
     assert r["shape"] == {"m": 2, "n": 3, "k": 4} and r["samples"] == [1.4, 1.5, 1.6]
@@ -60,8 +61,8 @@ def test_ceilings_take_the_latest_run_per_precision(where):
     s = Store(where)
     for tflops in (500.0, 600.0):
         run = s.start_run("ceilings", "tcperf ceilings", {"gpu": {"name": "G"}})
-        s.add_result(run, {"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": tflops})
-        s.add_result(run, {"op": "ceiling", "precision": "bandwidth", "status": "ok", "gbps": tflops * 4})
+        s.add_result(run, Result.from_row({"op": "ceiling", "precision": "bf16", "status": "ok", "tflops": tflops}))
+        s.add_result(run, Result.from_row({"op": "ceiling", "precision": "bandwidth", "status": "ok", "gbps": tflops * 4}))
         s.finish_run(run)
     assert s.ceilings("G") == {"bf16": 600.0, "bandwidth": 2400.0} and s.ceilings("other") == {}
 
@@ -160,11 +161,12 @@ def test_a_file_that_is_not_a_database_is_a_user_error(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
+    from tcperf.records import Result
     from tcperf.store import Store
     s = Store(sys.argv[1])
     run = s.start_run("bench", "writer", {"cpu": {"model": "w"}})
     for i in range(int(sys.argv[2])):
-        s.add_result(run, {"op": "gemm", "shape": {"i": i}, "precision": "fp32", "status": "ok", "median_ms": 1.0})
+        s.add_result(run, Result("gemm", {"i": i}, "fp32", median_ms=1.0))
     s.finish_run(run)
 """)
 
@@ -185,12 +187,13 @@ MEASURER = textwrap.dedent("""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     sys.path.insert(0, sys.argv[2])
     from tcperf.store import Store
-    from tcperf.runner import TimingConfig, run_cases
+    from tcperf.records import Case, Job, TimingConfig
+    from tcperf.runner import run_cases
     s = Store(sys.argv[1])
     run = s.start_run("bench", "measurer", {"cpu": {"model": "m"}})
-    cases = [{"op": "fake_ops:GOOD", "shape": {"n": 1000 + i}, "precision": "fp32"} for i in range(200)]
+    cases = [Case("fake_ops:GOOD", {"n": 1000 + i}, "fp32") for i in range(200)]
     try:
-        run_cases(cases, torch.device("cpu"), timing=TimingConfig(warmup_ms=1, rep_ms=20),
+        run_cases(cases, torch.device("cpu"), Job(TimingConfig(warmup_ms=1, rep_ms=20)),
                   on_result=lambda r: s.add_result(run, r))
         s.finish_run(run)
     except KeyboardInterrupt:

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 import pgserver
+from tcperf.records import Result
 from tcperf.cli import main
 from tcperf.commands.common import command_line
 from tcperf.store import HEAD, SCHEMA_VERSION, Store, migrate
@@ -59,7 +60,7 @@ def test_push_remaps_ids_and_copies_once(capsys, local, pg):
 def test_a_run_pushed_unfinished_is_completed_by_the_next_push(capsys, local, pg):
     pushed(capsys, "--db", local, "--to", pg, 11)               # run 11 was killed: 'running', 35 results
     here = Store(local)
-    here.add_result(11, {"op": "model", "precision": "bf16", "status": "ok", "median_ms": 2.0})
+    here.add_result(11, Result.from_row({"op": "model", "precision": "bf16", "status": "ok", "median_ms": 2.0}))
     here.finish_run(11, "interrupted")
     [again] = pushed(capsys, "--db", local, "--to", pg, 11)["runs"]
     assert again["action"] == "updated" and again["as"] == 1

@@ -53,23 +53,23 @@ def test_conv_geometry_matches_deepbench_output_sizes():
 
 def test_deepbench_mappings():
     train = suites.load("deepbench-conv-train", "cuda")
-    assert {(c["shape"]["layout"], c["shape"]["pass"]) for c in train[:6]} == {
+    assert {(c.shape["layout"], c.shape["pass"]) for c in train[:6]} == {
         (lay, p) for lay in ("NCHW", "NHWC") for p in ("fwd", "bwd_data", "bwd_weight")}
     rnn = suites.load("deepbench-rnn-train", "cuda")
-    assert [c["shape"]["pass"] for c in rnn[:2]] == ["fwd", "bwd"] and rnn[0]["shape"]["cell"] == "vanilla"
+    assert [c.shape["pass"] for c in rnn[:2]] == ["fwd", "bwd"] and rnn[0].shape["cell"] == "vanilla"
     sparse = suites.load("deepbench-sparse", "cuda")
-    assert [c["shape"]["format"] for c in sparse[:2]] == ["2:4", "dense"]
-    assert sparse[0]["tags"]["density"] == "0.05"
+    assert [c.shape["format"] for c in sparse[:2]] == ["2:4", "dense"]
+    assert sparse[0].tags["density"] == "0.05"
     gemm = suites.load("deepbench-gemm-train", "cuda")
-    assert gemm[0]["shape"] == {"m": 1760, "n": 16, "k": 1760, "a_t": "N", "b_t": "N"}
-    assert gemm[0]["tags"]["application"] == "DeepSpeech"
-    assert {c["shape"]["a_t"] + c["shape"]["b_t"] for c in gemm} == {"NN", "NT", "TN"}
+    assert gemm[0].shape == {"m": 1760, "n": 16, "k": 1760, "a_t": "N", "b_t": "N"}
+    assert gemm[0].tags["application"] == "DeepSpeech"
+    assert {c.shape["a_t"] + c.shape["b_t"] for c in gemm} == {"NN", "NT", "TN"}
 
 
 def test_llm_suite_holds_gpt2_vocabularies_llama_projections_and_decode():
     cases = suites.load("llm", "cuda")
-    apps = [c["tags"]["application"] for c in cases]
-    shapes = [c["shape"] for c in cases]
+    apps = [c.tags["application"] for c in cases]
+    shapes = [c.shape for c in cases]
     assert {50257, 50304} <= {s["n"] for s in shapes} | {s["m"] for s in shapes}
     assert any("Llama-3 8B" in a for a in apps) and any("Llama-3 70B" in a for a in apps)
     decode = {s["m"] for s, a in zip(shapes, apps) if "decode" in a}
@@ -79,7 +79,7 @@ def test_llm_suite_holds_gpt2_vocabularies_llama_projections_and_decode():
 
 
 def test_attention_suite_spans_sequences_head_dims_and_masks():
-    shapes = [c["shape"] for c in suites.load("attention", "cuda")]
+    shapes = [c.shape for c in suites.load("attention", "cuda")]
     assert {s["seq"] for s in shapes} == {512, 1024, 2048, 4096, 8192, 16384}
     assert {s["head_dim"] for s in shapes} == {64, 128}
     assert {s["causal"] for s in shapes} == {True, False} and {s["pass"] for s in shapes} == {"fwd", "bwd"}
@@ -87,13 +87,13 @@ def test_attention_suite_spans_sequences_head_dims_and_masks():
 
 def test_vit_and_resnet50_suites():
     vit = suites.load("vit", "cuda")
-    assert {c["op"] for c in vit} == {"conv", "gemm", "attention"}
-    assert any(c["op"] == "attention" and c["shape"]["seq"] == 197 for c in vit)
+    assert {c.op for c in vit} == {"conv", "gemm", "attention"}
+    assert any(c.op == "attention" and c.shape["seq"] == 197 for c in vit)
     resnet = suites.load("resnet50", "cuda")
-    layers = {tuple(c["shape"][k] for k in ("C", "K", "H", "R", "stride")) for c in resnet if c["op"] == "conv"}
+    layers = {tuple(c.shape[k] for k in ("C", "K", "H", "R", "stride")) for c in resnet if c.op == "conv"}
     assert len(layers) == 23                                  # every distinct convolution of ResNet-50
     assert (3, 64, 224, 7, 2) in layers and (512, 512, 7, 3, 1) in layers
-    assert {c["shape"]["layout"] for c in resnet if c["op"] == "conv"} == {"NCHW", "NHWC"}
+    assert {c.shape["layout"] for c in resnet if c.op == "conv"} == {"NCHW", "NHWC"}
 
 
 @pytest.mark.parametrize("name", suites.names())
@@ -101,20 +101,20 @@ def test_every_case_is_a_valid_shape_of_a_registered_op(name):
     cases = suites.load(name, "cuda") + suites.load(name, "cpu")
     assert cases and suites.count(name) > 0
     for case in cases:
-        op = ops.get(case["op"])
-        assert case["tags"].get("application"), case
-        assert op.flops(case["shape"]) >= 0 and op.label(case["shape"])
+        op = ops.get(case.op)
+        assert case.tags.get("application"), case
+        assert op.flops(case.shape) >= 0 and op.label(case.shape)
         for p in op.precisions:
-            assert isinstance(op.verdict(case["shape"], get(p), 132), dict)
+            assert isinstance(op.verdict(case.shape, get(p), 132), dict)
     for case in suites.with_precisions(cases, ["fp32", "tf32", "bf16", "fp16"]):
-        assert case["precision"] in ops.get(case["op"]).precisions
+        assert case.precision in ops.get(case.op).precisions
 
 
 def test_quick_suite_keeps_the_keys_the_run_command_relies_on():
     gpu = suites.load("quick", "cuda")
-    conv = [c for c in gpu if c["op"] == "conv"]
-    attention = [c for c in gpu if c["op"] == "attention"]
-    assert {c["shape"]["layout"] for c in conv} == {"NCHW", "NHWC"}
-    assert attention[0]["shape"] == {"batch": 8, "heads": 16, "seq": 2048, "head_dim": 128, "causal": True,
+    conv = [c for c in gpu if c.op == "conv"]
+    attention = [c for c in gpu if c.op == "attention"]
+    assert {c.shape["layout"] for c in conv} == {"NCHW", "NHWC"}
+    assert attention[0].shape == {"batch": 8, "heads": 16, "seq": 2048, "head_dim": 128, "causal": True,
                                      "pass": "fwd"}
-    assert ops.get("conv").flops(conv[0]["shape"]) == 2 * 64 * 64 * 56 * 56 * 64 * 9
+    assert ops.get("conv").flops(conv[0].shape) == 2 * 64 * 64 * 56 * 56 * 64 * 9

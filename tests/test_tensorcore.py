@@ -115,11 +115,12 @@ def test_padding_note(gain, words):
 @pytest.mark.gpu
 def test_misaligned_bf16_gemm_is_flagged_with_a_measured_padding_gain(cuda):
     """The 8191^3 bf16 GEMM: the verdict says misaligned, and timing the padded 8192^3 shape beside it is faster."""
-    from tcperf.worker import measure_case
-    case = {"op": "gemm", "shape": {"m": 8191, "n": 8191, "k": 8191, "a_t": "N", "b_t": "N"}, "precision": "bf16"}
-    result = measure_case(case, cuda, {"timing": {"rep_ms": 50}, "pad": True, "profile": True})
-    assert result["status"] == "ok", result.get("message")
-    m = result["metrics"]
+    from tcperf.ops.case import measure_case
+    from tcperf.records import Case, Job, TimingConfig
+    case = Case("gemm", {"m": 8191, "n": 8191, "k": 8191, "a_t": "N", "b_t": "N"}, "bf16")
+    result = measure_case(case, cuda, Job(TimingConfig(rep_ms=50), pad=True, profile=True))
+    assert result.status == "ok", result.message
+    m = result.metrics
     assert m["verdict"]["misaligned"] and m["verdict"]["fix"].startswith("pad m 8191->8192")
     assert m["padded"]["shape"]["m"] == 8192 and m["padded"]["gain"] > 1, m["padded"]
     assert m["tensor_cores_used"] is True

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from tcperf.records import Result
 from tcperf import cli, totarget
 from tcperf.errors import UserError
 from tcperf.store import Store
@@ -100,8 +101,8 @@ def test_summary_takes_the_first_evaluation_at_the_target_and_counts_misses():
     assert looser["median_s"] < s["median_s"]            # any target the traces passed, after the fact
     row = stats.summary_row("fp32", rows, {"workload": "w", "bpb": 1.0, "clock": "train"}, clock.get("train"),
                             1.0, False, None)
-    assert row["status"] == "ok" and row["n"] == 2 and "2 of 3 runs reached" in row["message"]
-    assert len(row["samples"]) == 2
+    assert row.status == "ok" and row.n == 2 and "2 of 3 runs reached" in row.message
+    assert len(row.samples) == 2
 
 
 def test_the_split_is_taken_at_the_target_and_adds_up_to_each_clock():
@@ -133,7 +134,7 @@ def test_a_recipe_that_never_reaches_is_reported_not_dropped():
     rows = [_run(5.0, status="not_reached"), _run(5.0, status="diverged")]
     row = stats.summary_row("fp8", rows, {"workload": "w", "bpb": 1.0, "clock": "train"}, clock.get("train"),
                             1.0, False, None)
-    assert row["status"] == "not_reached" and row["median_ms"] is None and row["metrics"]["reached"] == 0
+    assert row.status == "not_reached" and row.median_ms is None and row.metrics["reached"] == 0
 
 
 def test_small_n_is_said_to_be_too_small():
@@ -353,7 +354,7 @@ def _stored_run(store, device: str, recipe: str, seconds: float, steps: int = 12
         row["metrics"].update(info={"size": "gpu"}, higher_is_better=False)
         for point in row["metrics"]["trace"]:
             point["step"] = point["step"] * steps // 30
-        store.add_result(run_id, row)
+        store.add_result(run_id, Result.from_row(row))
     store.finish_run(run_id)
     return run_id
 

@@ -11,7 +11,8 @@ import torch.nn as nn
 
 from tcperf import engine, recipes, source, stream, workload
 from tcperf.advisor import job, verdict
-from tcperf.advisor.measure import RecipeResult
+from tcperf.advisor.trials import RecipeResult
+from tcperf.records import Result
 from tcperf.advisor.streams import family, root_of
 from tcperf.cli import main
 from tcperf.errors import UserError
@@ -194,29 +195,31 @@ def test_a_first_pass_past_its_cap_stops_and_says_so():
     assert first.stopped.startswith("still warming up") and first.steps < 20
 
 
-def _session(spec, name, tmp_path, **case):
-    case = {"op": "advise.stream", "shape": {}, "precision": name, "mode": "infer", "spec": spec,
-            "reference": str(tmp_path / "ref.pt"), "tolerance": 0.05, "cap_s": 120, **case}
-    s = engine.StreamSession(case, "cpu", {})
-    return s.time()
+def _stream_case(spec, name, tmp_path, **more):
+    args = engine.RecipeArgs(name, "infer", spec=spec, reference=str(tmp_path / "ref.pt"), tolerance=0.05, **more)
+    return engine.recipe_case(args, op="advise.stream", shape={})
+
+
+def _session(spec, name, tmp_path, **more):
+    return engine.StreamSession(_stream_case(spec, name, tmp_path, cap_s=120, **more), "cpu").time()
 
 
 def test_a_stream_session_compiles_dynamic_shapes_twice_and_times_the_steady_state(files, tmp_path):
     spec = source.load_spec(f"{files}:factory")
     row = _session(spec, "fp32+compile@dynamic", tmp_path)
-    st = row["metrics"]["stream"]
-    assert row["status"] == "ok" and st["steps"] == st["length"] == workload.STREAM_STEPS
+    st = row.metrics["stream"]
+    assert row.status == "ok" and st["steps"] == st["length"] == workload.STREAM_STEPS
     assert 1 <= st["graphs"] <= 3 and st["distinct"] > 10
-    assert row["median_ms"] > 0 and 0 <= st["one_time_s"] <= st["seconds"] + st["second_s"]
-    assert row["error"] < 1e-4
+    assert row.median_ms > 0 and 0 <= st["one_time_s"] <= st["seconds"] + st["second_s"]
+    assert row.error < 1e-4
 
 
 def test_a_padded_recipe_that_changes_the_real_positions_is_rejected(files, tmp_path):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     masked = _session(source.load_spec(f"{files}:factory"), "fp32@pad64", tmp_path / "a")
-    assert masked["status"] == "ok" and masked["error"] < 1e-4       # the mask hides the padding
+    assert masked.status == "ok" and masked.error < 1e-4       # the mask hides the padding
     unmasked = _session(source.load_spec(f"{files}:unmasked"), "fp32@pad64", tmp_path / "b")
-    assert unmasked["status"] == "wrong" and "real positions" in unmasked["message"] and unmasked["error"] > 0.05
+    assert unmasked.status == "wrong" and "real positions" in unmasked.message and unmasked.error > 0.05
 
 
 # --- the job ------------------------------------------------------------------------------------------------------
@@ -309,17 +312,16 @@ def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(fi
 @pytest.mark.parametrize("name", ["bf16+cuda_graphs@pad64", "bf16+compile@marked", "bf16+cuda_graphs@dynamic"])
 def test_gpu_a_stream_session_warms_up_once_then_replays(cuda, files, tmp_path, name):
     spec = source.load_spec(f"{files}:factory")
-    session = engine.StreamSession({"op": "advise.stream", "shape": {}, "precision": name, "mode": "infer",
-                                    "spec": spec, "reference": str(tmp_path / "ref.pt"), "tolerance": 0.05,
-                                    "cap_s": 300, "cold": str(tmp_path / "cold")}, cuda, {})
+    case = _stream_case(spec, name, tmp_path, cap_s=300, cold=str(tmp_path / "cold"))
+    session = engine.StreamSession(case, cuda)
     session.time()
     row = session.profile()
-    st = row["metrics"]["stream"]
-    assert row["status"] == "ok", row["message"]
-    assert st["steps"] == st["length"] and st["graphs"] >= 1 and row["median_ms"] > 0
+    st = row.metrics["stream"]
+    assert row.status == "ok", row.message
+    assert st["steps"] == st["length"] and st["graphs"] >= 1 and row.median_ms > 0
     if "cuda_graphs" in name:
         assert st["captures"] >= 1                    # counted from Dynamo's CUDA-graph recording callbacks
-    assert row["metrics"]["kernel_ms"] > 0 and row["error"] < 0.05
+    assert row.metrics["kernel_ms"] > 0 and row.error < 0.05
 
 
 @pytest.mark.gpu
@@ -347,14 +349,14 @@ def test_padding_a_transformers_models_stream_keeps_its_real_positions(example, 
     assert len(spec.workload) == workload.STREAM_STEPS and workload.distinct_shapes(engine.stream_of(spec)) > 5
     for name in ("fp32@pad64", "bf16@pad128"):
         row = _session(spec, name, tmp_path)
-        assert row["status"] == "ok", (name, row["message"])
-        assert row["error"] < (1e-4 if name.startswith("fp32") else 0.05), (name, row["error"])
+        assert row.status == "ok", (name, row.message)
+        assert row.error < (1e-4 if name.startswith("fp32") else 0.05), (name, row.error)
 
 
 def test_the_padded_snippet_runs_and_matches_the_model_at_the_real_positions(files):
     """What a user pastes pads each batch as measured, compiles, and at the real positions gives what the model
     gives on the unpadded batch."""
-    from tcperf.advisor.measure import setup_of
+    from tcperf.advisor.trials import setup_of
     from tcperf.advisor.snippets import plain
     spec = source.load_spec(f"{files}:factory")
     model, batch = spec.model, spec.workload[0][1]
@@ -450,15 +452,14 @@ def test_the_pick_is_profiled_eager_timed_again_alone_and_every_worker_closed(al
             self.row, self.alone_ms, self.closed = row, alone_ms, False
 
         def call(self, name, timeout, **args):
-            events.append((self.row["precision"], name))
+            events.append((self.row.precision, name))
             if name == "time":           # the worker's row keeps its latest timing, as tcperf.engine's sessions do
-                self.row = {**self.row, "mean_ms": self.alone_ms, "samples": [self.alone_ms]}
-            return {**self.row,
-                    "metrics": {**self.row["metrics"], **({"kernel_ms": 1.0, "matmul_ms": 0.5} if name == "profile"
-                                                          else {})}}
+                self.row = self.row.replace(mean_ms=self.alone_ms, samples=[self.alone_ms])
+            profiled = {"kernel_ms": 1.0, "matmul_ms": 0.5} if name == "profile" else {}
+            return self.row.replace(metrics={**self.row.metrics, **profiled})
 
         def close(self):
-            events.append((self.row["precision"], "close"))
+            events.append((self.row.precision, "close"))
             self.closed = True
 
     class Spares:
@@ -466,10 +467,10 @@ def test_the_pick_is_profiled_eager_timed_again_alone_and_every_worker_closed(al
             events.append(("spares", "close"))
 
     def row(name, ms):
-        return {"precision": name, "status": "ok", "mean_ms": ms, "median_ms": ms, "samples": [ms],
-                "metrics": {"stream": {"one_time_s": 0.0}}, "op": "advise.stream"}
+        return Result("advise.stream", {}, name, mean_ms=ms, median_ms=ms, samples=[ms],
+                      metrics={"stream": {"one_time_s": 0.0}})
     eager, graphs = Fake(row("bf16", 2.0), alone_ms), Fake(row("bf16+cuda_graphs@marked", 1.0))
-    measured = [(RecipeResult.from_row(s.row), s) for s in (eager, graphs)]
+    measured = [(RecipeResult.from_result(s.row), s) for s in (eager, graphs)]
     out = streams._profiled(measured, None, timeout=60.0, spares=Spares())
     assert events[:4] == [("bf16+cuda_graphs@marked", "profile"), ("spares", "close"),
                           ("bf16+cuda_graphs@marked", "close"), ("bf16", "time")]
@@ -489,9 +490,9 @@ class _Racer:
 
     def call(self, what, timeout, **args):
         if what == "first" and self.killed.wait(self.first_s):
-            return {"precision": self.name, "status": "error", "message": "worker died (killed by SIGKILL)"}
-        return {"precision": self.name, "status": "ok", "mean_ms": self.ms, "median_ms": self.ms,
-                "samples": [self.ms], "metrics": {"stream": {"one_time_s": self.first_s}}, "op": "advise.stream"}
+            return Result("advise.stream", {}, self.name, "error", message="worker died (killed by SIGKILL)")
+        return Result("advise.stream", {}, self.name, mean_ms=self.ms, median_ms=self.ms, samples=[self.ms],
+                      metrics={"stream": {"one_time_s": self.first_s}})
 
     def kill(self):
         self.killed.set()
@@ -501,18 +502,18 @@ class _Racer:
 def test_a_warm_up_that_cannot_win_the_job_even_at_the_speed_of_light_is_stopped(steps, stopped):
     from tcperf.advisor import streams
     eager, slow = _Racer("bf16", 0.0, 1.0), _Racer("bf16+compile@dynamic", 1.5, 0.5)
-    opened = {r.name: (r, {"status": "ok"}) for r in (eager, slow)}
+    opened = {r.name: (r, Result("advise.stream", {}, r.name)) for r in (eager, slow)}
     # eager's job of 10,000 steps: 10 s; the slow one's, at a speed of light of 1 ms a step, at least 9.9 s
     # plus its warm-up so far: once that passes 0.1 s it cannot win
     race = streams.Race(steps, 1.0, tell=lambda name: None, log=lambda text: None)
     t0 = time.perf_counter()
     rows = race.run(opened, timeout=60)
-    assert rows["bf16"]["status"] == "ok"
+    assert rows["bf16"].status == "ok"
     if stopped:
-        assert rows[slow.name]["status"] == "skipped" and "speed of light" in rows[slow.name]["message"]
+        assert rows[slow.name].status == "skipped" and "speed of light" in rows[slow.name].message
         assert time.perf_counter() - t0 < 1.4 and slow.killed.is_set()
     else:                       # a long job: any recipe may have the fastest step; only the worker's cap stops it
-        assert rows[slow.name]["status"] == "ok" and not slow.killed.is_set()
+        assert rows[slow.name].status == "ok" and not slow.killed.is_set()
 
 
 def test_the_survivors_are_timed_in_interleaved_rounds_each_round_adding_a_pass():
@@ -525,7 +526,7 @@ def test_the_survivors_are_timed_in_interleaved_rounds_each_round_adding_a_pass(
 
         def call(self, what, timeout, **args):
             calls.append((self.name, what, args["passes"], args["fresh"]))
-            return {"precision": self.name, "status": "ok"}
+            return Result("advise.stream", {}, self.name)
     rows = streams._rounds({"a": Timed("a"), "b": Timed("b")}, timeout=60, rounds=3)
     assert [c[0] for c in calls] == ["a", "b"] * 3 and {c[2] for c in calls} == {1}
     assert [c[3] for c in calls] == [True, True, False, False, False, False] and set(rows) == {"a", "b"}
@@ -553,7 +554,7 @@ def test_a_recipe_whose_warm_up_has_ended_is_not_stopped_while_its_bound_is_time
                 time.sleep(1.2)
             return super().call(what, timeout, **args)
     eager, late = _Racer("bf16", 0.0, 1.0), SlowTimer("bf16+cuda_graphs@marked", 0.0, 0.5)
-    opened = {r.name: (r, {"status": "ok"}) for r in (eager, late)}
+    opened = {r.name: (r, Result("advise.stream", {}, r.name)) for r in (eager, late)}
     race = streams.Race(10_000, 1.0, tell=lambda name: None, log=lambda text: None)
     rows = race.run(opened, timeout=60)
-    assert rows[late.name]["status"] == "ok" and not late.killed.is_set()
+    assert rows[late.name].status == "ok" and not late.killed.is_set()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -29,9 +30,10 @@ from .. import accuracy, engine, peaks
 from .. import env as envmod
 from .. import precision as precmod
 from ..errors import UserError, finite_positive, one_line
+from ..records import Case, Job, Result
 from ..recipes import get as get_recipe
 from .. import source
-from . import limit, lint, measure, sensitive, streams, verdict
+from . import limit, lint, sensitive, streams, trials, verdict
 from .result import Advice
 from .search import Search, default_jobs
 
@@ -44,7 +46,7 @@ SPARES_PER_JOB = 2      # workers started ahead of the recipes, per parallel job
 
 def advise(model, example_inputs=None, *, loss_fn=None, metric_fn=None, workload=None, mode: str = "infer",
            tolerance=None, device=None, recipes=None, steps: int | None = None,
-           check_steps: int = measure.TRAIN_STEPS, log=None, timeout: float = measure.DEFAULT_TIMEOUT,
+           check_steps: int = trials.TRAIN_STEPS, log=None, timeout: float = trials.DEFAULT_TIMEOUT,
            isolate: bool = True, budget=None, jobs=None, ceilings=None, progress=None) -> Advice:
     """Advise on `model` run on `example_inputs` (a tensor, a tuple of positional arguments or a dict of keyword
     arguments) or on a `workload` (a list of such inputs, or workload(step) -> inputs: tcperf.workload) for a job
@@ -58,7 +60,7 @@ def advise(model, example_inputs=None, *, loss_fn=None, metric_fn=None, workload
                ceilings=ceilings, progress=progress)
 
 
-def check_args(mode: str, tolerance, recipes, check_steps: int = measure.TRAIN_STEPS, timeout=None, budget=None,
+def check_args(mode: str, tolerance, recipes, check_steps: int = trials.TRAIN_STEPS, timeout=None, budget=None,
                jobs=None, steps=None) -> float:
     """UserError for a bad mode, tolerance, recipe name, step count, timeout, budget or job count; returns the
     tolerance to use."""
@@ -75,13 +77,13 @@ def check_args(mode: str, tolerance, recipes, check_steps: int = measure.TRAIN_S
     if jobs is not None and not (isinstance(jobs, int) and jobs >= 1):
         raise UserError(f"jobs must be a whole number >= 1, not {jobs!r}")
     for name in recipes or ():
-        measure.recipes_module().get(name)          # UserError naming the valid recipes
-    return float(tolerance) if tolerance is not None else measure.DEFAULT_TOLERANCE[mode]
+        trials.recipes_module().get(name)          # UserError naming the valid recipes
+    return float(tolerance) if tolerance is not None else trials.DEFAULT_TOLERANCE[mode]
 
 
 def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None, device=None, recipes=None,
-        steps: int | None = None, check_steps: int = measure.TRAIN_STEPS, log=None,
-        timeout: float = measure.DEFAULT_TIMEOUT, target: str | None = None, isolate: bool = True, on_result=None,
+        steps: int | None = None, check_steps: int = trials.TRAIN_STEPS, log=None,
+        timeout: float = trials.DEFAULT_TIMEOUT, target: str | None = None, isolate: bool = True, on_result=None,
         budget=None, jobs=None, ceilings=None, progress=None) -> Advice:
     """The advice on a model given as a spec in memory or as a factory `target` ('file.py:factory': then nothing of
     the user's runs in this process). on_result(RecipeResult) sees each recipe as it is measured;
@@ -92,25 +94,25 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
     device = device if isinstance(device, torch.device) else envmod.parse_device(device)
     log = log or (lambda text: None)
 
-    def got(r: measure.RecipeResult) -> None:
+    def got(r: trials.RecipeResult) -> None:
         log(_progress_line(r))
         if on_result:
             on_result(r)
 
     phases: dict[str, float] = {}
     jobs = jobs or default_jobs(device)
-    with measure.Bench(mode, device, tol, check_steps, spec=None if target else spec, target=target,
+    with trials.Bench(mode, device, tol, check_steps, spec=None if target else spec, target=target,
                        timeout=timeout, isolate=isolate, on_result=got) as bench:
         cores = str(max(1, envmod.usable_cores() // jobs))     # each worker's share of the cores
         bench.env = {"TORCHINDUCTOR_COMPILE_THREADS": cores, "OMP_NUM_THREADS": cores}
         bench.start_spares(SPARES_PER_JOB * jobs)   # while the probe looks at the model, the recipes' workers start
-        plan = measure.candidates(mode, device, _with_baseline(recipes))
+        plan = trials.candidates(mode, device, _with_baseline(recipes))
         facts = bench.probe([name for name, why in plan if not why])
         phases["probe_s"] = time.perf_counter() - started
         phases.update({f"probe_{stage}_s": s for stage, s in facts.times.items()})
         notes = _notes(device) + bench.notes + facts.notes
         layers = facts.layers
-        lint.flag(layers, measure.lint_precisions(mode, recipes), _sm_count(device))
+        lint.flag(layers, trials.lint_precisions(mode, recipes), _sm_count(device))
         bench.spares_for_later = len(streams.FAMILY) if facts.workload and device.type == "cuda" else 0
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
                         grow=not recipes, layers=layers)
@@ -126,7 +128,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
 
         results = _in_order(search.run(items, after_eager=sensitive_items), plan)
         phases.update(search.phases)
-        measure.add_speedups(results)
+        trials.add_speedups(results)
         ceilings = dict(ceilings or {})     # the workload stage adds what it measures; the speed of light reuses it
         streamed = _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases, ceilings)
     notes += _reference_notes(results) + _search_notes(search)
@@ -178,7 +180,7 @@ def _workload_stage(bench, facts, results, search, steps, notes, log, progress, 
 def _ceilings_for(name: str, device, ceilings: dict | None) -> dict:
     """This GPU's Tensor Core ceiling at the recipe's precision and its copy bandwidth: those given (the store's),
     else measured now (tcperf.peaks.measure_now)."""
-    prec = measure.kernel_precision(name.split("@")[0])
+    prec = trials.kernel_precision(name.split("@")[0])
     found = dict(ceilings or {})
     if not (found.get(prec) and found.get("bandwidth")):
         found = {**peaks.measure_now(device, prec), **{k: v for k, v in found.items() if v}}
@@ -193,19 +195,19 @@ def _speed_of_light(picked, facts, mode: str, device, ceilings) -> dict | None:
     return limit.of(picked, flops, facts.params, mode, _ceilings_for(picked.runs, device, ceilings))
 
 
-def _first(plan, facts, search: Search) -> list[measure.Item]:
+def _first(plan, facts, search: Search) -> list[trials.Item]:
     """The base recipes that apply to this model; those that do not are recorded at once with the reason."""
     items = []
     for name, why in plan:
         why = why or facts.skips.get(name)
         if why:
-            search._record(measure.skipped(name, why))
+            search._record(trials.skipped(name, why))
         else:
-            items.append(measure.Item(name))
+            items.append(trials.Item(name))
     return items
 
 
-def _in_order(results: list[measure.RecipeResult], plan) -> list[measure.RecipeResult]:
+def _in_order(results: list[trials.RecipeResult], plan) -> list[trials.RecipeResult]:
     """Tier by tier (eager, compile, CUDA graphs, ...), each in ladder order (mixed recipes after their base)."""
     from .search import TIERS, tier_of
     order = [name for name, _ in plan]
@@ -241,7 +243,7 @@ def _search_notes(search: Search) -> list[str]:
     return notes
 
 
-def _reference_notes(results: list[measure.RecipeResult]) -> list[str]:
+def _reference_notes(results: list[trials.RecipeResult]) -> list[str]:
     """What the fp32 reference itself warns about (a degenerate output), said once."""
     fp32 = next((r for r in results if r.recipe == "fp32"), None)
     return [w for w in (fp32.warnings if fp32 else []) if w.startswith("fp32's output is degenerate")]
@@ -262,7 +264,7 @@ def _with_baseline(recipes) -> list[str] | None:
     return ["fp32", *[r for r in recipes if r != "fp32"]]
 
 
-def _progress_line(r: measure.RecipeResult) -> str:
+def _progress_line(r: trials.RecipeResult) -> str:
     timing = f" {r.step_ms:.3g} ms" if r.step_ms else ""
     return f"{r.recipe}: {r.status}{timing}{' (' + r.message + ')' if r.message else ''}"
 
@@ -280,11 +282,11 @@ def _notes(device: torch.device) -> list[str]:
 
 
 # --- step 3: sensitive modules ------------------------------------------------------------------------------------
-def _failing_lowp(results: list[measure.RecipeResult]) -> dict[tuple, measure.RecipeResult]:
+def _failing_lowp(results: list[trials.RecipeResult]) -> dict[tuple, trials.RecipeResult]:
     """(dtype, weights cast?) -> the recipe to repair: the fastest failing one of that kind (the first on a CPU)."""
-    out: dict[tuple, measure.RecipeResult] = {}
+    out: dict[tuple, trials.RecipeResult] = {}
     for r in results:
-        key = measure.lowp_of(r.recipe) if r.status == "fails" and not r.base else None
+        key = trials.lowp_of(r.recipe) if r.status == "fails" and not r.base else None
         if not key:
             continue
         best = out.get(key)
@@ -293,21 +295,20 @@ def _failing_lowp(results: list[measure.RecipeResult]) -> dict[tuple, measure.Re
     return out
 
 
-def find_sensitive(bench: measure.Bench, results: list, tol: float, log, found: dict) -> list[measure.Item]:
+def find_sensitive(bench: trials.Bench, results: list, tol: float, log, found: dict) -> list[trials.Item]:
     """For each 16-bit kind whose recipe misses the tolerance: the culprit modules (searched in a worker, with the
     timeout), into `found`; returns the mixed recipes that keep them in fp32, for the search to run."""
     items = []
     for (dtype, cast), base in _failing_lowp(results).items():
         key = f"{dtype} weights" if cast else dtype
-        case = {"op": "advise.sensitive", "suite": "advise", "shape": {"model": bench.name},
-                "precision": base.recipe, "task": "sensitive",
-                "source": bench.source, "mode": bench.mode, "dtype": dtype, "cast": cast, "tolerance": tol}
-        row = bench.call(case)
-        if row["status"] != "ok":
+        args = SensitiveArgs(bench.args(trials.Item(base.recipe)), dtype, cast, tol)
+        row = bench.call(Case("advise.sensitive", {"model": bench.name}, base.recipe, sensitive_task, suite="advise",
+                              args=args, preload=preload_sensitive))
+        if row.status != "ok":
             found[key] = {"modules": [], "errors": {}, "tests": 0, "base": base.recipe, "dtype": key,
-                          "failed": f"{row['status']}: {row.get('message', '')}"}
+                          "failed": f"{row.status}: {row.message}"}
             continue
-        s = {**row["metrics"]["sensitive"], "base": base.recipe, "dtype": key}
+        s = {**row.metrics["sensitive"], "base": base.recipe, "dtype": key}
         log(f"{base.recipe} misses the tolerance; modules that break it alone in {key}: "
             f"{', '.join(s['modules']) or 'none'}")
         if s["modules"] and len(s["modules"]) <= MAX_KEPT:
@@ -317,21 +318,32 @@ def find_sensitive(bench: measure.Bench, results: list, tol: float, log, found: 
     return items
 
 
-def _mixed(base: measure.RecipeResult, modules: list[str]) -> measure.Item:
+def _mixed(base: trials.RecipeResult, modules: list[str]) -> trials.Item:
     label = f"{base.recipe}+fp32[{','.join(modules)}]" if len(modules) <= 2 else \
         f"{base.recipe}+fp32[{len(modules)} modules]"
-    return measure.Item(base.recipe, tuple(modules), label, base.recipe)
+    return trials.Item(base.recipe, tuple(modules), label, base.recipe)
 
 
-preload = engine.preload      # the worker loads the spec while it waits for its turn
+@dataclass(frozen=True)
+class SensitiveArgs:
+    """The search for the modules that break a 16-bit recipe: the model (as the recipe's worker loads it), the
+    dtype and whether weights are cast to it, the tolerance."""
+    recipe: engine.RecipeArgs
+    dtype: str
+    cast: bool
+    tolerance: float
 
 
-def sensitive_task(case: dict, device, job: dict) -> dict:
+def preload_sensitive(case: Case) -> None:
+    engine.load_ahead(case.args.recipe)
+
+
+def sensitive_task(case: Case, device, job: Job) -> Result:
     """The worker's side of the search: the spec rebuilt, the culprits found."""
-    spec = engine.spec_of(case, device)
-    s = search(spec, case["mode"], device, case["dtype"], case["cast"], case["tolerance"])
-    return {"op": case["op"], "suite": case["suite"], "shape": case["shape"], "precision": case["precision"],
-            "status": "ok", "metrics": {"sensitive": s}}
+    a = case.args
+    spec = engine.spec_of(a.recipe, device)
+    s = search(spec, a.recipe.mode, device, a.dtype, a.cast, a.tolerance)
+    return Result(case.op, case.shape, case.precision, suite=case.suite, metrics={"sensitive": s})
 
 
 def search(spec: source.Spec, mode: str, device, dtype: str, cast: bool, tol: float) -> dict:
@@ -344,7 +356,7 @@ def search(spec: source.Spec, mode: str, device, dtype: str, cast: bool, tol: fl
     refs = accuracy.check_outputs(out_ref)
     metric_ref = float(metric(out_ref)) if metric else None
     if mode == "train":       # a share of the loss's fall is no output error: the inference default, scaled alike
-        tol = tol / measure.DEFAULT_TOLERANCE["train"] * measure.DEFAULT_TOLERANCE["infer"]
+        tol = tol / trials.DEFAULT_TOLERANCE["train"] * trials.DEFAULT_TOLERANCE["infer"]
 
     def error_of(out) -> float:
         acc = accuracy.compare_outputs(accuracy.check_outputs(out), refs)
@@ -374,7 +386,7 @@ def _shape_costs(layers, chosen, results, device: torch.device, mode: str) -> li
     50257-wide heads at the aligned speed), so a compiled step is no fair denominator."""
     if device.type != "cuda" or chosen is None:
         return []
-    prec = measure.kernel_precision(chosen.runs)
+    prec = trials.kernel_precision(chosen.runs)
     if prec == "fp32":
         return []
     lint.measure_costs(layers, prec, device, _eager_ms(chosen, results), mode)

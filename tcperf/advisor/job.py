@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from .measure import RecipeResult
+from .trials import RecipeResult
 
 
 def one_time_s(r: RecipeResult) -> float:

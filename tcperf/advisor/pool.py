@@ -1,15 +1,16 @@
 """The search's worker pool and its timeline (tcperf.advisor.search decides what runs; this runs it).
 
-Each recipe is prepared in a worker of its own (bench.open: a tcperf.runner.Session), opened from a thread of its
-own so that several prepare at once; every thread answers through `ready`, whatever happened. While the parent times
-and profiles a recipe, the workers still preparing and the idle spares are stopped (SIGSTOP, then SIGCONT), since
-their checks, cuDNN's autotuning and Inductor's benchmarks share the GPU, and their compiles and imports the CPU a
-host-bound step needs (on an H200, EfficientNet's fp32 + compile timed at 54 ms beside them and 11 ms alone).
+Each recipe is prepared in a worker of its own (bench.open: a tcperf.runner.Worker holding bench.kind of the
+recipe's case), from a thread of its own so that several prepare at once; every thread answers through `ready`,
+whatever happened. While the parent times and profiles a recipe, the workers still preparing and the idle spares are
+stopped (SIGSTOP, then SIGCONT), since their checks, cuDNN's autotuning and Inductor's benchmarks share the GPU, and
+their compiles and imports the CPU a host-bound step needs (on an H200, EfficientNet's fp32 + compile timed at 54 ms
+beside them and 11 ms alone).
 
     pool.start(candidate)                           # prepares in a thread
-    cand, session, row, wall = pool.ready.get()     # blocks until one is prepared
+    cand, worker, row, wall = pool.ready.get()      # blocks until one is prepared
     with pool.quiet():
-        session.call("time", ...)                   # nothing else runs meanwhile
+        worker.call("time", timeout=600)            # nothing else runs meanwhile
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import contextlib
 import queue
 import threading
 import time
+
+from ..records import Result
 
 DRAIN_S = 0.05          # after stopping the workers, for the kernels they queued to finish
 
@@ -74,9 +77,10 @@ class Pool:
                 if self.hushed:
                     session.pause()
                     self.stopped.add(session)
-            row = session.call("open", self.bench.timeout)
+            row = session.call(self.bench.kind, session.case, self.bench.device, hold=True,
+                               timeout=self.bench.timeout)
         except Exception as e:       # noqa: BLE001 - the parent must always get an answer
-            row = {"precision": cand.label, "status": "error", "message": f"{type(e).__name__}: {e}"[:300]}
+            row = Result("advise.recipe", {}, cand.label, "error", message=f"{type(e).__name__}: {e}"[:300])
         finally:
             with self.lock:
                 self.opening.discard(session)

@@ -19,8 +19,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import accuracy
+from ..records import Result
 from .lint import Layer, TOP_LEVEL
-from .measure import RecipeResult
+from .trials import RecipeResult
 from .verdict import headline
 
 STATUS = {"ok": "ok", "fails": "wrong", "skipped": "skipped", "error": "error", "oom": "oom",
@@ -80,14 +81,13 @@ class Advice:
         return [*(recipe_row(r, shape, self.tolerance) for r in self.recipes),
                 *(recipe_row(r, shape, self.tolerance) for r in self.stream), self.verdict_row()]
 
-    def verdict_row(self) -> dict:
-        return {"op": "advise.verdict", "shape": {"model": self.model, "mode": self.mode},
-                "precision": self.recommended or "none", "status": "ok", "tolerance": self.tolerance,
-                "message": self.verdict.get("note", ""),
-                "metrics": finite({"label": self.model, "verdict": self.verdict,
-                                   "lint": [l.to_dict() for l in self.flagged], "lint_summary": self.lint_summary,
-                                   "snippets": self.snippets, "sensitive": self.sensitive,
-                                   "share": self.share, "notes": self.notes, "phases": self.phases})}
+    def verdict_row(self) -> Result:
+        return Result("advise.verdict", {"model": self.model, "mode": self.mode}, self.recommended or "none",
+                      tolerance=self.tolerance, message=self.verdict.get("note", ""),
+                      metrics=finite({"label": self.model, "verdict": self.verdict,
+                                      "lint": [l.to_dict() for l in self.flagged], "lint_summary": self.lint_summary,
+                                      "snippets": self.snippets, "sensitive": self.sensitive,
+                                      "share": self.share, "notes": self.notes, "phases": self.phases}))
 
     def save(self, db=None, command: str = "tcperf.advise()") -> int:
         """Store the whole advice as one run of kind "advise" (written only once it is complete)."""
@@ -131,19 +131,17 @@ def finite(x):
     return x
 
 
-def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> dict:
+def recipe_row(r: RecipeResult, shape: dict, tolerance: float) -> Result:
     """A recipe's row in the store: op advise.recipe (on the example input) or advise.stream (on the workload)."""
     t = r.timing or {}
-    return {"op": r.op, "shape": shape, "precision": r.recipe, "status": STATUS[r.status],
-            "error": finite(r.error), "tolerance": tolerance, "message": r.message,
-            "median_ms": t.get("median_ms"), "iqr_ms": t.get("iqr_ms"), "min_ms": t.get("min_ms"),
-            "mean_ms": t.get("mean_ms"), "n": t.get("n"), "samples": t.get("samples", []),
-            "warnings": list(r.warnings),
-            "metrics": finite({"label": shape["model"], "criterion": r.criterion, "accuracy": r.accuracy,
-                               "speedup_fp32": r.speedup, "tc_share": r.tc_share, "gpu_busy": r.gpu_busy,
-                               "kernels": r.kernels,
-                               "first_call_s": r.first_call_s, "keep_fp32": r.keep_fp32, "base": r.base,
-                               "stream": r.stream, "kernel_ms": r.kernel_ms, "matmul_ms": r.matmul_ms})}
+    return Result(r.op, shape, r.recipe, STATUS[r.status], error=finite(r.error), tolerance=tolerance,
+                  message=r.message, median_ms=t.get("median_ms"), iqr_ms=t.get("iqr_ms"), min_ms=t.get("min_ms"),
+                  mean_ms=t.get("mean_ms"), n=t.get("n"), samples=t.get("samples", []), warnings=list(r.warnings),
+                  metrics=finite({"label": shape["model"], "criterion": r.criterion, "accuracy": r.accuracy,
+                                  "speedup_fp32": r.speedup, "tc_share": r.tc_share, "gpu_busy": r.gpu_busy,
+                                  "kernels": r.kernels, "first_call_s": r.first_call_s, "keep_fp32": r.keep_fp32,
+                                  "base": r.base, "stream": r.stream, "kernel_ms": r.kernel_ms,
+                                  "matmul_ms": r.matmul_ms}))
 
 
 # --- the report -------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 bf16 weights, channels_last, mixed recipes with fp32 modules, fp8, int8) x {eager, torch.compile, torch.compile +
 CUDA graphs}, and for training a CUDA graph of the whole step, then a runoff among the leaders (tcperf.advisor.runoff).
 
-Each recipe runs in a worker of its own (tcperf.runner.Session) that prepares it and checks its accuracy; up to
+Each recipe runs in a worker of its own (tcperf.runner.Worker) that prepares it and checks its accuracy; up to
 `jobs` workers prepare at once (torch.compile is mostly CPU work, and Inductor's cache is shared between them), while
 the parent times one prepared recipe at a time on the GPU. The compiled tiers of a recipe (torch.compile, CUDA
 graphs, and for training the whole-step graph) are queued together once that recipe passed its accuracy check, so
@@ -36,8 +36,9 @@ from dataclasses import dataclass
 
 from .. import env
 from .. import recipes as recipemod
+from ..records import Result
 from . import runoff
-from .measure import Bench, Item, RecipeResult
+from .trials import Bench, Item, RecipeResult
 from .pool import Pool, Timeline
 
 GRID_TIMING = {"warmup_ms": 100.0, "rep_ms": 300.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
@@ -278,19 +279,19 @@ class Search(Plan):
             self.pool.start(cand)
 
     # --- a recipe prepared -----------------------------------------------------------------------------------
-    def _done(self, cand: Candidate, session, row: dict, wall: float) -> None:
-        if session is not None and row.get("status") == "ok" and self.timed:
+    def _done(self, cand: Candidate, session, row: Result, wall: float) -> None:
+        if session is not None and row.ok and self.timed:
             t0 = time.perf_counter()
             with self.pool.quiet():
-                row = session.call("time", self.bench.timeout, timing=GRID_TIMING, profile=True)
+                row = session.call("time", timing=GRID_TIMING, profile=True, timeout=self.bench.timeout)
             wall += time.perf_counter() - t0
         self._timeline.mark(cand.label, "timed")
         self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
-        r = RecipeResult.from_row(row)
+        r = RecipeResult.from_result(row)
         r.base = r.base or cand.item.base
         self._record(r)
         if r.passes and self.timed and self.grow:
-            self._add(self._above(cand, r, row.get("metrics") or {}))
+            self._add(self._above(cand, r, row.metrics))
         self._keep(r, session)
 
     def _record(self, r: RecipeResult) -> None:
@@ -327,8 +328,8 @@ class Search(Plan):
 
     def _timer(self, session):
         def window(ms: float) -> float | None:
-            row = session.call("window", self.bench.timeout, ms=ms)
-            return row.get("mean_ms") if row.get("status") == "ok" else None
+            mean_ms = session.call("window", ms=ms, timeout=self.bench.timeout)
+            return mean_ms if isinstance(mean_ms, float) else None      # else the row of its worker's death
         return window
 
     def summary(self) -> dict:

@@ -31,8 +31,9 @@ import time
 
 from .. import recipes, workload
 from . import job
-from ..engine import recipe_case
-from .measure import Bench, RecipeResult
+from ..engine import StreamSession, recipe_case
+from ..records import Result
+from .trials import Bench, Item, RecipeResult
 from .pool import Pool, Timeline
 
 STREAM_CAP_S = 90.0
@@ -71,31 +72,27 @@ def family(root: str, device_type: str) -> list[str]:
 
 
 class StreamBench:
-    """What tcperf.advisor.pool.Pool needs of a bench, for stream sessions: each recipe in a fresh worker whose
-    Inductor and Triton caches start empty, its first pass limited to `cap_s`."""
+    """What tcperf.advisor.pool.Pool needs of a bench, for stream sessions: each recipe's worker holds an
+    engine.StreamSession, in a fresh worker whose Inductor and Triton caches start empty (not in this process: its
+    caches are the process's), its first pass limited to `cap_s`."""
+    kind = StreamSession
 
     def __init__(self, bench: Bench, keep: tuple):
         self.bench, self.keep = bench, keep      # keep: modules the pick keeps in fp32 (a mixed recipe)
         self.timeout, self.spares, self.cap_s = bench.timeout, None, STREAM_CAP_S
+        self.device = bench.device
 
-    def case(self, name: str) -> dict:
+    def case(self, name: str):
         b = self.bench
         label = f"{name}+fp32[{len(self.keep)} modules]" if self.keep else None
-        case = recipe_case(b.source, name, b.mode, op="advise.stream", shape={"model": b.name, "mode": b.mode},
-                           reference=b.reference_file, label=label, suite="advise", steps=b.steps,
-                           tolerance=b.tolerance, keep=list(self.keep), base=name if self.keep else None)
         cold = os.path.join(b.folder, "cold-" + "".join(c if c.isalnum() else "_" for c in name))
-        return {**case, "task": "stream_session", "cold": cold, "cap_s": self.cap_s}
+        args = b.args(Item(name, tuple(self.keep), base=name if self.keep else None), cold=cold if b.source else None,
+                      cap_s=self.cap_s)
+        return recipe_case(args, op="advise.stream", shape={"model": b.name, "mode": b.mode}, label=label,
+                           suite="advise")
 
     def open(self, item):
-        if self.bench.source is None:      # in this process: its caches are the process's, not made cold
-            from .measure import _LocalSession
-            case = {k: v for k, v in self.case(item.recipe).items() if k != "cold"}
-            return _LocalSession({**case, "spec": self.bench.spec}, self.bench.device)
-        if self.bench.spares is not None:      # left by the search: up, the model in host memory
-            return self.bench.spares.session(self.case(item.recipe))
-        from ..runner import Session
-        return Session(self.case(item.recipe), self.bench.device, env=self.bench.env)
+        return self.bench.worker_for(self.case(item.recipe))     # a spare left by the search where one is up
 
 
 class _Item:
@@ -127,10 +124,10 @@ def run(bench: Bench, pick: RecipeResult, steps: int | None, log=None, progress=
         opened[name][0].close()
     clock.lap("workload_race_s")
     if timed:
-        rows.update(_rounds({n: opened[n][0] for n, row in rows.items() if row.get("status") == "ok"},
+        rows.update(_rounds({n: opened[n][0] for n, row in rows.items() if row.ok},
                             bench.timeout, log))
     clock.lap("workload_rounds_s")
-    measured = [(RecipeResult.from_row(rows[name]), opened[name][0]) for name in names]
+    measured = [(RecipeResult.from_result(rows[name]), opened[name][0]) for name in names]
     return clock.lap("workload_profile_s", _profiled(measured, steps, bench.timeout if timed else None, log,
                                                      bench.spares))
 
@@ -155,10 +152,10 @@ def _rounds(sessions: dict, timeout: float, log=None, rounds: int = ROUNDS) -> d
     rows = {}
     for i in range(rounds):
         for name, session in sessions.items():
-            rows[name] = session.call("time", timeout, passes=1, fresh=i == 0)
+            rows[name] = session.call("time", passes=1, fresh=i == 0, timeout=timeout)
     for name, row in rows.items():
-        if log and row.get("samples"):
-            log(f"{name}: {len(row['samples'])} rounds, ms a step: {' '.join(f'{t:.3g}' for t in row['samples'])}")
+        if log and row.samples:
+            log(f"{name}: {len(row.samples)} rounds, ms a step: {' '.join(f'{t:.3g}' for t in row.samples)}")
     return rows
 
 
@@ -194,7 +191,7 @@ class Race:
         """{name: its row after the first pass (and the bound's timing)}."""
         rows = {}
         for name, (session, row) in opened.items():
-            if session is None or row.get("status") != "ok":
+            if session is None or not row.ok:
                 rows[name] = row
                 self.tell(name)
             elif side_by_side:
@@ -214,18 +211,18 @@ class Race:
         return rows
 
     def _first(self, name: str, session, timeout: float) -> None:
-        row = session.call("first", timeout)
+        row = session.call("first", timeout=timeout)
         self.warm.add(name)
-        if row.get("status") == "ok" and self.steps is not None:
-            row = session.call("time", timeout, passes=BOUND_PASSES)
+        if row.ok and self.steps is not None:
+            row = session.call("time", passes=BOUND_PASSES, timeout=timeout)
         self.done.put((name, row))
 
-    def _answer(self, name: str, row: dict) -> dict:
+    def _answer(self, name: str, row: Result) -> Result:
         self.started.pop(name, None)
         self.tell(name)
         if name in self.why:       # killed: its worker's death is the stop
-            return {**row, "status": "skipped", "message": f"warm-up stopped: {self.why[name]}"}
-        r = RecipeResult.from_row(row)
+            return row.replace(status="skipped", message=f"warm-up stopped: {self.why[name]}")
+        r = RecipeResult.from_result(row)
         if self.steps is not None and r.passes and r.step_ms:
             bound = job.job_s(r, self.steps)
             self.log(f"{name}: warm after {job.one_time_s(r):.1f} s one-time, {r.step_ms:.3g} ms a step beside the "
@@ -281,7 +278,7 @@ def _profile(measured: list[tuple], results: list[RecipeResult], name: str, time
     """The recipe `name` profiled in its worker, its result replaced (in place); its name."""
     for i, (r, session) in enumerate(measured):
         if r.recipe == name and session is not None:
-            results[i] = RecipeResult.from_row(session.call("profile", timeout))
+            results[i] = RecipeResult.from_result(session.call("profile", timeout=timeout))
     return name
 
 
@@ -306,7 +303,7 @@ def _alone(measured: list[tuple], results: list[RecipeResult], timeout: float, l
             closed.add(r.recipe)
     for i, (r, session) in enumerate(measured):
         if session is not None and host_bound(r.runs) and r.passes and r.step_ms:
-            results[i] = RecipeResult.from_row(session.call("time", timeout, passes=ROUNDS, fresh=True))
+            results[i] = RecipeResult.from_result(session.call("time", passes=ROUNDS, fresh=True, timeout=timeout))
             log(f"{r.recipe}: alone, {ROUNDS} passes, ms a step: "
                 f"{' '.join(f'{t:.3g}' for t in (results[i].timing or {}).get('samples') or [])}")
     return closed

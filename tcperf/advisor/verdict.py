@@ -15,7 +15,7 @@ from __future__ import annotations
 from . import job as jobmod
 from . import runoff
 from .lint import Layer
-from .measure import RecipeResult, setup_of
+from .trials import RecipeResult, setup_of
 from .snippets import all_snippets
 
 GPU_NEEDED = "speed verdicts need a CUDA GPU: this ran on the CPU, so only the shape lint and accuracy were checked"

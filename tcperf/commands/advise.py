@@ -24,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import env as envmod
 from .. import peaks, source
-from ..advisor import api, measure
+from ..advisor import api, trials
 from ..advisor.result import recipe_row
 from ..recipes import parse_list
 from ..store import Store
@@ -44,12 +44,12 @@ def add_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="steps the job runs: the pick is the cheapest job (one-time compile and capture cost + steps "
                         "x step time); default: a job long enough that one-time costs vanish")
-    p.add_argument("--check-steps", type=int, default=measure.TRAIN_STEPS,
+    p.add_argument("--check-steps", type=int, default=trials.TRAIN_STEPS,
                    help=f"training steps the accuracy check compares against fp32 (train mode; default "
-                        f"{measure.TRAIN_STEPS})")
-    p.add_argument("--timeout", type=positive_number, default=measure.DEFAULT_TIMEOUT,
+                        f"{trials.TRAIN_STEPS})")
+    p.add_argument("--timeout", type=positive_number, default=trials.DEFAULT_TIMEOUT,
                    help=f"seconds one recipe (or one stage of loading the model) may take, compile included "
-                        f"(default {measure.DEFAULT_TIMEOUT:.0f})")
+                        f"(default {trials.DEFAULT_TIMEOUT:.0f})")
     p.add_argument("--budget", type=positive_number, default=None,
                    help="seconds the search may take: recipes that would not finish in time are not started, "
                         "and the advice names them (default: no limit)")

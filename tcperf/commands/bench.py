@@ -21,7 +21,7 @@ from ..precision import parse_list
 from ..store import case_key
 from ..table import results_table
 from ..tensorcore import padding_note
-from .common import add_measuring, console, measure_into_store, print_json
+from .common import add_measuring, console, job_from, measure_into_store, print_json
 
 GPU_PRECISIONS = "fp32,tf32,bf16,fp16"
 CPU_PRECISIONS = "fp32,bf16"
@@ -52,7 +52,8 @@ def main(args) -> int:
     if not cases:
         raise UserError(f"suite {args.suite!r} has no case at precision(s) {', '.join(precisions)} for its ops")
     profile = device.type == "cuda" and not args.no_profile
-    run_id, _, store = measure_into_store("bench", cases, args, profile=profile, pad=True, label=args.suite)
+    run_id, _, store = measure_into_store("bench", cases, args, job_from(args, profile=profile, pad=True),
+                                          label=args.suite)
     results = sort_results(store.results(run_id), cases, args.sort)
     if args.json:
         print_json({"run": store.run(run_id), "results": results})
@@ -62,11 +63,12 @@ def main(args) -> int:
 
 
 # --- choosing cases -----------------------------------------------------------------------------------------------
-def select(cases: list[dict], filters: list[str], limit: int | None) -> list[dict]:
-    """Cases matching every --filter, the first `limit` of them; UserError for a filter that cannot match."""
+def select(cases: list, filters: list[str], limit: int | None) -> list:
+    """Suite rows (tcperf.suites.Row) matching every --filter, the first `limit` of them; UserError for a filter
+    that cannot match."""
     for text in filters:
         key, values = _parse_filter(text)
-        known = {k for c in cases for k in (*c["tags"], *c["shape"], "op")}
+        known = {k for c in cases for k in (*c.tags, *c.shape, "op")}
         if key not in known:
             raise UserError(f"unknown filter key {key!r}; choose from: {', '.join(sorted(known, key=str.lower))}")
         cases = [c for c in cases if _matches(c, key, values)]
@@ -87,11 +89,11 @@ def _parse_filter(text: str) -> tuple[str, list[str]]:
     return key.strip(), [v.strip().lower() for v in value.split(",") if v.strip()]
 
 
-def _matches(case: dict, key: str, values: list[str]) -> bool:
-    if key in case["tags"]:
-        tag = str(case["tags"][key]).lower()
+def _matches(case, key: str, values: list[str]) -> bool:
+    if key in case.tags:
+        tag = str(case.tags[key]).lower()
         return any(v in tag for v in values)
-    have = case["op"] if key == "op" else case["shape"].get(key)
+    have = case.op if key == "op" else case.shape.get(key)
     return have is not None and str(have).lower() in values
 
 
@@ -109,7 +111,7 @@ SORTS = {
 
 def sort_results(results: list[dict], cases: list[dict], how: str) -> list[dict]:
     """The suite's order (each case at each precision, as asked), then, stably, the asked key."""
-    position = {case_key(c["op"], c["shape"], c["precision"]): i for i, c in enumerate(cases)}
+    position = {case_key(c.op, c.shape, c.precision): i for i, c in enumerate(cases)}
     ordered = sorted(results, key=lambda r: position.get(r["case_key"], len(position)))
     return ordered if SORTS[how] is None else sorted(ordered, key=SORTS[how])
 

@@ -20,14 +20,18 @@ On an H200 (anchors.md): bf16 744 TFLOPS, fp16 716-747, tf32 390, fp32 50, fp64 
 """
 from __future__ import annotations
 
+import dataclasses
+
 from rich.table import Table
 
 from .. import env as envmod
 from .. import peaks
 from ..errors import UserError
+from ..ops.case import measure_case
+from ..records import Case, Job, Result
 from ..precision import KERNEL_PRECISIONS, PRECISIONS, parse_list, unsupported_reason
 from ..table import fmt_ms
-from .common import add_measuring, console, measure_into_store, print_json
+from .common import add_measuring, console, job_from, measure_into_store, print_json
 
 SIZES = {"cuda": (4096, 8192), "cpu": (512,)}  # GEMM m = n = k: aligned for every precision, many waves
 COPY_ELEMENTS = {"cuda": 2**28, "cpu": 2**24}  # fp32 elements: 1 GiB on a GPU (far beyond L2), 64 MiB on the CPU
@@ -53,9 +57,8 @@ def main(args) -> int:
     copy_n = COPY_ELEMENTS[device.type] if args.copy_elements is None else args.copy_elements
     if min(sizes) < 1 or copy_n < 1:
         raise UserError(f"--size and --copy-elements must be >= 1 (got {args.size}, {copy_n})")
-    run_id, _, store = measure_into_store("ceilings", cases(precisions, sizes, copy_n), args,
-                                          profile=device.type == "cuda", label="ceilings",
-                                          extra={"until_stable": UNTIL_STABLE})
+    job = job_from(args, profile=device.type == "cuda", until_stable=UNTIL_STABLE)
+    run_id, _, store = measure_into_store("ceilings", cases(precisions, sizes, copy_n), args, job, label="ceilings")
     run, results = store.run(run_id), store.results(run_id)
     if args.json:
         print_json({"run": run, "results": results, "ceilings": store.ceilings(run["device"])})
@@ -72,27 +75,21 @@ def _precisions(text: str | None, device) -> list[str]:
     return [p for p in KERNEL_PRECISIONS if unsupported_reason(PRECISIONS[p], device) is None]
 
 
-def cases(precisions: list[str], sizes, copy_n: int) -> list[dict]:
+def cases(precisions: list[str], sizes, copy_n: int) -> list[Case]:
     """Aligned square GEMMs per precision (int8 with B column-major) and one copy; each measured by
     `measure_ceiling` in a worker."""
-    task = "ceiling"
     gemm = lambda size, p: {"m": size, "n": size, "k": size, "a_t": "N", "b_t": "T" if p == "int8" else "N"}
-    out = [{"op": "gemm", "shape": gemm(size, p), "precision": p, "suite": "ceilings", "task": task, "tags": {}}
-           for p in precisions for size in sizes]
-    out.append({"op": "copy", "shape": {"n": copy_n}, "precision": "bandwidth", "suite": "ceilings", "task": task,
-                "tags": {}})
+    out = [Case("gemm", gemm(size, p), p, measure_ceiling, suite="ceilings") for p in precisions for size in sizes]
+    out.append(Case("copy", {"n": copy_n}, "bandwidth", measure_ceiling, suite="ceilings"))
     return out
 
 
-def measure_ceiling(case: dict, device, job: dict) -> dict:
+def measure_ceiling(case: Case, device, job: Job) -> Result:
     """Worker task: measure the GEMM (or the fp32 copy) as any case, store it as op 'ceiling'."""
-    from ..worker import measure_case
-    inner = {k: v for k, v in case.items() if k != "task"}
-    if case["precision"] == "bandwidth":
-        inner["precision"] = "fp32"
-    result = measure_case(inner, device, {**job, "pad": False})
-    result["metrics"] = {**(result.get("metrics") or {}), "measured": f"{case['op']} {inner['precision']}"}
-    return {**result, "op": "ceiling", "precision": case["precision"]}
+    inner = case.replace(task=None, precision="fp32" if case.precision == "bandwidth" else case.precision)
+    result = measure_case(inner, device, dataclasses.replace(job, pad=False))
+    result.metrics["measured"] = f"{case.op} {inner.precision}"
+    return result.replace(op="ceiling", precision=case.precision)
 
 
 def of_run(results: list[dict], device_type: str) -> dict:

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from .. import env as envmod
 from ..distributed import collectives, launch, link
-from .common import add_db, add_device, add_json, console, measure_into_store, positive_number, print_json
+from .common import add_db, add_device, add_json, console, job_from, measure_into_store, positive_number, print_json
 
 CPU_END = "16M"      # the default largest size on a CPU (gloo over shared memory on a few cores)
 
@@ -47,28 +47,30 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main, no_flush_l2=True, graph=False)
 
 
-def plan(args, device, nproc: int) -> list[dict]:
-    """The cases the options ask for; UserError for a bad collective, dtype or size."""
+def plan(args, device, nproc: int, where: dict | None = None) -> list:
+    """The cases the options ask for (tcperf.records.Case); UserError for a bad collective, dtype or size. where: the
+    link between the ranks, stored with each row."""
     names = collectives.parse_names(args.ops, collectives.COLLECTIVES, "collective")
     dtypes = collectives.parse_names(args.dtypes, collectives.DTYPES, "dtype")
     if args.suite == "deepbench":
-        return collectives.deepbench(names, dtypes, nproc)
+        return collectives.deepbench(names, dtypes, nproc, where)
     end = args.end or ("1G" if device.type == "cuda" else CPU_END)
     sizes = collectives.sizes(collectives.parse_size(args.begin), collectives.parse_size(end), args.factor)
-    return collectives.cases(names, dtypes, sizes, nproc)
+    return collectives.cases(names, dtypes, sizes, nproc, where)
 
 
 def main(args) -> int:
     device = envmod.parse_device(args.device)
     nproc = launch.check_nproc(args.nproc, device)
-    cases = plan(args, device, nproc)
+    plan(args, device, nproc)                    # bad options: one line, before the link is probed
     where = link.describe(nproc) if device.type == "cuda" else {"link": "one host (gloo, CPU)", "detail": ""}
+    cases = plan(args, device, nproc, where)
     runner = functools.partial(launch.run_cases, nproc=nproc)
+    job = job_from(args)
     if launch.rank() != 0:            # under torchrun: rank 0 writes the store and prints
-        runner(cases, device, timeout=args.timeout, extra={"link": where})
+        runner(cases, device, job)
         return 0
-    run_id, _, store = measure_into_store("comm", cases, args, label="collectives", extra={"link": where},
-                                          runner=runner)
+    run_id, _, store = measure_into_store("comm", cases, args, job, label="collectives", runner=runner)
     results = store.results(run_id)
     if args.json:
         print_json({"run": store.run(run_id), "link": where, "results": results})

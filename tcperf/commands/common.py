@@ -14,7 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import env as envmod
 from ..errors import UserError, finite_positive, os_reason
-from ..runner import TimingConfig, run_cases
+from ..records import Job, Result, TimingConfig
+from ..runner import run_cases
 from ..store import Store, mask
 
 # Piped or logged output gets a wide table rather than rich's 80-column default (COLUMNS still wins).
@@ -91,8 +92,10 @@ def beside_store(store: Store, name: str) -> Path:
     return folder / name
 
 
-def timing_from(args) -> TimingConfig:
-    return TimingConfig(rep_ms=args.rep_ms, flush_l2=not args.no_flush_l2, graph=args.graph)
+def job_from(args, **fields) -> Job:
+    """The measuring options (--timeout and the timing knobs) as the run's Job, with the command's own fields."""
+    timing = TimingConfig(rep_ms=args.rep_ms, flush_l2=not args.no_flush_l2, graph=args.graph)
+    return Job(timing=timing, timeout=args.timeout, **fields)
 
 
 def command_line() -> str:
@@ -108,10 +111,11 @@ def quiet_gpu_warning(device) -> list[str]:
     return [f"other processes use the GPU (pids {', '.join(map(str, others))}): figures may be low"] if others else []
 
 
-def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad=False, extra=None,
-                       label: str = "measuring", runner=None) -> tuple[int, list[dict], Store]:
-    """Start a run, measure every case in workers with a progress bar, store each result as it comes.
-    runner: a stand-in for run_cases with its signature (the model ladder's climb keeps its recipe order)."""
+def measure_into_store(kind: str, cases: list, args, job: Job | None = None, *, label: str = "measuring",
+                       runner=None) -> tuple[int, list[Result], Store]:
+    """Start a run, measure every case in workers with a progress bar, store each result as it comes. job: how
+    (default: job_from(args)). runner: a stand-in for run_cases with its signature (the model ladder's climb keeps
+    its recipe order)."""
     device = envmod.parse_device(args.device)
     store = Store.open(args.db)
     environment = envmod.collect(device)
@@ -125,13 +129,12 @@ def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad
         with _progress(args) as progress:
             task = progress.add_task(label, total=len(cases))
 
-            def on_result(r):
+            def on_result(r: Result):
                 store.add_result(run_id, r)
                 results.append(r)
-                progress.update(task, advance=1, description=f"{label} {r['op']} {r['precision']}")
+                progress.update(task, advance=1, description=f"{label} {r.op} {r.precision}")
 
-            (runner or run_cases)(cases, device, timeout=args.timeout, timing=timing_from(args), profile=profile,
-                                  pad=pad, on_result=on_result, extra=extra)
+            (runner or run_cases)(cases, device, job or job_from(args), on_result=on_result)
         warnings += quiet_gpu_warning(device)
         status = "done"
     finally:

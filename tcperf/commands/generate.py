@@ -36,11 +36,12 @@ from .. import env as envmod
 from .. import peaks
 from .. import quant as core_quant
 from ..errors import UserError
-from ..generate import accounting, hf, measure, parts, quant, trained
+from ..generate import accounting, hf, parts, quant, sweep, trained
 from ..generate import model as plain
+from ..records import Result
 from ..store import Store
 from ..table import footnotes, status_cell
-from .common import (add_measuring, beside_store, console, err_console, measure_into_store, positive_ints,
+from .common import (add_measuring, beside_store, console, err_console, job_from, measure_into_store, positive_ints,
                      print_json)
 
 LOOPS = ("plain", "hf")
@@ -107,11 +108,11 @@ def loops(text: str) -> list[str]:
 
 def plan(args, device) -> tuple[dict, list[dict]]:
     """The source and every case, checked (UserError for bad input, before anything runs)."""
-    model, prompts, outputs, headline, sweep = DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
+    model, prompts, outputs, headline, every = DEFAULTS["cuda" if device.type == "cuda" else "cpu"]
     src = hf.source(args.model or model)
     recipes = quant.parse_list(args.precision or ",".join(quant.SWEEP if args.sweep else quant.HEADLINE),
                                args.kv or ("bf16,fp8" if args.sweep else "bf16"))
-    batches = ints(args.batch or (sweep if args.sweep else headline), "batch")
+    batches = ints(args.batch or (every if args.sweep else headline), "batch")
     prompts, outputs = ints(args.prompt or prompts, "prompt"), ints(args.output or outputs, "output")
     loop_names = loops(args.loop or ("plain,hf" if args.sweep else "plain"))
     kernel = quant.kernel_choice(args.kernel)
@@ -126,10 +127,10 @@ def plan(args, device) -> tuple[dict, list[dict]]:
             on = quant.kernel_for(r, kernel)
             skip = _skipped(src, r, loop_name, device) or quant.kernel_reason(on, device)   # one row, not one a batch
             reasons += [skip] if skip else []
-            for c in (measure.case(src, loop_name, r.name, b, p, n, max_batch=batches[-1], seed=args.seed,
+            for c in (sweep.case(src, loop_name, r.name, b, p, n, max_batch=batches[-1], seed=args.seed,
                                    compile=False if args.no_compile else None, kernel=on)
                       for p in prompts for n in outputs for b in (batches[:1] if skip else batches)):
-                cases.append({**c, "known": measure.skipped_row(c, skip)} if skip else c)   # no worker for a skip
+                cases.append(c.replace(known=sweep.skipped_row(c, skip)) if skip else c)   # no worker for a skip
     if len(reasons) == len(recipes) * len(loop_names):
         raise UserError(f"nothing to measure for {src['name']}: {'; '.join(dict.fromkeys(reasons))}")
     return src, cases
@@ -160,8 +161,8 @@ def train_once(src: dict, db: str | None, device) -> None:
 
 def _skipped(src: dict, r, loop_name: str, device) -> str | None:
     """Why this recipe cannot run in this loop on this device (the worker's row says the same), else None."""
-    probe = measure.case(src, loop_name, r.name, 1, 1, 1, max_batch=1)
-    return quant.unsupported(r, device) or measure.loop_reason(probe, r)
+    probe = sweep.case(src, loop_name, r.name, 1, 1, 1, max_batch=1)
+    return quant.unsupported(r, device) or sweep.loop_reason(probe, r)
 
 
 def check_fits(src: dict, batch: int, prompt: int, output: int, device) -> None:
@@ -194,8 +195,8 @@ def main(args) -> int:
     if device.type == "cpu" and args.model is None:
         err_console.print("No CUDA GPU: the tiny configuration on the CPU (name a model to override).")
     ceilings = peaks.measured(args.db, device)      # copy bandwidth, TFLOPS; without them the rows say so
-    extra = {"ceilings": ceilings, "compile_cache": str(beside_store(Store.open(args.db), ""))}
-    run_id, results, store = measure_into_store("generate", cases, args, label="generate", extra=extra)
+    job = job_from(args, ceilings=ceilings, compile_cache=str(beside_store(Store.open(args.db), "")))
+    run_id, results, store = measure_into_store("generate", cases, args, job, label="generate")
     for row in crossings(results):
         store.add_result(run_id, row)
     rows = store.results(run_id)
@@ -233,30 +234,29 @@ def kernel_failed(r: dict) -> bool:
 
 
 # --- the crossing of each sweep ---------------------------------------------------------------------------------
-def crossings(results: list[dict]) -> list[dict]:
+def crossings(results: list[Result]) -> list[Result]:
     """One row (op "generate.crossing") per model, loop, precision and lengths with three batches or more measured:
     the roofline's crossing batch beside the measured one (tcperf.generate.accounting.measured_batch)."""
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[tuple, list[Result]] = {}
     for r in results:
-        if r["op"] == "generate" and r["status"] in ("ok", "wrong"):
-            s = r["shape"]
-            groups.setdefault((s["model"], s["loop"], r["precision"], s["prompt"], s["output"]), []).append(r)
+        if r.op == "generate" and r.status in ("ok", "wrong"):
+            s = r.shape
+            groups.setdefault((s["model"], s["loop"], r.precision, s["prompt"], s["output"]), []).append(r)
     out = []
     for (model, loop_name, precision, prompt, output), rows in groups.items():
-        rows.sort(key=lambda r: r["shape"]["batch"])
-        m = rows[-1]["metrics"]
+        rows.sort(key=lambda r: r.shape["batch"])
+        m = rows[-1].metrics
         context = m["decode"]["context"]
-        points = [{"batch": r["shape"]["batch"], "bytes": r["bytes"], "flops": r["flops"], "ms": r["median_ms"]}
-                  for r in rows]
+        points = [{"batch": r.shape["batch"], "bytes": r.bytes, "flops": r.flops, "ms": r.median_ms} for r in rows]
         measured = accounting.measured_batch(points, m["dims"], context) if len(points) >= 3 else None
         if measured is None:
             continue
-        out.append({"op": "generate.crossing", "suite": "generate", "precision": precision, "status": "ok",
-                    "shape": {"model": model, "loop": loop_name, "prompt": prompt, "output": output},
-                    "metrics": {"roofline_batch": m.get("roofline_batch"), "measured": measured,
-                                "peak": m.get("peak"), "batches": [p["batch"] for p in points],
-                                "ratio": measured["batch"] / m["roofline_batch"]
-                                if measured["batch"] and m.get("roofline_batch") else None}})
+        out.append(Result("generate.crossing", {"model": model, "loop": loop_name, "prompt": prompt, "output": output},
+                          precision, suite="generate",
+                          metrics={"roofline_batch": m.get("roofline_batch"), "measured": measured,
+                                   "peak": m.get("peak"), "batches": [p["batch"] for p in points],
+                                   "ratio": measured["batch"] / m["roofline_batch"]
+                                   if measured["batch"] and m.get("roofline_batch") else None}))
     return out
 
 
@@ -396,7 +396,7 @@ def print_accuracy(rows: list[dict], src: dict, out) -> None:
                   highlight=False)
         return
     if src["kind"] != "trained":
-        out.print(f"{measure.NOT_JUDGED}: `tcperf generate {trained.NAME}` judges each precision's perplexity on "
+        out.print(f"{sweep.NOT_JUDGED}: `tcperf generate {trained.NAME}` judges each precision's perplexity on "
                   f"a model tcperf trains once a machine; `tcperf generate FOLDER --text FILE` judges a local "
                   f"transformers folder's own weights on your text.", highlight=False)
         return

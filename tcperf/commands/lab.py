@@ -57,13 +57,14 @@ def measure(args) -> tuple[Store, int, list[dict]]:
         err_console.print("No GPU: the kernels run in the Triton interpreter on CPU tensors, at small sizes. "
                           "They are checked against NumPy; the interpreter's times are not a GPU's speed.")
     with tempfile.TemporaryDirectory() as tmp, bench.interpreter(interpreted):
-        extra = {"lab_ceilings": _ceilings(args, device), "numpy_cache": os.path.join(tmp, "numpy.json")}
-        run_id, results, store = measure_into_store("lab", bench.cases(kernels, sizes, interpreted, args.quick), args,
-                                                    extra=extra, label="lab")
-    summary = [] if interpreted else bench.crossovers(results)
-    for row in summary:
+        shared = bench.LabArgs(_ceilings(args, device), os.path.join(tmp, "numpy.json"))
+        run_id, results, store = measure_into_store("lab", bench.cases(kernels, sizes, interpreted, args.quick, shared),
+                                                    args, label="lab")
+    for row in [] if interpreted else bench.crossovers(results):
         store.add_result(run_id, row)
-    return store, run_id, sorted(results, key=_tutorial_order) + summary
+    rows = store.results(run_id)
+    summaries = [r for r in rows if r["shape"].get("summary")]
+    return store, run_id, sorted((r for r in rows if not r["shape"].get("summary")), key=_tutorial_order) + summaries
 
 
 def _tutorial_order(r: dict) -> tuple:

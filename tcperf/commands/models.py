@@ -24,7 +24,7 @@ from .. import env as envmod
 from .. import ladder, models, peaks, recipes
 from ..errors import UserError
 from ..table import fmt_ms, status_cell
-from .common import add_measuring, console, err_console, measure_into_store, positive_ints, print_stored
+from .common import add_measuring, console, err_console, job_from, measure_into_store, positive_ints, print_stored
 
 
 def add_parser(sub) -> None:
@@ -83,11 +83,10 @@ def main(args) -> int:
     runner = ladder.climb
     if nproc:
         from ..distributed import parallel
-        cases, runner = parallel.cells(cases, nproc, parallel.parse(args.parallel), args.timeout), parallel.climb
+        cases, runner = parallel.cells(cases, nproc, parallel.parse(args.parallel)), parallel.climb
     ceilings = peaks.measured(args.db, device)      # for MFU; without them the datasheet is used
-    run_id, results, store = measure_into_store(
-        "models", cases, args, label="model ladder", extra={"ceilings": ceilings} if ceilings else None,
-        runner=runner)
+    run_id, results, store = measure_into_store("models", cases, args, job_from(args, ceilings=ceilings or None),
+                                                label="model ladder", runner=runner)
     return print_stored(args, store, run_id, lambda: print_ladder(store.results(run_id), console))
 
 
@@ -164,7 +163,7 @@ def print_ladder(results: list[dict], out) -> None:
     throughput against batch for --batch auto."""
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault(ladder.group_key(r), []).append(r)
+        groups.setdefault(ladder.group_key(r["shape"]), []).append(r)
     for (model, sizes, mode, batch, nproc, par), rows in groups.items():
         basis = next(((r["metrics"].get("mfu_basis") or {}).get("source") for r in rows
                       if (r.get("metrics") or {}).get("mfu_basis")), None)

@@ -16,7 +16,7 @@ from .. import suites
 from ..precision import KERNEL_PRECISIONS
 from ..runner import run_cases, task_key
 from ..table import COMPACT
-from .common import add_measuring, console, err_console, measure_into_store, print_stored
+from .common import add_measuring, console, err_console, job_from, measure_into_store, print_stored
 from .show import add_verbose, print_run
 
 CPU_PRECISIONS = ("fp32", "bf16", "fp64")
@@ -35,8 +35,9 @@ def main(args) -> int:
         err_console.print("No CUDA GPU found: measuring the CPU instead (fp32, bf16, fp64 at CPU-sized shapes).")
     precisions = list(KERNEL_PRECISIONS) if device.type == "cuda" else list(CPU_PRECISIONS)
     cases = suites.with_precisions(suites.load("quick", device.type), precisions)
-    cases.sort(key=lambda case: precisions.index(case["precision"]))   # precision by precision, suite order inside
-    run_id, results, store = measure_into_store("run", cases, args, profile=device.type == "cuda", pad=True,
+    cases.sort(key=lambda case: precisions.index(case.precision))   # precision by precision, suite order inside
+    run_id, results, store = measure_into_store("run", cases, args, job_from(args, profile=device.type == "cuda",
+                                                                             pad=True),
                                                 label="quick suite", runner=partial(run_cases, group_by=task_key))
     status = print_stored(args, store, run_id,
                           lambda: print_run(store, run_id, console, columns=COMPACT, verbose=args.verbose))

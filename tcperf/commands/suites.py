@@ -23,7 +23,7 @@ def listing() -> list[dict]:
     for name in suites.names():
         s = suites.get(name)
         out.append({"name": name, "rows": suites.count(name), "cases": len(suites.load(name, "cuda")),
-                    "ops": sorted({c["op"] for c in suites.load(name, "cuda")}), "source": s.source,
+                    "ops": sorted({row.op for row in suites.load(name, "cuda")}), "source": s.source,
                     "file": s.file, "about": s.about})
     return out
 

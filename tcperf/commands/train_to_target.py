@@ -92,10 +92,11 @@ def main(args) -> int:
     cases = [loop.case(options, n, args.seed + i, target, budget, clock.name, task.metric)
              for n in runnable for i in range(args.runs)]
     args.timeout, args.rep_ms, args.no_flush_l2, args.graph = minutes * 60 + 300, 0.0, True, False
-    run_id, results, store = measure_into_store(KIND, cases, args, label="train to target")
+    run_id, _, store = measure_into_store(KIND, cases, args, label="train to target")
     shape = {"workload": args.workload, task.metric: target, "clock": clock.name}
+    runs = store.results(run_id)                   # the seeded runs, as stored
     for name in names:
-        rows = [r for r in results if r["precision"] == name] or [_skipped(name, device)]
+        rows = [r for r in runs if r["precision"] == name] or [_skipped(name, device)]
         store.add_result(run_id, stats.summary_row(name, rows, shape, clock, target, task.higher_is_better,
                                                    args.usd_per_hour))
     return print_stored(args, store, run_id, lambda: print_run(store, run_id, console))

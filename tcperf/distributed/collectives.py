@@ -17,7 +17,7 @@ taken (all_reduce MAX). That loop is repeated REPEATS times; the median is repor
 On 2 x H200 (NVLink NV18, torch 2.11), a plain all_reduce loop gives fp32 bus bandwidth 39 GB/s at 1 MiB, 223 at
 16 MiB, 300 at 256 MiB and 328 at 1 GiB (issue 14); tcperf must land within 3% (benchmarks/comm_gpu.py).
 
-    rows = launch.run_cases(cases(["all_reduce"], ["fp32"], sizes(1024, 2**30), 2), device, nproc=2)
+    rows = launch.run_cases(cases(["all_reduce"], ["fp32"], sizes(1024, 2**30), 2), device, Job(), nproc=2)
 """
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ import torch
 import torch.distributed as dist
 
 from ..errors import UserError, choices
+from ..records import Case, Job, Result
 from . import launch
 
-TASK = "collective"
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOLERANCE = {"fp32": 1e-6, "bf16": 1e-2, "fp16": 1e-3}   # relative to the largest expected value; sums are exact
 MIN_REPS, MAX_REPS = 5, 2000      # calls in one timed loop
@@ -153,22 +153,29 @@ def label(size: int) -> str:
     return f"{size} B"
 
 
-def case(name: str, dtype: str, size: int, nproc: int, suite: str = "sweep", tags: dict | None = None) -> dict:
-    return {"op": f"comm.{name}", "suite": suite, "shape": {"bytes": size, "nproc": nproc}, "precision": dtype,
-            "task": TASK, "tags": tags or {}}
+@dataclass(frozen=True)
+class CommArgs:
+    """What the rows of a run of collectives share: the link between the ranks (tcperf.distributed.link)."""
+    link: dict | None = None
 
 
-def cases(names, dtypes, size_list, nproc: int) -> list[dict]:
+def case(name: str, dtype: str, size: int, nproc: int, suite: str = "sweep", tags: dict | None = None,
+         link: dict | None = None) -> Case:
+    return Case(f"comm.{name}", {"bytes": size, "nproc": nproc}, dtype, task, suite=suite, tags=tags or {},
+                args=CommArgs(link))
+
+
+def cases(names, dtypes, size_list, nproc: int, link: dict | None = None) -> list[Case]:
     """Collective by collective, dtype by dtype, small to large (the order nccl-tests prints)."""
-    return [case(n, d, s, nproc) for n in names for d in dtypes for s in size_list]
+    return [case(n, d, s, nproc, link=link) for n in names for d in dtypes for s in size_list]
 
 
-def deepbench(names, dtypes, nproc: int) -> list[dict]:
+def deepbench(names, dtypes, nproc: int, link: dict | None = None) -> list[Case]:
     """DeepBench's all-reduce table (tcperf/suites/deepbench/allreduce.csv): its float counts, in each dtype."""
     text = resources.files("tcperf.suites").joinpath("deepbench/allreduce.csv").read_text()
     rows = list(csv.DictReader(text.splitlines()))
     return [case(n, d, int(row["floats"]) * DTYPES[d].itemsize, nproc, "deepbench",
-                 {"application": row["application"] or "unnamed", "floats": int(row["floats"])})
+                 {"application": row["application"] or "unnamed", "floats": int(row["floats"])}, link)
             for n in names for d in dtypes for row in rows]
 
 
@@ -183,18 +190,18 @@ def parse_names(text: str, table: dict, kind: str) -> list[str]:
 
 
 # --- on every rank ----------------------------------------------------------------------------------------------------
-def task(case: dict, device, job: dict) -> dict:
+def task(case: Case, device, job: Job) -> Result:
     """One collective, one dtype, one size on this rank: check, then time; the row rank 0 keeps."""
-    coll, dtype = get(case["op"].split(".", 1)[1]), case["precision"]
+    coll, dtype = get(case.op.split(".", 1)[1]), case.precision
     n, r = dist.get_world_size(), dist.get_rank()
-    prep, size = _prepare(coll, dtype, case["shape"]["bytes"], n, r, device)
-    row = _row(case, coll, size, n, job)
-    launch.beat(f"{row['metrics']['label']}: check")
+    prep, size = _prepare(coll, dtype, case.shape["bytes"], n, r, device)
+    row = _row(case, coll, size, n)
+    launch.beat(f"{row.metrics['label']}: check")
     [err] = launch.slowest([_error(prep, dtype)], device)        # the worst rank's
-    row["error"] = err
+    row.error = err
     if not err <= TOLERANCE[dtype]:          # this way round, NaN fails too
-        return {**row, "status": "wrong", "message": f"relative error {err:.3g} > {TOLERANCE[dtype]:g}: not timed"}
-    launch.beat(f"{row['metrics']['label']}: time")
+        return row.replace(status="wrong", message=f"relative error {err:.3g} > {TOLERANCE[dtype]:g}: not timed")
+    launch.beat(f"{row.metrics['label']}: time")
     _time_into(row, prep.run, coll, size, n, device, job)
     return row
 
@@ -209,11 +216,11 @@ def _prepare(coll: Collective, dtype: str, size: int, n: int, r: int, device) ->
     return coll.prepare(base, n, r), count * DTYPES[dtype].itemsize
 
 
-def _row(case: dict, coll: Collective, size: int, n: int, job: dict) -> dict:
-    return {"op": case["op"], "suite": case.get("suite", ""), "shape": case["shape"], "precision": case["precision"],
-            "status": "ok", "tolerance": TOLERANCE[case["precision"]], "bytes": size, "warnings": [], "message": "",
-            "metrics": {"label": f"{coll.name} {label(size)}", "tags": case.get("tags", {}), "world": n,
-                        "backend": dist.get_backend(), "link": job.get("link"), "size_bytes": size}}
+def _row(case: Case, coll: Collective, size: int, n: int) -> Result:
+    link = case.args.link if case.args else None
+    return Result(case.op, case.shape, case.precision, suite=case.suite, tolerance=TOLERANCE[case.precision],
+                  bytes=size, metrics={"label": f"{coll.name} {label(size)}", "tags": case.tags, "world": n,
+                                       "backend": dist.get_backend(), "link": link, "size_bytes": size})
 
 
 def _error(prep: Prepared, dtype: str) -> float:
@@ -224,22 +231,22 @@ def _error(prep: Prepared, dtype: str) -> float:
     return err if err == err else math.inf
 
 
-def _time_into(row: dict, run, coll: Collective, size: int, n: int, device, job: dict) -> None:
+def _time_into(row: Result, run, coll: Collective, size: int, n: int, device, job: Job) -> None:
     """Time `run` as nccl-tests does (tcperf.timing.time_loop: a warm-up, then `iters` calls between two events,
     the mean), REPEATS times; each repeat's time is the slowest rank's. The median of the repeats sets the bandwidth,
     their spread is reported beside it."""
     from ..timing import Measurement, time_loop
-    iters = _iters(run, device, (job.get("timing") or {}).get("rep_ms", 100.0))
+    iters = _iters(run, device, job.timing.rep_ms)
     mine = [time_loop(run, device, iters=iters, warmup=WARMUP) for _ in range(REPEATS)]
     m = Measurement(launch.slowest(mine, device), warmup=WARMUP, flush_l2=False, back_to_back=True)
     alg, bus = coll.bandwidth(size, m.median_ms * 1e-3, n)
-    row.update(samples=m.samples_ms, median_ms=m.median_ms, iqr_ms=m.iqr_ms, min_ms=m.min_ms, mean_ms=m.mean_ms,
-               n=m.n, gbps=bus)
-    row["metrics"].update(algbw_gbps=alg, busbw_gbps=bus, time_us=m.median_ms * 1e3, iters=iters, warmup=WARMUP,
+    row.samples, row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms, row.n, row.gbps = \
+        m.samples_ms, m.median_ms, m.iqr_ms, m.min_ms, m.mean_ms, m.n, bus
+    row.metrics.update(algbw_gbps=alg, busbw_gbps=bus, time_us=m.median_ms * 1e3, iters=iters, warmup=WARMUP,
                           repeats=REPEATS, rank0_ms=mine, spread=m.spread, unstable=m.unstable,
                           timing="nccl-tests: mean of a loop between two events, slowest rank, median of repeats")
     if m.unstable:
-        row["warnings"].append(f"unstable: IQR/median = {m.spread:.0%}")
+        row.warnings.append(f"unstable: IQR/median = {m.spread:.0%}")
 
 
 def _iters(run, device, rep_ms: float) -> int:

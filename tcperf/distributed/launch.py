@@ -1,45 +1,39 @@
 """Runs cases on N ranks of one host, or on the ranks an outer torchrun started, with runner.run_cases's signature.
 
-Each case runs on every rank (its `task`, 'module:function', called as task(case, device, job) as in tcperf.worker);
-rank 0's row is the case's result. With `nproc` on one host, tcperf starts the ranks itself through
-torch.multiprocessing (spawn; NCCL on GPUs, one GPU a rank; gloo on the CPU) and follows them from this process:
+Each case runs on every rank (its task, called as task(case, device, job) in the world the ranks joined); rank 0's
+row is the case's result. With `nproc` on one host, the ranks are tcperf workers (tcperf.runner.Worker, one a rank,
+one GPU a rank: NCCL on GPUs, gloo on the CPU), their answers and beats read from one queue:
 
-- a rank that raises or dies: its case is recorded (error, or oom) with the rank and its last line, the other ranks
-  are stopped (torch.multiprocessing's ProcessContext.join), and fresh ranks take the remaining cases;
+- a rank that raises or dies: its case is recorded (error, or oom) with the rank and its last line, every rank is
+  killed, and fresh ranks take the remaining cases;
 - a rank that makes no progress for `timeout` seconds: the case is recorded as timeout, naming the ranks that were
   behind (ranks beat at each stage of a case, so the ones that waited in a collective are told from the one that
   hung), and every rank is killed;
-- ranks die with this process (PR_SET_PDEATHSIG on Linux): nothing is left running.
+- ranks end with the process that started them (tcperf.worker watches its parent): nothing is left running.
 
 Under an outer `torchrun --nnodes ... tcperf ...` (RANK and WORLD_SIZE set) the cases run in this process as one
 rank of that world and rank 0 keeps the rows; torchrun stops the others when one fails.
 
-    rows = run_cases(cases, torch.device("cuda"), nproc=2, timeout=120, on_result=store_it)
+    rows = run_cases(cases, torch.device("cuda"), Job(timeout=120), nproc=2, on_result=store_it)
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
-import pickle
 import queue
 import socket
 import time
-from dataclasses import asdict
 from datetime import timedelta
 
 import torch
 
-from .. import tasks
 from ..errors import UserError
-from ..runner import TimingConfig, _failed, _with_identity
+from ..records import Case, Job, Result, from_wire
+from ..runner import Rows, Worker
+from ..worker import beat  # noqa: F401  (a rank's tasks say where they are: launch.beat("... check"))
 
 POLL_S = 0.5           # how often the parent looks at its ranks between their messages
 STARTUP_S = 300.0      # importing torch and joining the process group, before the first case
-GRACE_S = 2.0          # a failed rank's peers get this long to exit before they are killed
 MAX_CPU_RANKS = 64
-
-_EVENTS = None         # in a rank started here: the queue its beats and results go to
-_RANK = 0
 
 
 # --- the world ------------------------------------------------------------------------------------------------------
@@ -93,167 +87,124 @@ def slowest(values: list[float], device) -> list[float]:
     return t.tolist()
 
 
-def beat(label: str) -> None:
-    """Tell the parent this rank reached `label` (a stage of the current case); nothing outside a launched rank."""
-    if _EVENTS is not None:
-        _EVENTS.put(("beat", _RANK, None, label))
-
-
 # --- the parent -----------------------------------------------------------------------------------------------------
-def run_cases(cases: list[dict], device, *, nproc: int, timeout: float = 120.0, timing: TimingConfig | None = None,
-              profile: bool = False, pad: bool = False, on_result=None, extra: dict | None = None) -> list[dict]:
+def run_cases(cases: list[Case], device, job: Job = Job(), *, nproc: int, on_result=None) -> list[Result]:
     """Every case on `nproc` ranks; rank 0's rows in order, each handed to `on_result` as it arrives."""
-    device = torch.device(device)
-    job = {"device": device.type, "timing": asdict(timing or TimingConfig()), "profile": profile, "timeout": timeout,
-           **(extra or {})}
-    results: list[dict] = []
-
-    def emit(r: dict) -> None:
-        results.append(r)
-        if on_result:
-            on_result(r)
-
+    device, rows = torch.device(device), Rows(on_result)
     if under_torchrun():
-        _in_process(cases, job, emit)
-        return results
+        for case in cases:           # a rank that raises ends its process; torchrun stops the others
+            r = rank_case(case, device.type, job)
+            if rank() == 0:
+                rows.add(case.own(r))
+        return rows
     pending = list(cases)
     while pending:
-        finished, failure = _launch(pending, nproc, job, emit)
-        pending = _after(pending, finished, failure, emit)
-    return results
+        pending = _launch(pending, nproc, device, job, rows.add)
+    return rows
 
 
-def _after(pending: list[dict], finished: int, failure: dict | None, emit) -> list[dict]:
-    """The cases fresh ranks take after a launch ended: the failed case recorded and skipped; every case failed
-    when the ranks never started one (nothing would work)."""
-    if failure is None:
-        return []
-    i = failure.pop("i")
-    if i < 0:
-        for case in pending:
-            emit(_failed(case, **failure))
-        return []
-    if i < finished:               # a rank died after rank 0 reported its last case
-        return pending[finished:]
-    emit(_failed(pending[i], **failure))
-    return pending[i + 1:]
-
-
-def _in_process(cases: list[dict], job: dict, emit) -> None:
-    device = join_world(job["device"], job["timeout"] + STARTUP_S)
-    for case in cases:
-        result = task_of(case)(case, device, job)
-        if rank() == 0:
-            emit(_with_identity(result, case))
-
-
-def _launch(cases: list[dict], nproc: int, job: dict, emit) -> tuple[int, dict | None]:
-    """Start `nproc` ranks on `cases` and follow them: (cases finished, the failure that ended them or None)."""
-    events = multiprocessing.get_context("spawn").Queue()
-    job = {**job, "cases": cases, "nproc": nproc, "port": free_port()}
-    ranks = torch.multiprocessing.start_processes(_rank_main, args=(job, events), nprocs=nproc, join=False,
-                                                  start_method="spawn")
+def _launch(cases: list[Case], nproc: int, device, job: Job, emit) -> list[Case]:
+    """Start `nproc` ranks (workers of one world) and run the cases on them in order; the cases left for fresh ranks
+    after a failure (none when every case ran, or when the ranks never started one: then every case fails)."""
+    inbox: queue.Queue = queue.Queue()
+    port = free_port()
+    ranks = [Worker(torch.device("cuda", i) if device.type == "cuda" else device, inbox=inbox,
+                    env=_rank_env(i, nproc, port)) for i in range(nproc)]
     try:
-        return _follow(ranks, events, _Progress(nproc, job["timeout"]), cases, emit)
+        for i, case in enumerate(cases):
+            for worker in ranks:
+                worker.send(rank_case, case, device.type, job)
+            row, failure = _follow(ranks, inbox, _Progress(nproc, job.timeout, first=i == 0))
+            if failure is None:
+                emit(case.own(row))
+                continue
+            if failure.pop("before_start"):
+                for c in cases[i:]:
+                    emit(c.failed(**failure))
+                return []
+            emit(case.failed(**failure))
+            return cases[i + 1:]
+        _leave(ranks, inbox, job.timeout)
+        return []
     finally:
-        _stop(ranks)
-        events.close()
+        for worker in ranks:
+            worker.close()
 
 
-def _follow(ranks, events, progress: "_Progress", cases: list[dict], emit) -> tuple[int, dict | None]:
-    finished = 0
-    raised: list[int] = []          # ranks in the order they said they raised
+def _rank_env(index: int, nproc: int, port: int) -> dict:
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(index), "WORLD_SIZE": str(nproc),
+            "LOCAL_RANK": str(index), "LOCAL_WORLD_SIZE": str(nproc)}
 
-    def take(event) -> None:
-        nonlocal finished
-        kind, who, i, payload = event
-        if kind == "result":
-            emit(_with_identity(payload, cases[i]))
-            finished = i + 1
-        elif kind == "raised":
-            raised.append(who)
+
+def _follow(ranks: list[Worker], inbox: queue.Queue, progress: "_Progress") -> tuple[Result | None, dict | None]:
+    """Every rank's answer to the case just sent: (rank 0's row, None), or (None, the failure that ended them: a rank
+    that raised or died, named, or no progress from any rank within the limit; every rank is then killed)."""
+    answers: dict[int, Result] = {}
+    while len(answers) < len(ranks):
+        try:
+            worker, line = inbox.get(timeout=POLL_S)
+        except queue.Empty:
+            failure = progress.stuck()
         else:
-            progress.heard(who, kind, payload)
-
-    def raised_in_order() -> list[int]:
-        _drain(events, take)
-        return raised
-
-    while True:
-        try:
-            take(events.get(timeout=POLL_S))
-        except queue.Empty:
-            pass
-        if progress.all_done():
-            return finished, None
-        failure = _exited(ranks, raised_in_order) or progress.stuck()
+            failure = _heard(ranks.index(worker), worker.event(line), progress, answers)
         if failure:
-            return finished, {"i": progress.case, **failure}
+            for worker in ranks:
+                worker.kill()
+            return None, {**failure, "before_start": progress.case < 0 and progress.first}
+    return answers[0], None
 
 
-def _drain(events, take) -> None:
-    """Every event the ranks sent before they stopped (all ranks are joined when this is called)."""
-    while True:
-        try:
-            take(events.get_nowait())
-        except queue.Empty:
-            return
-
-
-def _exited(ranks, raised) -> dict | None:
-    """The failure of a rank that raised or died (the others are stopped by join), else None. When several ranks
-    raised, the first to say so is named: torch names the lowest, often a peer that lost it in a collective (gloo:
-    'Connection closed by peer'). `raised()` gives the ranks in the order they said they raised."""
-    from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
-    try:
-        ranks.join(timeout=0, grace_period=GRACE_S)
-    except ProcessRaisedException as e:
-        index, text = e.error_index, str(e)
-        first = next((r for r in raised() if os.access(ranks.error_files[r], os.R_OK)), index)
-        if first != index:
-            with open(ranks.error_files[first], "rb") as fh:
-                index, text = first, str(pickle.load(fh))
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        status = "oom" if "out of memory" in text.lower() else "error"
-        return {"status": status, "message": f"rank {index}: {lines[-1].strip() if lines else 'raised'}"[:400]}
-    except ProcessExitedException as e:
-        return {"status": "error", "message": f"rank {e.error_index}: died ({e})"[:400]}
+def _heard(who: int, event: dict, progress: "_Progress", answers: dict) -> dict | None:
+    """One rank's event taken in; the failure it means, or None."""
+    kind = event["event"]
+    if kind == "failed":
+        return {"status": event["status"], "message": f"rank {who}: {event['message']}"[:400]}
+    if kind in ("start", "beat"):
+        progress.heard(who, "case" if kind == "start" else "beat", 0 if kind == "start" else event["label"])
+    elif kind == "reply":
+        progress.heard(who, "done", None)
+        answer = from_wire(event["result"])
+        if not answer.op and not answer.ok:        # the rank raised (its peers then fail in a collective)
+            return {"status": answer.status, "message": f"rank {who}: {answer.message}"[:400]}
+        answers[who] = answer
+    else:
+        progress.heard(who, kind, None)           # "up": alive
     return None
 
 
-def _stop(ranks) -> None:
-    """Kill every rank still alive and reap them all."""
-    for p in ranks.processes:
-        if p.is_alive():
-            p.kill()
-    for p in ranks.processes:
-        p.join()
+def _leave(ranks: list[Worker], inbox: queue.Queue, timeout: float) -> None:
+    """Every rank leaves the world together (a barrier first: no rank tears gloo or NCCL down while another is in a
+    collective)."""
+    for worker in ranks:
+        worker.send(leave_world)
+    left, deadline = 0, time.monotonic() + timeout
+    while left < len(ranks) and time.monotonic() < deadline:
+        try:
+            worker, line = inbox.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+        left += worker.event(line)["event"] in ("reply", "failed")
 
 
 class _Progress:
-    """What each rank last said: a hang is `timeout` seconds (STARTUP_S before the first case) without a word
-    from any rank; the ranks with the fewest beats are the ones behind."""
+    """What each rank last said about the current case: a hang is `timeout` seconds (STARTUP_S before the first case
+    started) without a word from any rank; the ranks with the fewest beats are the ones behind."""
 
-    def __init__(self, nproc: int, timeout: float):
-        self.timeout = timeout
+    def __init__(self, nproc: int, timeout: float, first: bool = True):
+        self.timeout, self.first = timeout, first
         self.beats = [0] * nproc
         self.where = ["starting"] * nproc
-        self.done = [False] * nproc
         self.case = -1
         self.last = time.monotonic()
 
     def heard(self, who: int, kind: str, label) -> None:
         self.last = time.monotonic()
-        if kind == "done":
-            self.done[who] = True
+        if kind in ("done", "up"):
             return
         if kind == "case" and label > self.case:
             self.case, self.beats = label, [0] * len(self.beats)
         self.beats[who] += 1
         self.where[who] = label if kind == "beat" else f"case {label} start"
-
-    def all_done(self) -> bool:
-        return all(self.done)
 
     def stuck(self) -> dict | None:
         limit = STARTUP_S if self.case < 0 else self.timeout
@@ -275,41 +226,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# --- a rank ---------------------------------------------------------------------------------------------------------
-def task_of(case: dict):
-    return tasks.resolve(case["task"])
+# --- on a rank ------------------------------------------------------------------------------------------------------
+def rank_case(case: Case, device_type: str, job: Job) -> Result:
+    """What each rank's worker runs: the case's task, in the world (joined at the first case)."""
+    device = join_world(device_type, job.timeout + STARTUP_S)
+    return case.task(case, device, job)
 
 
-def _rank_main(index: int, job: dict, events) -> None:
-    """One rank started by _launch: join the world, run every case, send rank 0's rows to the parent."""
-    global _EVENTS, _RANK
-    _die_with_parent()
-    _EVENTS, _RANK = events, index
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(job["port"]), RANK=str(index),
-                      WORLD_SIZE=str(job["nproc"]), LOCAL_RANK=str(index), LOCAL_WORLD_SIZE=str(job["nproc"]))
+def leave_world() -> None:
     import torch.distributed as dist
-    device = join_world(job["device"], job["timeout"] + STARTUP_S)
-    for i, case in enumerate(job["cases"]):
-        events.put(("case", index, None, i))
-        try:
-            result = task_of(case)(case, device, job)
-        except Exception:
-            events.put(("raised", index, i, None))    # before this rank exits and its peers fail in turn
-            raise
-        if index == 0:
-            events.put(("result", index, i, result))
-    events.put(("done", index, None, None))
-    dist.barrier()                  # no rank tears down gloo/NCCL while another is mid-collective
-    dist.destroy_process_group()
-
-
-def _die_with_parent() -> None:
-    """Linux: this rank gets SIGKILL when the process that started it dies, however it dies."""
-    try:
-        import ctypes
-        import signal
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:          # the parent died before prctl took effect
-        os._exit(1)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -27,10 +27,11 @@ On 2 x H200 (NVLink, torch 2.11), ResNet-50 bf16 + channels_last, batch 256 a GP
 9,254 on two (issue 14: efficiency 0.997).
 
     cases = cells(ladder.cells(["gpt2"], "train", ["amp_bf16"], None), nproc=2, parallels=["ddp", "fsdp2"])
-    rows = climb(cases, torch.device("cuda"), timeout=600, on_result=store_it)
+    rows = climb(cases, torch.device("cuda"), Job(timeout=600), on_result=store_it)
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -39,12 +40,12 @@ import torch.distributed as dist
 
 from .. import engine, ladder, models, precision, recipes
 from .. import source
-from ..profiler import gpu_busy
 from ..errors import choices
+from ..profiler import gpu_busy
+from ..records import Case, Job, Result
+from ..runner import Rows
 from . import launch, overlap
 
-TASK = "parallel_cell"      # on every rank
-RUN_TASK = "parallel_run"   # in the ladder's worker: starts the ranks
 TIMED_STEPS = 20
 WARM_PROFILED = 2       # steps under the profiler before the ones it records: the ranks' profiler start-up settles
 PROFILED_STEPS = 5      # steps the exposed communication is averaged over
@@ -95,68 +96,61 @@ def applies(parallel: str, model: str) -> bool:
     return PARALLELS[parallel].kind == "ddp" or models.get(model).KIND == "transformer"
 
 
-def cells(one_gpu: list[dict], nproc: int, parallels, timeout: float) -> list[dict]:
+def cells(one_gpu: list[Case], nproc: int, parallels) -> list[Case]:
     """Each one-GPU cell followed by the same cell on `nproc` ranks under each parallel that applies to it."""
     out = []
     for case in one_gpu:
         out.append(case)
-        out += [{**case, "task": RUN_TASK, "rank_timeout": timeout * RANK_SHARE,
-                 "shape": {**case["shape"], "nproc": nproc, "parallel": p}}
-                for p in parallels if applies(p, case["shape"]["model"])]
+        out += [case.replace(task=run_cell, shape={**case.shape, "nproc": nproc, "parallel": p})
+                for p in parallels if applies(p, case.shape["model"])]
     return out
 
 
-def climb(cases: list[dict], device, *, on_result=None, **kw) -> list[dict]:
+def climb(cases: list[Case], device, job: Job = Job(), *, on_result=None) -> list[Result]:
     """ladder.climb (run_cases's signature), each N-rank row completed with its scaling efficiency."""
-    seen: list[dict] = []
-
-    def finish(r: dict) -> None:
-        add_scaling(r, seen)
-        seen.append(r)
-        if on_result:
-            on_result(r)
-    return ladder.climb(cases, device, on_result=finish, **kw)
+    seen = Rows(on_result, complete=add_scaling)
+    ladder.climb(cases, device, job, on_result=seen.add)
+    return seen
 
 
-def add_scaling(row: dict, earlier: list[dict]) -> None:
+def add_scaling(row: Result, earlier: list[Result]) -> None:
     """scaling_efficiency and speedup_1gpu of an N-rank row against the same recipe's one-GPU row."""
-    s, m = row.get("shape") or {}, row.get("metrics") or {}
+    s, m = row.shape or {}, row.metrics
     if not s.get("nproc") or not m.get("throughput"):
         return
     same = {k: s[k] for k in ("model", "mode", "batch")}
-    one = [r for r in earlier if r.get("shape") == same and r["precision"] == row["precision"]
-           and (r.get("metrics") or {}).get("throughput")]
+    one = [r for r in earlier if r.shape == same and r.precision == row.precision and r.metrics.get("throughput")]
     if one:
-        single = one[-1]["metrics"]["throughput"]
+        single = one[-1].metrics["throughput"]
         m.update(one_gpu_throughput=single, speedup_1gpu=m["throughput"] / single,
                  scaling_efficiency=m["throughput"] / (s["nproc"] * single))
 
 
-def run_cell(case: dict, device, job: dict) -> dict:
-    """In the ladder's worker process: the cell on its ranks; the row rank 0 made (or the failure recorded)."""
-    rows = launch.run_cases([{**case, "task": TASK}], device, nproc=case["shape"]["nproc"],
-                            timeout=case["rank_timeout"], extra={k: job[k] for k in ("ceilings",) if k in job})
-    return rows[0]
+def run_cell(case: Case, device, job: Job) -> Result:
+    """In the ladder's worker process: the cell on its ranks, each given RANK_SHARE of the cell's timeout so that
+    this worker answers in time; the row rank 0 made (or the failure recorded)."""
+    ranks = dataclasses.replace(job, timeout=job.timeout * RANK_SHARE)
+    return launch.run_cases([case.replace(task=cell_task)], device, ranks, nproc=case.shape["nproc"])[0]
 
 
 # --- on every rank --------------------------------------------------------------------------------------------------
-def cell_task(case: dict, device, job: dict) -> dict:
+def cell_task(case: Case, device, job: Job) -> Result:
     """The cell on this rank: engine.measure with DDP or FSDP2 around the recipe's model, then the totals."""
-    s, config = case["shape"], case.get("config", "full")
-    rec, par = recipes.get(case["precision"]), PARALLELS[s["parallel"]]
+    s, a = case.shape, case.args
+    rec, par = recipes.get(case.precision), PARALLELS[s["parallel"]]
     launch.beat(f"{s['model']} {rec.name} {par.name}: set-up")
-    base = ladder._base(s["model"], s["mode"], rec, s["batch"], models.get(s["model"]), config)
-    cell = source.builtin(s["model"], config, s["batch"], case.get("seed", 0), device)
+    base = ladder._base(s["model"], s["mode"], rec, s["batch"], models.get(s["model"]), a.config)
+    cell = source.builtin(s["model"], a.config, s["batch"], case.seed, device)
     timing = {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": TIMED_STEPS, "max_reps": TIMED_STEPS}
-    row = engine.measure(cell, rec, s["mode"], device, reference_file=case.get("reference"),
-                         steps=case.get("steps", ladder.DEFAULT_STEPS), timing=timing, flops=True,
-                         ceilings=job.get("ceilings"), wrap=functools.partial(wrap, parallel=par, rec=rec),
+    row = engine.measure(cell, rec, s["mode"], device, reference_file=a.reference, steps=a.steps, timing=timing,
+                         flops=True, ceilings=job.ceilings, wrap=functools.partial(wrap, parallel=par, rec=rec),
                          probe=exposed_comm)
-    row["metrics"] = {**base["metrics"], **row["metrics"], "parallel": par.name, "nproc": s["nproc"],
-                      "parallel_options": par.options(rec),
-                      "label": f"{s['model']} {s['mode']} b={s['batch']} x{s['nproc']} {par.name}"}
+    row.op, row.suite, row.shape = base.op, base.suite, s
+    row.metrics = {**base.metrics, **row.metrics, "parallel": par.name, "nproc": s["nproc"],
+                   "parallel_options": par.options(rec),
+                   "label": f"{s['model']} {s['mode']} b={s['batch']} x{s['nproc']} {par.name}"}
     _totals(row, cell.items, device)
-    return {**base, **row, "shape": s}
+    return row
 
 
 def wrap(model: torch.nn.Module, parallel: Parallel, rec: recipes.Recipe) -> torch.nn.Module:
@@ -186,47 +180,47 @@ def shard(model: torch.nn.Module, param_dtype: torch.dtype | None, reshard: str 
     return model
 
 
-def _totals(row: dict, items: int | None, device) -> None:
+def _totals(row: Result, items: int | None, device) -> None:
     """Total throughput from the slowest rank's mean step (every rank steps together)."""
-    if row.get("mean_ms") is None:
+    if row.mean_ms is None:
         return
-    [step_ms] = launch.slowest([row["mean_ms"]], device)
-    row["metrics"].update(rank0_mean_ms=row["mean_ms"], slowest_rank_ms=step_ms)
-    row["mean_ms"] = step_ms
+    [step_ms] = launch.slowest([row.mean_ms], device)
+    row.metrics.update(rank0_mean_ms=row.mean_ms, slowest_rank_ms=step_ms)
+    row.mean_ms = step_ms
     if items:
         n = dist.get_world_size()
-        row["metrics"].update(throughput=n * items / (step_ms * 1e-3), per_gpu=items / (step_ms * 1e-3))
+        row.metrics.update(throughput=n * items / (step_ms * 1e-3), per_gpu=items / (step_ms * 1e-3))
 
 
 # --- exposed communication ------------------------------------------------------------------------------------------
-def exposed_comm(row: dict, step, device) -> None:
+def exposed_comm(row: Result, step, device) -> None:
     """engine.measure's probe: the step under torch.profiler (WARM_PROFILED steps, then PROFILED_STEPS recorded),
     the exposed communication of tcperf.distributed.overlap averaged over those steps and over the ranks. Ranks that
     communicate and show no communication kernel in the profile leave the figures unmeasured (None, with the
     reason): 0.0 would claim a step that waits on nothing. gpu_busy (GPUs only): the share of a step in which some
     kernel runs, computation or exposed communication; the rest the GPU waits on the host."""
     kernels = profiled_kernels(step, device)
-    figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.get("mean_ms"))
+    figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.mean_ms)
     seen = sum(overlap.is_comm(k.name) for k in kernels)
     mine = [figures["comm_ms"], figures["exposed_comm_ms"], seen, len(kernels), figures["compute_ms"]]
     both = torch.tensor(mine, dtype=torch.float64, device=device)
     dist.all_reduce(both)                       # gloo has no AVG: a sum over the ranks, then / n
     n = dist.get_world_size()
     comm_ms, exposed_ms, comm_seen, all_seen, compute_ms = (both / n).tolist()
-    step_ms = row.get("mean_ms")
+    step_ms = row.mean_ms
     basis = "GPU kernels" if device.type == "cuda" else "CPU events (gloo runs on its own threads)"
     counts = {"exposed_steps": PROFILED_STEPS, "exposed_basis": basis,
               "profiled_kernels": round(all_seen * n), "profiled_comm_kernels": round(comm_seen * n)}
     if n > 1 and comm_seen == 0:
-        row["metrics"].update(comm_ms=None, exposed_comm_ms=None, exposed_comm_share=None, **counts,
-                              exposed_note=f"not measured: the profile held {counts['profiled_kernels']} "
-                                           f"{'kernels' if device.type == 'cuda' else 'events'}, none of them "
-                                           "communication")
+        row.metrics.update(comm_ms=None, exposed_comm_ms=None, exposed_comm_share=None, **counts,
+                           exposed_note=f"not measured: the profile held {counts['profiled_kernels']} "
+                                        f"{'kernels' if device.type == 'cuda' else 'events'}, none of them "
+                                        "communication")
         return
     busy = gpu_busy(compute_ms + exposed_ms, step_ms) if device.type == "cuda" else None
-    row["metrics"].update(comm_ms=comm_ms, exposed_comm_ms=exposed_ms, rank0_exposed_comm_ms=mine[1],
-                          exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None,
-                          compute_ms=compute_ms, gpu_busy=busy, **counts)
+    row.metrics.update(comm_ms=comm_ms, exposed_comm_ms=exposed_ms, rank0_exposed_comm_ms=mine[1],
+                       exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None,
+                       compute_ms=compute_ms, gpu_busy=busy, **counts)
 
 
 def profiled_kernels(step, device) -> list[overlap.Kernel]:

@@ -5,5 +5,5 @@
     loop.py        the decode loop a reader would write by hand (no timing inside)
     hf.py          the models besides the built-ins, and transformers' generate (the hf loop)
     accounting.py  the bytes and FLOPs of prefill and of a decode step; the roofline's crossing batch
-    measure.py     one row: the worker task that times the loop and fills in the figures
+    sweep.py       one row: the task a worker runs, a model at a precision swept over batches, timed and filled in
 """

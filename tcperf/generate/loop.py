@@ -1,5 +1,5 @@
 """The decode loop a reader would write by hand, as gpt-fast's generate.py does: prefill the prompt into the static
-KV cache, then one token at a time, greedy. Nothing here times or stores anything; tcperf.generate.measure puts the
+KV cache, then one token at a time, greedy. Nothing here times or stores anything; tcperf.generate.sweep puts the
 CUDA events around `prefill` and `decode_one_token`, and the command puts the store around that.
 
     model.setup_caches(max_batch=B, max_seq=P + N)

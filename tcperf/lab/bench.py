@@ -23,6 +23,7 @@ checks them; the interpreter's time is stored but is not a speed, and there is n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import zlib
@@ -34,6 +35,7 @@ import torch
 from .. import lab, precision
 from ..errors import UserError
 from ..ops.base import rel_error
+from ..records import Case, Job, Result
 from ..timing import Measurement, time_fn
 
 # The default sweeps (issue: vectors 1e3..1e8, matrices 128..8192), and the interpreter's small ones.
@@ -84,14 +86,22 @@ def default_sizes(name: str, interpreted: bool, quick: bool = False) -> list[int
     return [n for n in sizes if n <= cap]
 
 
-def cases(kernels: list[str], sizes: list[int] | None, interpreted: bool, quick: bool = False) -> list[dict]:
+@dataclass(frozen=True)
+class LabArgs:
+    """What every lab case of a run shares: the ceilings its rates are held against ({"measured": ...,
+    "datasheet": ...}) and the file NumPy's times are kept in across cases and workers."""
+    ceilings: dict
+    numpy_cache: str | None = None
+
+
+def cases(kernels: list[str], sizes: list[int] | None, interpreted: bool, quick: bool = False,
+          args: LabArgs = LabArgs({})) -> list[Case]:
     """One case per kernel, precision and size, in the tutorial's order."""
     out = []
     for name in kernels:
         for prec in lab.get(name).precisions:
             for n in sizes or default_sizes(name, interpreted, quick):
-                out.append({"op": f"lab.{name}", "shape": {"n": n}, "precision": prec, "suite": "lab",
-                            "task": "lab"})
+                out.append(Case(f"lab.{name}", {"n": n}, prec, measure_case, suite="lab", args=args))
     return out
 
 
@@ -117,21 +127,22 @@ def label(name: str, n: int) -> str:
     return f"{n}x{n}"
 
 
-def measure_case(case: dict, device: torch.device, job: dict) -> dict:
-    name, prec, n = case["op"].split(".", 1)[1], precision.get(case["precision"]), case["shape"]["n"]
+def measure_case(case: Case, device: torch.device, job: Job) -> Result:
+    """One kernel at one size and precision, in a worker."""
+    name, prec, n = case.op.split(".", 1)[1], precision.get(case.precision), case.shape["n"]
     entry, mod = lab.get(name), lab.load(name)
     interpreted = lab.interpreting()
     itemsize = torch.empty((), dtype=prec.dtype).element_size()
-    result = {"op": case["op"], "suite": "lab", "shape": {"n": n}, "precision": prec.name,
-              "flops": mod.flops(n), "bytes": mod.bytes_moved(n, itemsize), "tolerance": prec.tolerance,
-              "warnings": [], "metrics": {"label": label(name, n), "kind": entry.kind, "bound": entry.bound,
-                                          "interpreted": interpreted, "cpu_cores": os.cpu_count(),
-                                          "torch_threads": torch.get_num_threads()}}
+    result = Result(case.op, {"n": n}, prec.name, suite="lab", flops=mod.flops(n), bytes=mod.bytes_moved(n, itemsize),
+                    tolerance=prec.tolerance,
+                    metrics={"label": label(name, n), "kind": entry.kind, "bound": entry.bound,
+                             "interpreted": interpreted, "cpu_cores": os.cpu_count(),
+                             "torch_threads": torch.get_num_threads()})
     why = None if interpreted else precision.unsupported_reason(prec, device)
     if why:
-        return {**result, "status": "skipped", "message": why}
+        return result.replace(status="skipped", message=why)
     with precision.apply(prec, device.type):    # strict fp32 (TF32 off) for the fp32 kernels and their baselines
-        return _measure(name, prec, n, device, job, result, interpreted)
+        return _measure(name, prec, n, device, job, case.args, result, interpreted)
 
 
 @dataclass
@@ -158,55 +169,55 @@ def check(name: str, prec_name: str, n: int, run_on: torch.device | str) -> Chec
     return Checked(mod, host, arrays, xs, out, reference, rel_error(out.cpu(), torch.from_numpy(reference)))
 
 
-def _measure(name, prec, n, device, job, result, interpreted) -> dict:
+def _measure(name, prec, n, device, job: Job, args: LabArgs, result: Result, interpreted: bool) -> Result:
     run_on = torch.device("cpu") if interpreted else device
     c = check(name, prec.name, n, run_on)
-    result["error"] = c.error
+    result.error = c.error
     if not c.error <= prec.tolerance:           # written this way round so that NaN fails too
-        return {**result, "status": "wrong",
-                "message": f"relative error {c.error:.3g} > {prec.tolerance:.0e}: not timed"}
-    m = result["metrics"]
-    m["numpy_ms"], m["numpy_dtype"] = _numpy_ms(c.mod, c.arrays, c.reference.shape, job), str(c.arrays[0].dtype)
+        return result.replace(status="wrong", message=f"relative error {c.error:.3g} > {prec.tolerance:.0e}: not timed")
+    m = result.metrics
+    m["numpy_ms"], m["numpy_dtype"] = _numpy_ms(c.mod, c.arrays, c.reference.shape, args), str(c.arrays[0].dtype)
     kernel = _time(lambda: c.mod.triton_fn(*c.xs), run_on, job, interpreted)
-    result.update(status="ok", samples=kernel.samples_ms, **kernel.summary())
+    result.samples, result.median_ms, result.iqr_ms = kernel.samples_ms, kernel.median_ms, kernel.iqr_ms
+    result.min_ms, result.mean_ms, result.n = kernel.min_ms, kernel.mean_ms, kernel.n
     _time_torch(c.mod, c.xs, run_on, job, result, compare=not interpreted)
     config = getattr(c.mod, "tuned_config", None)
     if config and config():
         m["config"] = config()
     if interpreted:
-        result["message"] = "Triton interpreter on the CPU: checked, but its time is not a GPU's speed"
+        result.message = "Triton interpreter on the CPU: checked, but its time is not a GPU's speed"
         return result
     for kind, pinned in (("pageable", False), ("pinned", True)):
         e2e = _end_to_end(c.mod, c.host, c.out, device, pinned)
         m[f"e2e_{kind}_ms"], m[f"e2e_{kind}_iqr_ms"] = e2e.median_ms, e2e.iqr_ms
-    _rate(result, job.get("lab_ceilings") or {})
+    _rate(result, args.ceilings)
     if kernel.unstable:
-        result["warnings"].append(f"unstable: IQR/median = {kernel.spread:.0%}")
+        result.warnings.append(f"unstable: IQR/median = {kernel.spread:.0%}")
     return result
 
 
-def _time(fn, device: torch.device, job: dict, interpreted: bool) -> Measurement:
+def _time(fn, device: torch.device, job: Job, interpreted: bool) -> Measurement:
     if interpreted:                              # a few calls: the interpreter takes up to seconds per call
         return time_fn(fn, "cpu", warmup_ms=0, rep_ms=0, min_reps=3)
-    return time_fn(fn, device, **job.get("timing", {}))
+    return time_fn(fn, device, **dataclasses.asdict(job.timing))
 
 
-def _time_torch(mod, xs, device, job: dict, result: dict, compare: bool) -> None:
+def _time_torch(mod, xs, device, job: Job, result: Result, compare: bool) -> None:
     """The library's time for the same operation; a baseline that cannot run this shape is a note, not a failure."""
     try:
         m = _time(lambda: mod.torch_fn(*xs), device, job, False)
     except RuntimeError as e:                    # e.g. torch._int_mm wants M > 16 and K, N multiples of 8
-        result["warnings"].append(f"torch baseline failed: {str(e).splitlines()[0][:200]}")
+        result.warnings.append(f"torch baseline failed: {str(e).splitlines()[0][:200]}")
         return
-    result["metrics"]["torch_ms"] = m.median_ms
+    result.metrics["torch_ms"] = m.median_ms
     if compare:
-        result["metrics"]["vs_torch"] = m.median_ms / result["median_ms"]    # > 1: the Triton kernel is faster
+        result.metrics["vs_torch"] = m.median_ms / result.median_ms    # > 1: the Triton kernel is faster
 
 
-def _numpy_ms(mod, arrays: list[np.ndarray], shape, job: dict) -> float:
+def _numpy_ms(mod, arrays: list[np.ndarray], shape, args: LabArgs) -> float:
     """NumPy's median time, cached across cases and workers: the matmul modules share one NumPy function."""
     key = f"{mod.numpy_fn.__module__}.{mod.numpy_fn.__name__}|{arrays[0].dtype}|{shape}"
-    path = job.get("numpy_cache")
+    path = args.numpy_cache
     cache = json.load(open(path)) if path and os.path.exists(path) else {}
     if key not in cache:
         out = np.empty(shape, dtype=arrays[0].dtype)
@@ -233,21 +244,21 @@ def _end_to_end(mod, host: list[torch.Tensor], out: torch.Tensor, device: torch.
     return time_fn(round_trip, "cpu", warmup_ms=25, rep_ms=200, min_reps=5)
 
 
-def _rate(result: dict, ceilings: dict) -> None:
+def _rate(result: Result, ceilings: dict) -> None:
     """TFLOPS or GB/s (by what bounds the kernel), against the measured ceiling, else the datasheet's."""
-    seconds = result["median_ms"] * 1e-3
-    result["tflops"] = result["flops"] / seconds / 1e12
-    result["gbps"] = result["bytes"] / seconds / 1e9
-    memory = result["metrics"]["bound"] == "memory"
-    value, unit = (result["gbps"], "GB/s") if memory else (result["tflops"], "TFLOPS")
-    measured = (ceilings.get("measured") or {}).get("bandwidth" if memory else result["precision"])
-    sheet = (ceilings.get("datasheet") or {}).get("bandwidth_gbs" if memory else result["precision"])
+    seconds = result.median_ms * 1e-3
+    result.tflops = result.flops / seconds / 1e12
+    result.gbps = result.bytes / seconds / 1e9
+    memory = result.metrics["bound"] == "memory"
+    value, unit = (result.gbps, "GB/s") if memory else (result.tflops, "TFLOPS")
+    measured = (ceilings.get("measured") or {}).get("bandwidth" if memory else result.precision)
+    sheet = (ceilings.get("datasheet") or {}).get("bandwidth_gbs" if memory else result.precision)
     ceiling, source = (measured, "measured") if measured else (sheet, "datasheet")
     if memory:
-        result["tflops"] = None                  # an add's "TFLOPS" mean nothing: rated by bandwidth only
+        result.tflops = None                     # an add's "TFLOPS" mean nothing: rated by bandwidth only
     if ceiling:
-        result["metrics"]["ceiling"] = {"value": ceiling, "unit": unit, "source": source}
-        result["metrics"]["pct_ceiling"] = 100.0 * value / ceiling
+        result.metrics["ceiling"] = {"value": ceiling, "unit": unit, "source": source}
+        result.metrics["pct_ceiling"] = 100.0 * value / ceiling
 
 
 # --- after the sweep ----------------------------------------------------------------------------------------------
@@ -255,32 +266,32 @@ CROSSOVER_SERIES = (("median_ms", "kernel only"), ("e2e_pageable_ms", "incl. cop
                     ("e2e_pinned_ms", "incl. copies, pinned"))
 
 
-def gpu_time(row: dict, key: str) -> float | None:
-    return row.get("median_ms") if key == "median_ms" else (row.get("metrics") or {}).get(key)
+def gpu_time(row: Result, key: str) -> float | None:
+    return row.median_ms if key == "median_ms" else row.metrics.get(key)
 
 
-def crossover(rows: list[dict], key: str) -> int | None:
+def crossover(rows: list[Result], key: str) -> int | None:
     """The smallest size from which the GPU time `key` beats NumPy at this and every larger size measured."""
-    wins = [(r["shape"]["n"], gpu_time(r, key) < r["metrics"]["numpy_ms"]) for r in
-            sorted(rows, key=lambda r: r["shape"]["n"]) if gpu_time(r, key) and r["metrics"].get("numpy_ms")]
+    wins = [(r.shape["n"], gpu_time(r, key) < r.metrics["numpy_ms"]) for r in
+            sorted(rows, key=lambda r: r.shape["n"]) if gpu_time(r, key) and r.metrics.get("numpy_ms")]
     first = next((i for i in range(len(wins)) if all(w for _, w in wins[i:])), None)
     return wins[first][0] if first is not None else None
 
 
-def crossovers(results: list[dict]) -> list[dict]:
+def crossovers(results: list[Result]) -> list[Result]:
     """One summary row per kernel and precision: metrics.crossover = {series: size or None}."""
     series: dict[tuple, list] = {}
     for r in results:
-        if r.get("status") == "ok" and r["op"].startswith("lab.") and "numpy_ms" in (r.get("metrics") or {}):
-            series.setdefault((r["op"], r["precision"]), []).append(r)
+        if r.ok and r.op.startswith("lab.") and "numpy_ms" in r.metrics:
+            series.setdefault((r.op, r.precision), []).append(r)
     out = []
     for (op, prec), rows in series.items():
         found = {what: crossover(rows, key) for key, what in CROSSOVER_SERIES}
-        sizes = sorted(r["shape"]["n"] for r in rows)
-        out.append({"op": op, "suite": "lab", "shape": {"summary": "crossover"}, "precision": prec, "status": "ok",
-                    "metrics": {"label": "crossover", "sizes": sizes,     # keys name the precision: reports
-                                "crossover": {f"{prec} {what}": n for what, n in found.items()}},   # mix them
-                    "message": "; ".join(f"{what}: {_from(n, sizes)}" for what, n in found.items())})
+        sizes = sorted(r.shape["n"] for r in rows)
+        out.append(Result(op, {"summary": "crossover"}, prec, suite="lab",
+                          metrics={"label": "crossover", "sizes": sizes,     # keys name the precision: reports
+                                   "crossover": {f"{prec} {what}": n for what, n in found.items()}},   # mix them
+                          message="; ".join(f"{what}: {_from(n, sizes)}" for what, n in found.items())))
     return out
 
 

@@ -12,7 +12,7 @@ and a command that would write says so in one line before it measures.
 
     store = Store.open()                  # default place
     run_id = store.start_run("bench", "tcperf bench ...", env)
-    store.add_result(run_id, {"op": "gemm", "precision": "bf16", "status": "ok", "median_ms": 1.4, ...})
+    store.add_result(run_id, Result("gemm", {"m": 8192, "n": 8192, "k": 8192}, "bf16", median_ms=1.4, ...))
     store.finish_run(run_id)
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ..errors import UserError
+from ..records import Result
 from . import location, migrate
 from .location import mask
 from .schema import HEAD, SCHEMA_VERSION, results, runs
@@ -171,8 +172,10 @@ class Store:
             return list(conn.scalars(select(runs.c.id).order_by(runs.c.id)))
 
     # --- results ------------------------------------------------------------------------------------------------
-    def add_result(self, run_id: int, result: dict) -> int:
-        row = {c: result.get(c) for c in RESULT_COLUMNS}
+    def add_result(self, run_id: int, result: Result) -> int:
+        """One measured row, written now (its own transaction)."""
+        given = result.to_row()
+        row = {c: given.get(c) for c in RESULT_COLUMNS}
         row["shape"] = row["shape"] or {}
         row["case_key"] = row["case_key"] or case_key(row["op"], row["shape"], row["precision"])
         row["suite"] = row["suite"] or ""

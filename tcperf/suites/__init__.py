@@ -5,7 +5,8 @@ Two CSV shapes are read:
   `application`, and optionally `device` (gpu | cpu | both, default both).
 - DeepBench's tables (deepbench/*.csv, copied from DeepBench, Apache-2.0), read through a per-table mapping.
 
-    cases = load("quick", device)    # [{"op": "gemm", "shape": {...}, "suite": "quick", "tags": {...}}, ...]
+    rows = load("quick", "cuda")                    # [Row(op="gemm", shape={...}, suite="quick", tags={...}), ...]
+    cases = with_precisions(rows, ["bf16", "fp16"])  # [tcperf.records.Case, ...]
 """
 from __future__ import annotations
 
@@ -16,6 +17,18 @@ from importlib import resources
 from typing import Callable
 
 from ..errors import UserError, choices
+from ..records import Case
+
+
+@dataclass(frozen=True)
+class Row:
+    """A suite's case before its precision: the op at one shape, its tags (application, set, note, density), and
+    the precisions the row allows (None: every precision its op has)."""
+    op: str
+    shape: dict
+    suite: str
+    tags: dict
+    only: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,32 +137,29 @@ def rows(suite: Suite) -> list[dict]:
         return [r for r in csv.DictReader(f) if suite.keep is None or suite.keep(r)]
 
 
-def load(name: str, device_type: str = "cuda") -> list[dict]:
-    """The suite's cases for this kind of device (no precision yet)."""
+def load(name: str, device_type: str = "cuda") -> list[Row]:
+    """The suite's rows for this kind of device (no precision yet)."""
     suite = get(name)
-    cases = []
+    out = []
     for row in rows(suite):
         if row.get("device", "both") not in ("both", "", device_type if device_type == "cpu" else "gpu"):
             continue
         shapes = suite.to_shape(row) if suite.to_shape else parse_params(row["params"])
         tags = {k: v for k, v in row.items() if k in ("application", "set", "note", "density") and v}
+        only = tuple(row["precisions"].split()) if row.get("precisions") else None
         for shape in shapes if isinstance(shapes, list) else [shapes]:
-            case = {"op": suite.op or row["op"], "shape": shape, "suite": name, "tags": tags}
-            if row.get("precisions"):
-                case["only"] = row["precisions"].split()
-            cases.append(case)
-    return cases
+            out.append(Row(suite.op or row["op"], shape, name, tags, only))
+    return out
 
 
-def with_precisions(cases: list[dict], precisions: list[str]) -> list[dict]:
-    """Each case at each asked precision its op has (and its row allows, where the row lists some)."""
+def with_precisions(rows: list[Row], precisions: list[str]) -> list[Case]:
+    """Each row at each asked precision its op has (and the row allows, where it lists some): kernel cases."""
     from .. import ops
     out = []
-    for case in cases:
-        have = ops.get(case["op"]).precisions
-        for p in precisions:
-            if p in have and p in case.get("only", have):
-                out.append({**{k: v for k, v in case.items() if k != "only"}, "precision": p})
+    for row in rows:
+        have = ops.get(row.op).precisions
+        out += [Case(row.op, row.shape, p, suite=row.suite, tags=row.tags) for p in precisions
+                if p in have and p in (row.only or have)]
     return out
 
 

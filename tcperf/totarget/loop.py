@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from .. import engine, precision, recipes
+from ..records import Case, Job, Result
 from ..spec import Spec
 from . import build, reached, stats
 
@@ -141,20 +142,29 @@ def _status(metric, loss, target, higher, steps, cap, wall_s, budget: Budget):
 
 
 # --- the worker's entry point ---------------------------------------------------------------------------------------
-def task(case: dict, device, job: dict) -> dict:
+@dataclass(frozen=True)
+class RunArgs:
+    """One seeded run beyond its identity: the workload's options (tcperf.totarget.build), the target, the budget
+    and the clock its time to target is read on."""
+    options: dict
+    target: float
+    budget: Budget
+    clock: str
+
+
+def task(case: Case, device, job: Job) -> Result:
     """One seeded run in a worker process (tcperf.runner records a crash, OOM or hang for this case): build the
     workload on the device (data preparation, timed), train to target, return the store row."""
     t0 = time.perf_counter()
-    work = build(case["options"], device)
+    work = build(case.args.options, device)
     _sync(device)
     prep_s = time.perf_counter() - t0
-    out = train_to_target(work, case["precision"], device, seed=case["seed"], target=case["target"],
-                          budget=Budget(**case["budget"]))
+    out = train_to_target(work, case.precision, device, seed=case.seed, target=case.args.target,
+                          budget=case.args.budget)
     return stats.run_row(case, work, out, prep_s)
 
 
-def case(options: dict, recipe: str, seed: int, target: float, budget: Budget, clock: str, metric: str) -> dict:
+def case(options: dict, recipe: str, seed: int, target: float, budget: Budget, clock: str, metric: str) -> Case:
     """The runner's case for one seeded run of one recipe (a worker per recipe serves its seeds)."""
-    return {"task": "train_to_target", "op": OP, "suite": "runs", "precision": recipe,
-            "shape": {"workload": options["workload"], metric: target, "seed": seed, "clock": clock},
-            "options": options, "seed": seed, "target": target, "budget": asdict(budget), "clock": clock}
+    return Case(OP, {"workload": options["workload"], metric: target, "seed": seed, "clock": clock}, recipe, task,
+                suite="runs", seed=seed, args=RunArgs(options, target, budget, clock))

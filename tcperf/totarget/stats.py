@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import compare
+from ..records import Case, Result
 from . import reached
 from .clock import CLOCKS, Clock
 
@@ -28,23 +29,23 @@ def time_to_target(metrics: dict, target: float, higher: bool, clock: Clock) -> 
     return None if point is None else clock.elapsed(point, metrics.get("prep_s", 0.0))
 
 
-def run_row(case: dict, task, out: dict, prep_s: float) -> dict:
+def run_row(case: Case, task, out: dict, prep_s: float) -> Result:
     """A seeded run's store row: median_ms is its time to target on the run's clock (none when not reached)."""
     trace = out.get("trace") or []
     metrics = {k: out.get(k) for k in ("trace", "steps", "warmup_steps", "warmup_s", "init_s", "notes")}
     metrics.update(prep_s=prep_s, metric=task.metric, higher_is_better=task.higher_is_better, unit=task.unit,
-                   final_metric=trace[-1]["metric"] if trace else None, clock=case["clock"],
+                   final_metric=trace[-1]["metric"] if trace else None, clock=case.args.clock,
                    info={k: v for k, v in task.info.items() if k != "files"})
     metrics.update(_speed(trace, out, task))
-    point = first_reach(trace, case["target"], task.higher_is_better)
+    point = first_reach(trace, case.args.target, task.higher_is_better)
     if point:
         metrics.update(steps_to_target=point["step"], epochs_to_target=point["epoch"],
                        time_to_target={c.name: c.elapsed(point, prep_s) for c in CLOCKS.values()})
-    seconds = (metrics.get("time_to_target") or {}).get(case["clock"])
-    return {"op": case["op"], "suite": case["suite"], "shape": case["shape"], "precision": case["precision"],
-            "status": out["status"], "message": out.get("message", ""), "metrics": metrics,
-            "median_ms": seconds * 1e3 if seconds is not None else None,
-            "samples": [seconds * 1e3] if seconds is not None else [], "n": 1 if seconds is not None else 0}
+    seconds = (metrics.get("time_to_target") or {}).get(case.args.clock)
+    return Result(case.op, case.shape, case.precision, out["status"], suite=case.suite,
+                  message=out.get("message", ""), metrics=metrics,
+                  median_ms=seconds * 1e3 if seconds is not None else None,
+                  samples=[seconds * 1e3] if seconds is not None else [], n=1 if seconds is not None else 0)
 
 
 def _speed(trace: list[dict], out: dict, task) -> dict:
@@ -128,16 +129,17 @@ def summary_status(s: dict, rows: list[dict]) -> str:
 
 
 def summary_row(recipe: str, rows: list[dict], shape: dict, clock: Clock, target: float, higher: bool,
-                usd_per_hour: float | None) -> dict:
-    """The recipe's row in the store: samples are the reached runs' times (ms), so `tcperf compare` tests them."""
+                usd_per_hour: float | None) -> Result:
+    """The recipe's row in the store: samples are the reached runs' times (ms), so `tcperf compare` tests them.
+    rows: its seeded runs as stored."""
     s = summarize(rows, clock, target, higher, usd_per_hour)
     message = "" if s["reached"] == s["runs"] else \
         f"{s['reached']} of {s['runs']} runs reached the target; " + \
         "; ".join(sorted({r["message"] for r in rows if r.get("message")}))[:300]
-    return {"op": "totarget.recipe", "suite": shape["workload"], "shape": shape, "precision": recipe,
-            "status": summary_status(s, rows), "message": message.strip("; "),
-            **{f"{k}_ms": s[f"{k}_s"] * 1e3 if s.get(f"{k}_s") is not None else None for k in ("median", "iqr", "min")},
-            "samples": [t * 1e3 for t in s["times_s"]], "n": s["reached"], "metrics": {**s, "clock": clock.name}}
+    ms = {k: s[f"{k}_s"] * 1e3 if s.get(f"{k}_s") is not None else None for k in ("median", "iqr", "min")}
+    return Result("totarget.recipe", shape, recipe, summary_status(s, rows), suite=shape["workload"],
+                  message=message.strip("; "), median_ms=ms["median"], iqr_ms=ms["iqr"], min_ms=ms["min"],
+                  samples=[t * 1e3 for t in s["times_s"]], n=s["reached"], metrics={**s, "clock": clock.name})
 
 
 def tell_apart(a: list[float], b: list[float]) -> str:

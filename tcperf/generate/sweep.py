@@ -1,6 +1,6 @@
 """One `tcperf generate` row: a model at a precision, decoded by one loop at one batch size, timed and accounted.
 
-The worker task (tcperf.worker calls task(case, device, job)): the first case of a (model, precision, loop) in a
+The task a worker runs (task(case, device, job)): the first case of a (model, precision, loop) in a
 worker builds the model (random weights, trained ones, or a folder's own), checks its accuracy against bf16 and
 allocates the static KV cache for the largest batch of the sweep; every case then times whole generations at its
 batch: the prefill (time to first token) and each decode step (inter-token latency) with CUDA events around the
@@ -24,19 +24,21 @@ the time the weights alone take at the copy bandwidth.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
 from .. import accuracy, compile_cache, engine, peaks
 from .. import quant as core_quant
 from ..errors import one_line
+from ..records import Case, Job, Result
 from ..timing import Measurement
 from . import accounting, hf, loop, parts, quant, trained
 from . import model as plain
 
-TASK = "generate"
 NOT_JUDGED = "model accuracy: not judged on random weights"
 MIN_REPEATS, MAX_REPEATS = 3, 50               # timed generations a batch
 MEMORY_SHARE = 0.85                            # of the free memory the KV cache and activations may take
@@ -44,44 +46,56 @@ _SESSIONS: dict[tuple, "Session"] = {}
 _COPY: dict = {}                               # the copy bandwidth this worker measured (_ceilings)
 
 
+@dataclass(frozen=True)
+class GenerateArgs:
+    """What a row needs beyond its shape and precision: the model's source (tcperf generate's: builtin, trained,
+    config or factory), the largest batch of its sweep (the KV cache is made for it), torch.compile on or off (None:
+    the loop's default), the prompts' seed and (CPU tests) a batch above which memory runs out."""
+    source: dict
+    max_batch: int
+    compile: bool | None = None
+    oom_above: int | None = None
+
+
 def case(src: dict, loop_name: str, recipe: str, batch: int, prompt: int, output: int, *, max_batch: int,
-         compile: bool | None = None, seed: int = 0, oom_above: int | None = None, kernel: str = "default") -> dict:
+         compile: bool | None = None, seed: int = 0, oom_above: int | None = None, kernel: str = "default") -> Case:
     """A runner case: one row. oom_above simulates running out of memory above that batch (CPU tests). A kernel
     other than the default (quant.KERNELS) is part of the shape: rows on different kernels are different rows."""
     shape = {"model": src["name"], "batch": batch, "prompt": prompt, "output": output, "loop": loop_name}
-    return {"op": "generate", "suite": "generate", "task": TASK, "precision": recipe,
-            "shape": shape if kernel == "default" else {**shape, "kernel": kernel},
-            "source": src, "max_batch": max_batch, "compile": compile, "seed": seed, "oom_above": oom_above}
+    return Case("generate", shape if kernel == "default" else {**shape, "kernel": kernel}, recipe, task,
+                suite="generate", seed=seed, args=GenerateArgs(src, max_batch, compile, oom_above))
 
 
-def task(case: dict, device, job: dict) -> dict:
-    r = quant.get(case["precision"])
+def task(case: Case, device, job: Job) -> Result:
+    """One row, in a worker: the session of its model, precision and loop (made at its first batch), timed."""
+    r = quant.get(case.precision)
     row = _base(case, r)
-    why = quant.unsupported(r, device) or loop_reason(case, r) or quant.kernel_reason(case["shape"].get("kernel"),
+    why = quant.unsupported(r, device) or loop_reason(case, r) or quant.kernel_reason(case.shape.get("kernel"),
                                                                                      device)
     if why:
         return skipped_row(case, why)
-    ceilings = _ceilings(job.get("ceilings") or {}, device)      # before the session takes the GPU's memory
+    ceilings = _ceilings(job.ceilings or {}, device)      # before the session takes the GPU's memory
     session = _session(case, r, device)
-    batch = case["shape"]["batch"]
+    batch = case.shape["batch"]
     if session.stopped:
-        return {**row, "status": "skipped", "message": session.stopped}
+        return row.replace(status="skipped", message=session.stopped)
     if not session.kernel["passed"]:
-        return {**row, "status": "wrong", "message": kernel_bug(session.kernel),
-                "metrics": {**row["metrics"], "kernel": session.kernel}, "error": session.kernel["rel_error"]}
+        return row.replace(status="wrong", message=kernel_bug(session.kernel), error=session.kernel["rel_error"],
+                           metrics={**row.metrics, "kernel": session.kernel})
     if batch > session.max_batch:
         session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
-        return {**row, "status": "oom", "message": session.no_room(batch)}
+        return row.replace(status="oom", message=session.no_room(batch))
     try:
-        if case.get("oom_above") is not None and batch > case["oom_above"]:
-            raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {case['oom_above']}")
-        timed = session.time(batch, job.get("timing") or {}, job.get("compile_cache"))
+        oom_above = case.args.oom_above
+        if oom_above is not None and batch > oom_above:
+            raise torch.OutOfMemoryError(f"simulated out of memory: batch {batch} > {oom_above}")
+        timed = session.time(batch, dataclasses.asdict(job.timing), job.compile_cache)
     except torch.OutOfMemoryError:
         session.stopped = f"batch {batch} ran out of memory: the sweep ends there"
-        raise                                   # tcperf.worker records it as "oom"
+        raise                                   # the worker records it as "oom"
     row = figures(row, session, batch, timed, ceilings, device)
     if device.type == "cuda" and isinstance(session, PlainSession):
-        row["metrics"]["parts"] = session.parts(batch, row["median_ms"], row["metrics"])
+        row.metrics["parts"] = session.parts(batch, row.median_ms, row.metrics)
     return row
 
 
@@ -96,9 +110,9 @@ def _ceilings(stored: dict, device) -> dict:
     return {**stored, **_COPY} if _COPY.get("bandwidth") else stored
 
 
-def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
+def loop_reason(case: Case, r: quant.GenRecipe) -> str | None:
     """Why this loop cannot run this model or recipe, else None."""
-    loop_name, src = case["shape"]["loop"], case["source"]
+    loop_name, src = case.shape["loop"], case.args.source
     if loop_name == "plain" and src["kind"] == "config" and hf.args_of(src) is None:
         return "the plain loop runs Llama-shaped models (tcperf's own decoder); this config runs in the hf loop"
     if loop_name == "plain" and src["kind"] == "factory" and not src.get("transformer"):
@@ -114,24 +128,22 @@ def loop_reason(case: dict, r: quant.GenRecipe) -> str | None:
     return None
 
 
-def skipped_row(case: dict, why: str) -> dict:
-    """The row of a case that cannot run here, and why (the parent makes it without a worker: tcperf.runner's
-    `known` rows)."""
-    return {**_base(case, quant.get(case["precision"])), "status": "skipped", "message": why}
+def skipped_row(case: Case, why: str) -> Result:
+    """The row of a case that cannot run here, and why (the parent makes it without a worker: a case's `known`
+    row)."""
+    return _base(case, quant.get(case.precision)).replace(status="skipped", message=why)
 
 
-def _base(case: dict, r: quant.GenRecipe) -> dict:
-    s = case["shape"]
-    return {"op": "generate", "suite": "generate", "shape": s, "precision": r.name,
-            "tolerance": core_quant.KERNEL_TOLERANCE,
-            "warnings": [], "message": "",
-            "metrics": {"label": f"{s['model']} b={s['batch']} {s['prompt']}+{s['output']} {s['loop']}",
-                        "loop": s["loop"], "recipe": r.about, "kv_cache": str(r.kv_dtype).split(".")[-1]}}
+def _base(case: Case, r: quant.GenRecipe) -> Result:
+    s = case.shape
+    return Result("generate", s, r.name, suite="generate", tolerance=core_quant.KERNEL_TOLERANCE,
+                  metrics={"label": f"{s['model']} b={s['batch']} {s['prompt']}+{s['output']} {s['loop']}",
+                           "loop": s["loop"], "recipe": r.about, "kv_cache": str(r.kv_dtype).split(".")[-1]})
 
 
-def _session(case: dict, r: quant.GenRecipe, device) -> "Session":
-    s = case["shape"]
-    key = (s["model"], r.name, s["loop"], s["prompt"], s["output"], case["max_batch"], s.get("kernel"))
+def _session(case: Case, r: quant.GenRecipe, device) -> "Session":
+    s = case.shape
+    key = (s["model"], r.name, s["loop"], s["prompt"], s["output"], case.args.max_batch, s.get("kernel"))
     if key not in _SESSIONS:
         _SESSIONS.clear()                       # one model in memory at a time
         if device.type == "cuda":
@@ -173,10 +185,10 @@ class Session:
     own_weights = False                         # build() read the folder's weights (not random ones)
     cache_status = "off"                        # the compile cache: hit, miss, off (tcperf.compile_cache)
 
-    def __init__(self, case: dict, r: quant.GenRecipe, device):
-        s = case["shape"]
-        self.r, self.device, self.seed, self.compile = r, torch.device(device), case.get("seed", 0), case.get("compile")
-        self.prompt, self.output, self.src, self.loop_name = s["prompt"], s["output"], case["source"], s["loop"]
+    def __init__(self, case: Case, r: quant.GenRecipe, device):
+        s = case.shape
+        self.r, self.device, self.seed, self.compile = r, torch.device(device), case.seed, case.args.compile
+        self.prompt, self.output, self.src, self.loop_name = s["prompt"], s["output"], case.args.source, s["loop"]
         self.shape = s                          # the first case's: every batch of the session shares the rest
         self.notes: list[str] = []
         self.build()                            # self.model (bf16 or the recipe's activation dtype), self.args
@@ -189,7 +201,7 @@ class Session:
             torch.cuda.empty_cache()    # the logits' GiBs (rows x T x vocab, in float64 to compare) back before the
                                         # KV cache is sized from the free memory
         self.dims = accounting.model_dims(self.model, self.args, torch.empty((), dtype=self.r.kv_dtype).element_size())
-        self.max_batch = self.fitting_batch(case["max_batch"])
+        self.max_batch = self.fitting_batch(case.args.max_batch)
 
     @property
     def judged(self) -> bool:
@@ -391,7 +403,7 @@ def _percentiles(xs: list[float]) -> tuple[float, float]:
     return q[89], q[98]
 
 
-def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) -> dict:
+def figures(row: Result, s: Session, batch: int, t: dict, ceilings: dict, device) -> Result:
     """The row's numbers: latencies with their spread, tokens/s, bytes and achieved bandwidth, prefill TFLOPS and
     MFU, the roofline's crossing batch, accuracy."""
     itl, ttft = t["itl"], t["ttft"]
@@ -403,7 +415,7 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
     peak, peak_source = engine.peak_tflops(s.r.peak, device, ceilings)
     bandwidth, bw_source = _bandwidth(ceilings, device)
     prefill_tflops = prefill_flops / (ttft.median_ms * 1e-3) / 1e12
-    m = row["metrics"]
+    m = row.metrics
     m.update(
         ttft_ms={"median": ttft.median_ms, "iqr": ttft.iqr_ms, "n": ttft.n},
         itl_ms={"median": itl.median_ms, "p90": p90, "p99": p99, "iqr": itl.iqr_ms, "mean": itl.mean_ms, "n": itl.n},
@@ -421,15 +433,17 @@ def figures(row: dict, s: Session, batch: int, t: dict, ceilings: dict, device) 
         throughput=batch * 1e3 / itl.mean_ms)
     if not ceilings.get("bandwidth"):
         m["notes"].append("no copy bandwidth (none stored, none measured here): no bandwidth share")
-    row.update(status="ok", samples=itl.samples_ms[:4000], **itl.summary(), flops=step["flops"], bytes=step["bytes"],
-               tflops=m["decode"]["tflops"], gbps=gbps, error=s.kernel["rel_error"])
+    row = row.replace(status="ok", samples=itl.samples_ms[:4000], median_ms=itl.median_ms, iqr_ms=itl.iqr_ms,
+                      min_ms=itl.min_ms, mean_ms=itl.mean_ms, n=itl.n, flops=step["flops"], bytes=step["bytes"],
+                      tflops=m["decode"]["tflops"], gbps=gbps, error=s.kernel["rel_error"])
     for name, meas in (("inter-token latency", itl), ("time to first token", ttft)):
         if meas.unstable:
-            row["warnings"].append(f"{name} unstable: IQR/median = {meas.spread:.0%}")
+            row.warnings.append(f"{name} unstable: IQR/median = {meas.spread:.0%}")
     a = s.accuracy
     if a["judged"] and not a["passed"]:
-        row.update(status="wrong", message=f"perplexity {a['perplexity']:.4g} is {a['rise']:+.1%} over bf16's "
-                                            f"{a['perplexity_bf16']:.4g} (limit +{a['limit']:.0%})")
+        row.status = "wrong"
+        row.message = (f"perplexity {a['perplexity']:.4g} is {a['rise']:+.1%} over bf16's {a['perplexity_bf16']:.4g} "
+                       f"(limit +{a['limit']:.0%})")
     return row
 
 

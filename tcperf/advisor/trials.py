@@ -9,7 +9,8 @@ window's median reports whichever it caught) and profiled for its Tensor Core sh
 
     with Bench("infer", device, tolerance=0.05, target="model.py:factory") as bench:
         facts = bench.probe(names)                   # the model's first look, in a worker
-        session = bench.open(Item("amp_bf16"))       # tcperf.advisor.search runs the grid through these
+        worker = bench.open(Item("amp_bf16"))        # a worker for the recipe; tcperf.advisor.pool prepares it:
+        row = worker.call(bench.kind, worker.case, device, hold=True, timeout=600)   # an engine.RecipeSession
 """
 from __future__ import annotations
 
@@ -21,7 +22,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .. import accuracy, engine
+from ..engine import RecipeArgs, RecipeSession
 from ..errors import one_line
+from ..records import Case, Job, Result, Source
+from ..runner import InProcess, Spares, Worker, run_case, run_cases
 from ..source import imports_source, save_source, split_target
 from ..spec import Spec
 from .snippets import Setup
@@ -75,18 +79,18 @@ class RecipeResult:
         return asdict(self)
 
     @classmethod
-    def from_row(cls, row: dict) -> "RecipeResult":
-        """An engine (or runner failure) row -> RecipeResult."""
-        m = row.get("metrics") or {}
+    def from_result(cls, row: Result) -> "RecipeResult":
+        """An engine's (or a failed worker's) row -> RecipeResult."""
+        m = row.metrics
         timing = None
-        if row.get("mean_ms"):
-            timing = {k: row.get(k) for k in ("median_ms", "iqr_ms", "min_ms", "mean_ms", "n")}
-            timing.update(samples=row.get("samples") or [], spread=m.get("spread"), unstable=m.get("unstable"))
-        return cls(row["precision"], {"wrong": "fails"}.get(row["status"], row["status"]), row.get("message") or "",
-                   row.get("error"), m.get("criterion", ""), m.get("accuracy") or {}, timing, m.get("first_call_s"),
-                   None, m.get("tc_share"), m.get("gpu_busy"), m.get("kernels") or [], m.get("keep_fp32") or [],
-                   m.get("base"), row.get("warnings") or [], m.get("stream"), m.get("kernel_ms"),
-                   m.get("matmul_ms"), row.get("op") or "advise.recipe")
+        if row.mean_ms:
+            timing = {"median_ms": row.median_ms, "iqr_ms": row.iqr_ms, "min_ms": row.min_ms, "mean_ms": row.mean_ms,
+                      "n": row.n, "samples": row.samples, "spread": m.get("spread"), "unstable": m.get("unstable")}
+        return cls(row.precision, {"wrong": "fails"}.get(row.status, row.status), row.message or "", row.error,
+                   m.get("criterion", ""), m.get("accuracy") or {}, timing, m.get("first_call_s"), None,
+                   m.get("tc_share"), m.get("gpu_busy"), m.get("kernels") or [], m.get("keep_fp32") or [],
+                   m.get("base"), row.warnings, m.get("stream"), m.get("kernel_ms"), m.get("matmul_ms"),
+                   row.op or "advise.recipe")
 
 
 # --- what a recipe is (tcperf.recipes) --------------------------------------------------------------------------
@@ -178,7 +182,9 @@ class Bench:
     """Runs recipes on one model through tcperf.engine, each in a worker process with a timeout, or in this process
     when the model cannot be sent to one. The model comes as a factory `target` ('file.py:factory': the workers call
     it, and the probe writes the weights and inputs every worker loads) or as a `spec` in memory (pickled to the
-    workers). The fp32 reference goes from the probe to the recipes in a file of a temporary folder."""
+    workers). The fp32 reference goes from the probe to the recipes in a file of a temporary folder. Each recipe's
+    worker holds an engine.RecipeSession (`kind`)."""
+    kind = RecipeSession
 
     def __init__(self, mode: str, device: torch.device, tolerance: float, steps: int = TRAIN_STEPS, *,
                  spec: Spec | None = None, target: str | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -188,11 +194,11 @@ class Bench:
         self.folder = tempfile.mkdtemp(prefix="tcperf-advise-")
         self.reference_file = engine.reference_path(self.folder, "fp32", mode)
         self.name = spec.name if spec is not None else None
-        self.source = {"kind": "file", "target": target} if target else self._pickled() if isolate else None
+        self.source = Source(target=target) if target else self._pickled() if isolate else None
         self.spares = None          # tcperf.runner.Spares: workers started ahead of the recipes (start_spares)
         self.spares_for_later = 0   # idle spares the search leaves for a later stage (the workload's recipes)
 
-    def _pickled(self) -> dict | None:
+    def _pickled(self) -> Source | None:
         try:
             return save_source(self.spec, self.folder)
         except Exception as e:       # a lambda or a local class: pickle cannot carry it to a worker
@@ -213,95 +219,73 @@ class Bench:
         spare_limit() allows; they load the model once the probe has saved it (preload_spares). Only with workers,
         on a GPU."""
         if self.source is not None and self.device.type == "cuda" and count > 0:
-            from ..runner import Spares
             total = torch.cuda.get_device_properties(self.device).total_memory
             self.spares = Spares(self.device, min(count, spare_limit(total)), self.env)
-            if self.source["kind"] == "file":      # the user's file (and transformers, timm ...) imported meanwhile
-                path, _ = split_target(self.source["target"])
-                self.spares.preload({"source": imports_source([str(path)]), "task": engine.TASK})
+            if self.source.kind == "factory":     # the user's file (and transformers, timm ...) imported meanwhile
+                path, _ = split_target(self.source.target)
+                self.spares.preload(self.case(Item("fp32"), source=imports_source([str(path)])))
 
     def _preload_spares(self) -> None:
         """The spares load the model the probe saved, as many as host memory holds a quarter of."""
         if self.spares is None:
             return
-        path = self.source.get("state") or self.source.get("path")
+        path = self.source.state or self.source.pickle
         size = os.path.getsize(path) if path and os.path.exists(path) else 0
         if size:
             self.spares.resize(max(1, min(self.spares.count, int(0.25 * _free_memory() / size))))
-        self.spares.preload({"source": self.source, "task": "recipe_session"})
+        self.spares.preload(self.case(Item("fp32")))
 
     def probe(self, names: list[str]):
         """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that
         failed. The spares load the model the probe saved as soon as it is saved (_loaded)."""
-        from .probe import run_probe
-        case = {"op": "advise.probe", "suite": "advise", "shape": {}, "precision": "probe", "source": self.source,
-                "mode": self.mode, "reference": self.reference_file, "steps": self.steps, "recipes": names,
-                "folder": self.folder}
-        if self.source is None:
-            case["spec"] = self.spec
-        facts = run_probe(case, self.device, timeout=self.timeout, isolate=self.source is not None,
+        from .probe import ProbeArgs, run_probe
+        args = ProbeArgs(self.source, self.mode, self.reference_file, self.steps, tuple(names), self.folder,
+                         spec=self.spec if self.source is None else None)
+        facts = run_probe(args, self.device, timeout=self.timeout, isolate=self.source is not None,
                           loaded=self._loaded)
         self.name = facts.name
         return facts
 
-    def _loaded(self, source: dict) -> None:
+    def _loaded(self, source: Source) -> None:
         """The probe saved the model (its first stage): the spares load it while the probe checks it."""
         if self.source is not None:
             self.source = source
             self._preload_spares()
 
-    def case(self, item: Item, task: str = engine.TASK) -> dict:
+    def args(self, item: Item, source: Source | None = None, **more) -> RecipeArgs:
+        """The recipe as its worker runs it; the model from `source` (default: the bench's)."""
         cuda = self.device.type == "cuda"
-        case = engine.recipe_case(self.source, item.recipe, self.mode, op="advise.recipe",
-                                  shape={"model": self.name, "mode": self.mode},
-                                  reference=self.reference_file, label=item.label, suite="advise",
-                                  steps=self.steps, tolerance=self.tolerance, time_it=cuda, profile=cuda,
-                                  keep=list(item.keep), base=item.base, timing=TIMING)
-        return {**case, "task": task}
+        return RecipeArgs(item.recipe, self.mode, source=source or self.source,
+                          spec=self.spec if self.source is None else None, reference=self.reference_file,
+                          steps=self.steps, tolerance=self.tolerance, timing=TIMING, time_it=cuda, profile=cuda,
+                          keep=tuple(item.keep), base=item.base, **more)
+
+    def case(self, item: Item, source: Source | None = None) -> Case:
+        return engine.recipe_case(self.args(item, source), op="advise.recipe",
+                                  shape={"model": self.name, "mode": self.mode}, label=item.label, suite="advise")
 
     def open(self, item: Item):
-        """A session holding this item's recipe, prepared when its "open" is called (tcperf.runner.Session)."""
-        case = self.case(item, "recipe_session")
+        """A worker for this item's recipe, its case set (a spare where one is up; InProcess where no worker can
+        receive the model): the pool makes the recipe there (worker.call(self.kind, worker.case, ...))."""
+        return self.worker_for(self.case(item))
+
+    def worker_for(self, case: Case):
         if self.source is None:
-            return _LocalSession({**case, "spec": self.spec}, self.device)
+            return InProcess(self.device, case=case)
         if self.spares is not None:
-            return self.spares.session(case)
-        from ..runner import Session
-        return Session(case, self.device, env=self.env)
+            return self.spares.take(case)
+        return Worker(self.device, env=self.env, own_group=True, case=case)
 
     def report(self, r: RecipeResult) -> None:
         if self.on_result:
             self.on_result(r)
 
-    def call(self, case: dict) -> dict:
-        """One case of any task (the sensitive-layer search) in a worker: its row."""
-        rows: list[dict] = []
+    def call(self, case: Case) -> Result:
+        """One case of any task (the sensitive-layer search) in a worker (here, where no worker can receive the
+        model): its row."""
         if self.source is not None:
-            engine.run([case], self.device, timeout=self.timeout, on_result=rows.append)
-            return rows[0]
-        from ..worker import run_case
-        return run_case({**case, "spec": self.spec}, self.device, {})   # errors recorded as a worker would
-
-
-class _LocalSession:
-    """A session in this process, for a model no worker can receive: the same calls, no timeout."""
-
-    def __init__(self, case: dict, device):
-        self.case, self.device, self.held = case, device, {}
-
-    def call(self, name: str, timeout: float, **args) -> dict:
-        from ..worker import _command, _guarded
-        return _guarded(self.case, self.device,
-                        lambda: _command(self.held, self.case, self.device, {}, {"call": name, "args": args}))
-
-    def pause(self) -> None:      # nothing runs here while the parent times: it is the parent
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.held.clear()
+            return run_cases([case], self.device, Job(timeout=self.timeout))[0]
+        return InProcess(self.device, case=case).call(run_case, case, self.device, Job(), timeout=self.timeout)
 
 
 def spare_limit(gpu_bytes: int) -> int:
