@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -102,6 +103,54 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
     except (AttributeError, OSError):      # macOS and Windows have no sched_getaffinity
         return os.cpu_count() or 1
+
+
+def other_cpu_processes(window_s: float = 0.25, least: float = 0.2) -> list[tuple[int, str, float]] | None:
+    """(pid, name, cores used) of each process outside this one's tree that used `least` of a core or more over
+    `window_s` (from /proc's tick counts), busiest first; None without /proc. The CPU's twin of
+    other_gpu_processes: a core shared with another job slows and scatters every timing on it."""
+    before, t0 = _cpu_ticks(), time.monotonic()
+    if before is None:
+        return None
+    time.sleep(window_s)
+    after, elapsed = _cpu_ticks() or {}, time.monotonic() - t0
+    mine = _own_tree(after)
+    hz = os.sysconf("SC_CLK_TCK")
+    used = [(pid, name, (ticks - before.get(pid, (name, 0, 0))[1]) / hz / elapsed)
+            for pid, (name, ticks, _) in after.items() if pid not in mine]
+    return sorted((u for u in used if u[2] >= least), key=lambda u: -u[2])
+
+
+def _cpu_ticks() -> dict[int, tuple[str, int, int]] | None:
+    """pid -> (name, user + system ticks, parent pid) of every process /proc shows; None without /proc."""
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:                      # gone meanwhile, or hidden
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        out[pid] = (name, int(fields[11]) + int(fields[12]), int(fields[1]))     # utime + stime, ppid
+    return out
+
+
+def _own_tree(procs: dict) -> set[int]:
+    """This process, its ancestors (the shell, pytest) and its descendants (our workers), by parent pid."""
+    ours, pid = {os.getpid()}, os.getppid()
+    while pid > 1 and pid not in ours:
+        ours.add(pid)
+        pid = procs.get(pid, ("", 0, 0))[2]
+    grew = True
+    while grew:
+        kids = {pid for pid, (_, _, parent) in procs.items() if parent in ours and pid not in ours}
+        ours |= kids
+        grew = bool(kids)
+    return ours
 
 
 def collect(device: torch.device | str | None = None) -> dict:

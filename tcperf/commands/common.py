@@ -100,12 +100,20 @@ def command_line() -> str:
     return mask("tcperf " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
-def quiet_gpu_warning(device) -> list[str]:
-    """A warning when other processes use the GPU (checked while no worker of ours is alive)."""
-    if device.type != "cuda":
+def quiet_warning(device) -> list[str]:
+    """A warning when other processes use the GPU, or on a CPU the cores (checked while no worker of ours is alive):
+    two runs sharing a 2-core CPU read fp32 attention at 8.0 ms where it takes 1.2-2.3 alone (issue 58)."""
+    if device.type == "cuda":
+        others = envmod.other_gpu_processes(device.index or 0)
+        return [f"other processes use the GPU (pids {', '.join(map(str, others))}): figures may be low"] if others \
+            else []
+    busy = envmod.other_cpu_processes()
+    if not busy:
         return []
-    others = envmod.other_gpu_processes(device.index or 0)
-    return [f"other processes use the GPU (pids {', '.join(map(str, others))}): figures may be low"] if others else []
+    who = ", ".join(f"pid {pid} {name} {cores:.0%}" for pid, name, cores in busy[:5])
+    more = f" and {len(busy) - 5} more" if len(busy) > 5 else ""
+    load = f"; load {os.getloadavg()[0]:.1f} on {envmod.usable_cores()} cores" if hasattr(os, "getloadavg") else ""
+    return [f"other processes use the CPU ({who}{more} of a core{load}): figures may be slow and noisy"]
 
 
 def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad=False, extra=None,
@@ -116,7 +124,7 @@ def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad
     store = Store.open(args.db)
     environment = envmod.collect(device)
     run_id = store.start_run(kind, command_line(), environment)
-    warnings = quiet_gpu_warning(device)
+    warnings = quiet_warning(device)
     for w in warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     results = []
@@ -132,7 +140,7 @@ def measure_into_store(kind: str, cases: list[dict], args, *, profile=False, pad
 
             (runner or run_cases)(cases, device, timeout=args.timeout, timing=timing_from(args), profile=profile,
                                   pad=pad, on_result=on_result, extra=extra)
-        warnings += quiet_gpu_warning(device)
+        warnings += quiet_warning(device)
         status = "done"
     finally:
         store.finish_run(run_id, status, sorted(set(warnings)))
