@@ -44,7 +44,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hand_loops import plain_step  # beside this script: the hand-written step
-from tcperf import env, kernels, models, peaks
+from tcperf import env, models, peaks
+from tcperf import profiler as kernels
 from tcperf.errors import UserError
 
 SECTION = re.compile(r"^TRITON KERNELS BANDWIDTH INFO \((.*)\)$")
