@@ -17,8 +17,9 @@ from ..errors import UserError, finite_positive, os_reason
 from ..runner import TimingConfig, run_cases
 from ..store import Store, mask
 
-# Piped or logged output gets a wide table rather than rich's 80-column default (COLUMNS still wins).
-_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+# Piped or logged output gets 120 columns, what the tables are laid out for, rather than rich's 80-column default
+# (COLUMNS still wins).
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
 console = Console(width=_WIDTH)
 err_console = Console(stderr=True)
 
