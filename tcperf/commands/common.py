@@ -74,14 +74,19 @@ def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
 
 
 def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
-    """A file a command makes (export --out, report --out and --png), its folder made if missing; one line naming the
-    path and why when it cannot be written (a folder given, a file in the way, no permission, a read-only disk)."""
+    """A file a command makes (export --out, report --out and --png), its folder made if missing and said so on
+    stderr (a typo in --out should not pass unseen); one line naming the path and why when it cannot be written (a
+    folder given, a file in the way, no permission, a read-only disk)."""
     path = Path(path)
+    missing = not path.parent.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     except OSError as e:
         raise UserError(f"cannot write {path}: {os_reason(e)}") from None
+    if missing:
+        err_console.print(f"made the folder {path.parent} for {path.name}", markup=False, highlight=False,
+                          soft_wrap=True)
     return path
 
 
