@@ -210,6 +210,7 @@ def main(args) -> int:
         print_accuracy(rows, src, console)
         for path in filter(None, plots):
             console.print(f"plot: {path}")
+        err_console.print(f"stored as run {run_id} in {store.where}", markup=False, highlight=False, soft_wrap=True)
     return failures(rows, err_console)
 
 
