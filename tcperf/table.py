@@ -49,11 +49,11 @@ def percent_ceiling(r: dict, ceilings: dict) -> float | None:
     """The row's rate as a share of its precision's ceiling; None where it would read above 100%: a case that
     outruns its ceiling shows that figure is none (on a CPU a bf16 GEMM ran at 0.01x fp32 and bf16 attention read
     2,842% of it)."""
-    share = over_ceiling(r, ceilings)
+    share = ceiling_share(r, ceilings)
     return share if share is not None and round(share) <= 100 else None
 
 
-def over_ceiling(r: dict, ceilings: dict) -> float | None:
+def ceiling_share(r: dict, ceilings: dict) -> float | None:
     value, unit = rate(r)
     return peaks.percent_of(value, ceilings.get("bandwidth" if unit == "GB/s" else r["precision"]))
 
@@ -178,7 +178,7 @@ def results_table(results: list[dict], gpu_name: str | None = None, ceilings: di
     cells = [[COLUMNS[col][2](row) for col in columns] for row in rows]
     shown = [j for j, _ in enumerate(columns) if not cells or any(c[j] for c in cells)]
     lines = [caption] if caption else []
-    if "ceiling" in columns and any(round(over_ceiling(r, ceilings) or 0) > 100 for r in results):
+    if "ceiling" in columns and any(round(ceiling_share(r, ceilings) or 0) > 100 for r in results):
         lines.append("% ceiling left out where a case ran faster than its precision's ceiling: that one is none")
     if "notes" in columns:
         lines += [f"{i}. {text}" for i, text in enumerate(notes, 1)]

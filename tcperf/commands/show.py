@@ -70,12 +70,11 @@ def ceilings_for(store: Store, run: dict, results: list[dict]) -> tuple[dict, st
     stored = store.ceilings(run["device"])
     if run["kind"] != "run":
         return stored, ""
-    on_gpu = run["env"].get("device", "").startswith("cuda")
-    quick = {k: v for k, v in of_run(results, run["env"].get("device", "")).items() if k not in stored}
-    if not on_gpu:
+    if not run["env"].get("device", "").startswith("cuda"):
         missing = sorted({r["precision"] for r in results} - set(stored))
         return stored, (f"% ceiling: none for {', '.join(missing)} on this CPU until `tcperf ceilings` measures "
                         f"them until stable" if missing else "")
+    quick = {k: v for k, v in of_run(results, run["env"]["device"]).items() if k not in stored}
     if not quick:
         return stored, ""
     return {**quick, **stored}, (f"% ceiling ({', '.join(quick)}): of this run's best aligned square GEMM of "
