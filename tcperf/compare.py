@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .rows import FAILED, group_name, headline
+from .rows import FAILED, group_name, headline, merge_repeats
 
 ALPHA = 0.05
 MIN_SAMPLES = 5
@@ -71,13 +71,32 @@ def significance(a, b) -> tuple[bool, float | None, str]:
 def claim(fast: dict, slow: dict) -> tuple[bool, str]:
     """Whether stored row `fast` is faster than row `slow` beyond the spread, and why (not): a row timed on a
     shared CPU's scheduler steps (metrics.quantised_ms, tcperf.timing.quantum) carries no claim; else their samples
-    must differ significantly (significance). Every "x faster" a report or table states goes through here."""
+    must differ significantly (significance). Rows timed more than once (metrics.repeats, tcperf.rows.merge_repeats:
+    a CPU `tcperf run` times its suite twice) must differ the same way, significantly, in every timing: on a shared
+    CPU one timing said bf16 attention 1.29x fp32 and the next 0.90x, both significant alone (issue 58). Every
+    "x faster" a report or table states goes through here."""
     for r in (fast, slow):
         step = (r.get("metrics") or {}).get("quantised_ms")
         if step:
             return False, f"no significant difference claimed: timed on {step:g} ms scheduler steps"
-    ok, _, why = significance(fast.get("samples") or [], slow.get("samples") or [])
-    return ok, why if ok else f"no significant difference ({why.removeprefix('not significant: ')})"
+    pairs = list(zip(_timings(fast), _timings(slow)))
+    for i, (a, b) in enumerate(pairs, 1):
+        ok, _, why = significance(a.get("samples") or [], b.get("samples") or [])
+        if ok and _median(a) >= _median(b):
+            ok, why = False, "not significant: it ran the other way"
+        if not ok:
+            where = f" in timing {i} of {len(pairs)}" if len(pairs) > 1 else ""
+            return False, f"no significant difference ({why.removeprefix('not significant: ')}{where})"
+    return True, why if len(pairs) == 1 else f"significant in each of {len(pairs)} timings"
+
+
+def _median(timing: dict) -> float:
+    return timing.get("median_ms") or float(np.median(timing["samples"]))
+
+
+def _timings(row: dict) -> list[dict]:
+    """The row's timings: each repeat's (metrics.repeats), else the row itself."""
+    return (row.get("metrics") or {}).get("repeats") or [row]
 
 
 # --- pairing ----------------------------------------------------------------------------------------------------
@@ -150,9 +169,10 @@ class Comparison:
 
 
 def compare(results_a: list[dict], results_b: list[dict]) -> Comparison:
-    """Pair two runs' results by case_key (the last row wins if a run repeated a case)."""
-    a = {r["case_key"]: r for r in results_a}
-    b = {r["case_key"]: r for r in results_b}
+    """Pair two runs' results by case_key, a case timed twice in a run (a CPU `tcperf run`) as one row of both
+    timings (rows.merge_repeats)."""
+    a = {r["case_key"]: r for r in merge_repeats(results_a)}
+    b = {r["case_key"]: r for r in merge_repeats(results_b)}
     out = Comparison(only_a=[a[k] for k in a if k not in b], only_b=[b[k] for k in b if k not in a])
     for key in (k for k in b if k in a):
         ra, rb = a[key], b[key]

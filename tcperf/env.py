@@ -1,6 +1,7 @@
 """Device and library facts, which precisions this device runs (and why not the others), and whether the GPU is
 quiet enough to measure. NVML (nvidia-ml-py, optional) gives clocks, power limit, other processes and throttling;
-without it tcperf asks nvidia-smi, and without that it says 'unknown'.
+without it tcperf asks nvidia-smi, and without that it says 'unknown'. Both are asked about the CUDA device by its
+UUID (nvml_handle), never by an index: theirs ignores CUDA_VISIBLE_DEVICES.
 
     tcperf env            # a table
     tcperf env --json     # the dict collect() returns, as stored with every run
@@ -13,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -103,6 +105,54 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def other_cpu_processes(window_s: float = 0.25, least: float = 0.2) -> list[tuple[int, str, float]] | None:
+    """(pid, name, cores used) of each process outside this one's tree that used `least` of a core or more over
+    `window_s` (from /proc's tick counts), busiest first; None without /proc. The CPU's twin of
+    other_gpu_processes: a core shared with another job slows and scatters every timing on it."""
+    before, t0 = _cpu_ticks(), time.monotonic()
+    if before is None:
+        return None
+    time.sleep(window_s)
+    after, elapsed = _cpu_ticks() or {}, time.monotonic() - t0
+    mine = _own_tree(after)
+    hz = os.sysconf("SC_CLK_TCK")
+    used = [(pid, name, (ticks - before.get(pid, (name, 0, 0))[1]) / hz / elapsed)
+            for pid, (name, ticks, _) in after.items() if pid not in mine]
+    return sorted((u for u in used if u[2] >= least), key=lambda u: -u[2])
+
+
+def _cpu_ticks() -> dict[int, tuple[str, int, int]] | None:
+    """pid -> (name, user + system ticks, parent pid) of every process /proc shows; None without /proc."""
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return None
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                text = f.read()
+        except OSError:                      # gone meanwhile, or hidden
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        out[pid] = (name, int(fields[11]) + int(fields[12]), int(fields[1]))     # utime + stime, ppid
+    return out
+
+
+def _own_tree(procs: dict) -> set[int]:
+    """This process, its ancestors (the shell, pytest) and its descendants (our workers), by parent pid."""
+    ours, pid = {os.getpid()}, os.getppid()
+    while pid > 1 and pid not in ours:
+        ours.add(pid)
+        pid = procs.get(pid, ("", 0, 0))[2]
+    grew = True
+    while grew:
+        kids = {pid for pid, (_, _, parent) in procs.items() if parent in ours and pid not in ours}
+        ours |= kids
+        grew = bool(kids)
+    return ours
+
+
 def collect(device: torch.device | str | None = None) -> dict:
     """The environment stored with every run."""
     device = parse_device(device) if not isinstance(device, torch.device) else device
@@ -120,36 +170,58 @@ def collect(device: torch.device | str | None = None) -> dict:
 
 def gpu_facts(device: torch.device) -> dict:
     p = torch.cuda.get_device_properties(device)
-    facts = {"name": p.name, "index": device.index or 0, "sm_count": p.multi_processor_count,
-             "compute_capability": f"{p.major}.{p.minor}", "memory_gib": round(p.total_memory / 2**30, 1),
-             "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1)}
+    facts = {"name": p.name, "index": device.index or 0, "uuid": gpu_uuid(device.index or 0),
+             "sm_count": p.multi_processor_count, "compute_capability": f"{p.major}.{p.minor}",
+             "memory_gib": round(p.total_memory / 2**30, 1), "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1)}
     facts.update(nvml_facts(device.index or 0))
     return facts
 
 
 # --- NVML, with nvidia-smi as the fallback ----------------------------------------------------------------------
-def _nvml_handle(index: int):
+def gpu_uuid(index: int) -> str | None:
+    """'GPU-...', CUDA device `index`'s own UUID (torch's numbering, after CUDA_VISIBLE_DEVICES), the name NVML and
+    nvidia-smi know it by. Their indices number every GPU of the host: under CUDA_VISIBLE_DEVICES=1 their 0 is
+    another card (issue 58: the quiet-GPU check named GPU 0's processes). None where CUDA cannot say."""
+    try:
+        return f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+    except Exception:
+        return None
+
+
+def nvml_handle(index: int):
+    """(pynvml, NVML's handle of CUDA device `index`), looked up by its UUID; the one way tcperf reaches NVML.
+    (None, None) where NVML cannot say."""
+    uuid = gpu_uuid(index)
+    if uuid is None:
+        return None, None
     try:
         import pynvml
         pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(uuid.encode())   # bytes: every nvidia-ml-py takes them
     except Exception:   # no package, no driver, or a VM that hides NVML: all mean "ask nvidia-smi"
         return None, None
 
 
-def _smi(query: str, index: int) -> list[str] | None:
-    if not shutil.which("nvidia-smi"):
+def _smi(args: list[str], index: int) -> str | None:
+    """nvidia-smi's output for CUDA device `index` (-i takes its UUID), None where it cannot answer."""
+    uuid = gpu_uuid(index)
+    if uuid is None or not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", f"-i={index}"],
-                             capture_output=True, text=True, timeout=20)
+        out = subprocess.run(["nvidia-smi", *args, f"-i={uuid}"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return [v.strip() for v in out.stdout.strip().split(",")] if out.returncode == 0 else None
+    return out.stdout if out.returncode == 0 else None
+
+
+def smi_row(query: str, index: int) -> list[str] | None:
+    """`nvidia-smi --query-gpu=query` for CUDA device `index`: its comma-separated values."""
+    out = _smi([f"--query-gpu={query}", "--format=csv,noheader,nounits"], index)
+    return [v.strip() for v in out.strip().split(",")] if out is not None else None
 
 
 def nvml_facts(index: int) -> dict:
-    nv, h = _nvml_handle(index)
+    nv, h = nvml_handle(index)
     if nv is not None:
         try:
             return {"driver": nv.nvmlSystemGetDriverVersion(),
@@ -158,7 +230,7 @@ def nvml_facts(index: int) -> dict:
                     "power_limit_w": nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000, "source": "nvml"}
         except Exception:
             pass
-    row = _smi("driver_version,clocks.max.sm,clocks.max.mem,power.limit", index)
+    row = smi_row("driver_version,clocks.max.sm,clocks.max.mem,power.limit", index)
     if row and len(row) == 4:
         return {"driver": row[0], "sm_clock_max_mhz": _num(row[1]), "mem_clock_max_mhz": _num(row[2]),
                 "power_limit_w": _num(row[3]), "source": "nvidia-smi"}
@@ -173,24 +245,18 @@ def _num(text: str):
 
 
 def other_gpu_processes(index: int) -> list[int] | None:
-    """PIDs of other processes using the GPU (None when it cannot be known)."""
-    nv, h = _nvml_handle(index)
+    """PIDs of other processes using CUDA device `index` (None when it cannot be known)."""
+    nv, h = nvml_handle(index)
     if nv is not None:
         try:
             procs = nv.nvmlDeviceGetComputeRunningProcesses(h)
             return [p.pid for p in procs if p.pid != os.getpid()]
         except Exception:
             pass
-    if not shutil.which("nvidia-smi"):
+    out = _smi(["--query-compute-apps=pid", "--format=csv,noheader"], index)
+    if out is None:
         return None
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader", f"-i={index}"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0:
-        return None
-    return [int(x) for x in out.stdout.split() if x.strip().isdigit() and int(x) != os.getpid()]
+    return [int(x) for x in out.split() if x.strip().isdigit() and int(x) != os.getpid()]
 
 
 # Throttle reasons that mean the clocks were held down by power, heat or a setting (idle and app-clock
@@ -200,8 +266,8 @@ _THROTTLE_NAMES = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 
 
 
 def throttle_reasons(index: int) -> list[str] | None:
-    """Active clock-throttle reasons right now (None when unknown)."""
-    nv, h = _nvml_handle(index)
+    """CUDA device `index`'s active clock-throttle reasons right now (None when unknown)."""
+    nv, h = nvml_handle(index)
     if nv is None:
         return None
     try:

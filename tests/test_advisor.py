@@ -311,6 +311,18 @@ def test_a_host_bound_choice_is_named_with_its_cure():
     assert v["recommended"] == "amp_bf16" and v["gpu_busy"] == 0.45 and "waits for the host" in v["host_bound"]
 
 
+def test_on_a_cpu_the_code_is_for_the_recipe_measured_best():
+    """Issue 58: on a CPU (nothing timed) the snippets were for the ladder's last passing rung, bf16, where fp16
+    passed with a tenth of its error; now for the passing recipe nearest fp32, fp32 strict itself only alone."""
+    from tcperf.advisor.verdict import decide, headline
+    errors = {"fp32": 2e-7, "amp_bf16": 3e-3, "fp16": 5.3e-4, "bf16": 4e-3}        # examples/awkward_mlp.py:small
+    results = [measure.RecipeResult(name, "ok", error=e, criterion="output rel. error") for name, e in errors.items()]
+    v = decide(results + [measure.RecipeResult("fp8", "fails", error=0.2)], [], "infer", "cpu")
+    assert v["candidate"] == "fp16" and "bfloat16" not in v["snippets"]["pytorch"]
+    assert "The code below is for fp16, the nearest fp32 of them (its speed is not measured)" in headline(v, 0.05)
+    assert decide(results[:1], [], "infer", "cpu")["candidate"] == "fp32"
+
+
 def test_verdict_picks_the_fastest_recipe_within_tolerance():
     from tcperf.advisor.result import Advice
     from tcperf.advisor.verdict import decide
@@ -364,7 +376,7 @@ def test_command_prints_a_report(db_path, capsys):
     rc = main(["advise", str(EXAMPLES / "fp16_overflow.py:small"), "--db", db_path, "--device", "cpu",
                "--mode", "train", "--check-steps", "2"])
     out = capsys.readouterr().out
-    assert rc == 0 and "Recipes on fp16_overflow (train)" in out and "speed verdicts need a CUDA GPU" in out
+    assert rc == 0 and "tcperf advise · fp16_overflow.py:small · train" in out and "speed verdicts need a CUDA GPU" in out
 
 
 # --- GPU ------------------------------------------------------------------------------------------------------------

@@ -124,10 +124,14 @@ def test_the_python_api_refuses_the_same_numbers(option, value):
 
 
 # --- export --out and report --out: one way to write a file ------------------------------------------------------
-def test_export_makes_a_missing_folder_as_report_does(stored, tmp_path, capsys):
-    out = tmp_path / "new" / "deeper" / "run.json"
-    assert main(["export", "1", "--out", str(out), "--db", stored]) == 0
-    assert json.loads(out.read_text())["run"]["id"] == 1
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_a_missing_folder_is_made_and_said_so(stored, tmp_path, capsys, command):
+    """Issue 58: `report --out /nonexistent/dir/r.html` made the folders without a word; a typo in --out should not
+    pass unseen. An existing folder says nothing."""
+    for out, said in ((tmp_path / "new" / "deeper" / "run.out", True), (tmp_path / "new" / "again.out", False)):
+        assert main([command, "1", "--out", str(out), "--db", stored]) == 0
+        err = capsys.readouterr().err
+        assert out.stat().st_size > 0 and (f"made the folder {out.parent} for {out.name}" in err) == said, err
 
 
 @pytest.mark.parametrize("command", ["export", "report"])

@@ -27,21 +27,25 @@ def test_batch_norm_relu_is_the_two_in_training(affine, track, nhwc):
     assert r.pop("out") < 1e-6 and all(err < 1e-5 for err in r.values()), r
 
 
-def test_a_mean_that_dwarfs_the_spread_costs_no_accuracy():
-    """Inputs of mean 1,000 and spread 1: the output and the input's gradient as near float64's as ATen's float32
-    batch norm (the fused arithmetic centres before it scales)."""
-    chain, mine = _pair()
+@pytest.mark.parametrize("shape, mean", [((3, 6, 9, 10), 1000.0), ((2, 512, 2, 2), 0.0)],
+                         ids=["mean_1000", "resnet50_layer4"])
+def test_the_fused_arithmetic_is_as_near_float64_as_atens(shape, mean):
+    """The output and the input's gradient as near float64's as ATen's float32 batch norm -> ReLU: inputs of mean
+    1,000 and spread 1 (the fused arithmetic centres before it scales), and ResNet-50's layer4 at 64 x 64, batch 2
+    (8 pixels a channel, 512 channels). Measured on a 2-core x86 CPU (2026-11-29): 0.4-1.3x ATen's error over 5
+    seeds each, output and gradient."""
+    chain, mine = made(batchnorm.BatchNormRelu2d, [nn.ReLU()], channels=shape[1])
     exact = copy.deepcopy(chain).double()
-    y = torch.randn(3, 6, 9, 10) + 1000.0
-    g = torch.randn(3, 6, 9, 10)
+    y = torch.randn(*shape) + mean
+    g = torch.randn(*shape)
     runs = []
     for model, dtype in ((exact, torch.double), (chain, torch.float), (mine, torch.float)):
-        x = y.to(dtype).requires_grad_()
+        x = y.to(dtype).clone().requires_grad_()
         out = model(x)
         out.backward(g.to(dtype))
         runs.append((out, x.grad))
     for i in (0, 1):
-        assert rel(runs[2][i], runs[0][i]) <= 2 * rel(runs[1][i], runs[0][i]) + 1e-6
+        assert rel(runs[2][i], runs[0][i]) <= 2 * rel(runs[1][i], runs[0][i])
 
 
 def test_in_eval_the_running_statistics_are_used_unfused():
@@ -74,9 +78,16 @@ def test_compiled_with_inductor_it_is_the_two():
 def test_the_blocks_of_resnets_are_fused_and_train_as_before(make, pairs):
     """Each block's batch norms followed by a ReLU alone (BasicBlock: bn1; Bottleneck: bn1, bn2): the block becomes a
     GraphModule of its trace with the ReLU removed, the state dict's names kept, the ReLU module kept where it is
-    called again (after the residual add); the model computes what it did, output and gradients, each as near the
-    float64 model's as the unfused float32 model's (whose stem gradient, through layer4's batch norms of 8 pixels a
-    channel, is 7e-3 off float64 on this CPU)."""
+    called again (after the residual add). In float64 the model computes what it did, output and every parameter's
+    gradient to 1e-9 (measured: 1e-12 and below); in float32 its output is as near the float64 model's as the
+    unfused float32 model's.
+
+    Not compared in float32: the gradients. There a ReLU whose input lies within float32's accumulated error of zero
+    takes either side, in ATen's batch norm as in the fused one, and one such pixel of layer4 (8 pixels a channel)
+    moves the stem's gradient by percents: in float64, negating one pre-activation of 1.5e-5 in ResNet-50's
+    layer4.2.bn2 (seed 1) moved conv1's gradient by 3.2e-2, and float32's own error there ranged 2.5e-3 to 4.1e-2
+    with the seed and the thread count (2-core x86, 2026-11-29). The fused arithmetic's float32 error is held to
+    ATen's one batch norm at a time (test_the_fused_arithmetic_is_as_near_float64_as_atens)."""
     import timm
     import torchvision
     build = {"resnet18": lambda: torchvision.models.resnet18(num_classes=10),
@@ -89,14 +100,16 @@ def test_the_blocks_of_resnets_are_fused_and_train_as_before(make, pairs):
     assert len(fused) == pairs and fused[0] == "layer1.0.bn1"
     assert list(mine.state_dict()) == list(ref.state_dict())
     assert isinstance(mine.layer1[0], torch.fx.GraphModule) and type(mine.layer1[0].bn1) is batchnorm.BatchNormRelu2d
-    exact = copy.deepcopy(ref).double()
     x = torch.randn(2, 3, 64, 64)
-    outs = [model(x.to(dtype)) for model, dtype in ((exact, torch.double), (ref, torch.float), (mine, torch.float))]
+    exact, mine64 = copy.deepcopy(ref).double(), copy.deepcopy(mine).double()
+    outs = [model(x.double()) for model in (exact, mine64)]
     for out in outs:
         out.sum().backward()
-    assert rel(outs[2], outs[0]) <= 2 * rel(outs[1], outs[0]) + 1e-6
-    grads = [model.conv1.weight.grad for model in (exact, ref, mine)]
-    assert rel(grads[2], grads[0]) <= 2 * rel(grads[1], grads[0]) + 1e-5
+    assert rel(outs[1], outs[0]) < 1e-9
+    for (name, want), got in zip(exact.named_parameters(), mine64.parameters()):
+        assert (got.grad - want.grad).norm() <= 1e-9 * want.grad.norm(), name    # timm's zeros: 0 <= 0
+    with torch.no_grad():
+        assert rel(mine(x), outs[0]) <= 2 * rel(ref(x), outs[0]) + 1e-6
 
 
 def test_the_bn_relu_rung_fuses_the_stem_and_the_blocks_and_refuses_a_model_without_a_pair():

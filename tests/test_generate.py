@@ -219,6 +219,15 @@ def test_cli_plain_loop_end_to_end(tmp_path, capsys):
     assert out["plots"] == [str(tmp_path / "generate-tiny.png")] and os.path.getsize(out["plots"][0]) > 0
 
 
+def test_the_table_says_which_run_it_stored_and_where(tmp_path, capsys):
+    """Issue 58: `generate` never said which run it stored; it says so as `tcperf run` does."""
+    db = tmp_path / "r.db"
+    rc = cli.main(["generate", "tiny", "--device", "cpu", "--db", str(db), "--plot-dir", str(tmp_path), "--prompt",
+                   "4", "--output", "3", "--rep-ms", "1", "--precision", "bf16"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "Batch 1, tiny" in out and f"stored as run 1 in {db}" in err
+
+
 def test_cli_transformers_loop_end_to_end(tmp_path, capsys):
     out = _generate(tmp_path, capsys, "tiny", "--loop", "hf", "--precision", "bf16,int8wo", "--kv", "bf16,fp8",
                     "--batch", "1,2")
@@ -340,7 +349,8 @@ def test_the_headline_says_where_each_precisions_step_goes_and_leaves_out_a_fail
     from tcperf.generate import parts
 
     def row(precision, ms, profile):
-        return {"op": "generate", "precision": precision, "status": "ok",
+        return {"op": "generate", "precision": precision, "status": "ok", "median_ms": ms,
+                "samples": [ms * f for f in (0.99, 0.995, 1, 1.005, 1.01)],
                 "shape": {"model": "llama-8b", "batch": 1, "loop": "plain", "prompt": 128, "output": 128},
                 "metrics": {"tokens_s_user": 1e3 / ms, "decode": {"bytes": 7.5e9}, "roofline_batch": None,
                             "peak": {"bandwidth_gbs": 3000.0, "bandwidth_source": "copy bandwidth measured now"},
@@ -353,3 +363,22 @@ def test_the_headline_says_where_each_precisions_step_goes_and_leaves_out_a_fail
     assert "int8wo: 249 tokens/s (1.46x bf16)" in text and "Where the decode step goes" in text
     assert "int8wo: step 4.01 ms = linear 3.47 (the weights at 72% of the copy bandwidth)" in text
     assert "bf16: step" not in text                      # a profile that failed is not a line
+
+
+def test_the_headline_states_a_ratio_to_bf16_only_where_it_survives_the_spread():
+    """Issue 58: "0.70x bf16" was printed on a CPU from inter-token latencies of IQR/median 36-43% whose spreads
+    overlapped; the headline holds its ratios to the test `tcperf run`'s pass (tcperf.compare.claim)."""
+    from rich.console import Console
+    from tcperf.commands.generate import print_headline
+
+    def row(precision, samples):
+        ms = sorted(samples)[len(samples) // 2]
+        return {"op": "generate", "precision": precision, "status": "ok", "median_ms": ms, "samples": samples,
+                "shape": {"model": "tiny", "batch": 1, "loop": "plain", "prompt": 16, "output": 16},
+                "metrics": {"tokens_s_user": 1e3 / ms, "decode": {"bytes": 1e6}, "peak": {}}}
+    noisy = [row("bf16", [2.0, 3.1, 2.4, 1.9, 2.8, 2.2, 3.0]), row("int8wo", [2.9, 3.8, 2.6, 3.5, 2.7, 4.0, 3.3])]
+    tight = [row("bf16", [2.0, 2.02, 1.98, 2.01, 1.99]), row("int8wo", [2.9, 2.92, 2.88, 2.91, 2.89])]
+    for rows, says in ((noisy, "int8wo: 303 tokens/s (vs bf16: n.s.)"), (tight, "int8wo: 345 tokens/s (0.69x bf16)")):
+        out = Console(record=True, width=200)
+        print_headline(rows, out)
+        assert says in out.export_text()

@@ -54,9 +54,9 @@ def _row(case, i: int) -> dict:
             "tflops": flops / median / 1e9 if flops else None, "gbps": None if flops else moved / median / 1e6}
 
 
-def stored_run(rows: list[dict], db: str, kind: str = "run") -> tuple[Store, int]:
+def stored_run(rows: list[dict], db: str, kind: str = "run", env: dict | None = None) -> tuple[Store, int]:
     store = Store(db)
-    env = {"device": "cuda", "gpu": {"name": H100}, "libraries": {"torch": "2.11.0+cu130"}}
+    env = env or {"device": "cuda", "gpu": {"name": H100}, "libraries": {"torch": "2.11.0+cu130"}}
     run_id = store.start_run(kind, "tcperf run", env)
     for r in rows:
         store.add_result(run_id, Result.from_row(r))
@@ -82,6 +82,67 @@ def test_the_run_table_fits_120_columns_and_nothing_is_cut(db_path):
     gemm_lines = [line for line in table if re.search(r"gemm \d+x\d+x\d+ N[NT] ", line)]
     assert len(gemm_lines) == sum(r["op"] == "gemm" for r in rows)    # a GEMM's case stays on one line
     assert "% ceiling (" in flat and "100%" in text
+
+
+# a 2-core CPU's `tcperf run` as issue 58 saw it: TFLOPS of its GEMMs, bf16's at 0.01x fp32 (no bf16 instructions),
+# and of the rest, bf16's on kernels of their own; every case timed twice, the second time in reverse order
+CPU = {"device": "cpu", "cpu": {"model": "Intel(R) Xeon(R) Processor"}, "libraries": {"torch": "2.14.1"}}
+CPU_GEMM = {"fp32": 0.05, "bf16": 0.0005, "fp64": 0.025}
+CPU_OTHER = {"fp32": 0.01, "bf16": 0.014, "fp64": 0.005}
+
+
+def cpu_rows() -> list[dict]:
+    cases = suites.with_precisions(suites.load("quick", "cpu"), ["fp32", "bf16", "fp64"])
+    return [_cpu_row(case, timing) for timing in (1.0, 1.02) for case in (cases if timing == 1.0 else cases[::-1])]
+
+
+def _cpu_row(case: dict, timing: float) -> dict:
+    op, shape, prec = ops.get(case["op"]), case["shape"], case["precision"]
+    flops = op.flops(shape)
+    median = timing * (flops / ((CPU_GEMM if case["op"] == "gemm" else CPU_OTHER)[prec] * 1e9) if flops
+                       else op.bytes(shape, precision.get(prec)) / 5e6)
+    return {**case, "status": "ok", "metrics": {"label": op.label(shape)}, "warnings": [], "message": "",
+            "median_ms": median, "iqr_ms": 0.02 * median, "samples": [median * f for f in (0.98, 0.99, 1, 1.01, 1.02)],
+            "n": 5, "flops": flops, "tflops": flops / median / 1e9 if flops else None,
+            "gbps": None if flops else op.bytes(shape, precision.get(prec)) / median / 1e6}
+
+
+def printed(store: Store, run_id: int, width: int = 120) -> str:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))
+    print_run(store, run_id, console, columns=COMPACT)
+    return console.export_text()
+
+
+def test_a_cpu_run_states_no_ceiling_it_did_not_measure_and_none_above_100(db_path):
+    """Issue 58: a CPU run's own GEMMs, timed once, are no ceiling (bf16 attention read 2,842% of a bf16 GEMM at
+    0.01x fp32): without `tcperf ceilings` no '% ceiling'; with them, none above 100%."""
+    store, run_id = stored_run(cpu_rows(), db_path, env=CPU)
+    text = printed(store, run_id)
+    header = next(line for line in text.splitlines() if "case" in line)
+    assert "% ceiling" not in header and not re.search(r"\d%", text)
+    assert "% ceiling: none for bf16, fp32, fp64 on this CPU until `tcperf ceilings`" in " ".join(text.split())
+    ceilings = store.start_run("ceilings", "tcperf ceilings", CPU)
+    for prec, tflops in CPU_GEMM.items():
+        store.add_result(ceilings, {"op": "ceiling", "shape": {}, "precision": prec, "status": "ok", "tflops": tflops})
+    store.finish_run(ceilings)
+    text = printed(store, run_id)
+    shares = [int(p) for p in re.findall(r"(\d+)%", text.split("% ceiling left out")[0])]
+    assert shares and 95 <= max(shares) <= 100              # the GEMMs: their pooled timings are near it
+    assert "% ceiling left out where a case ran faster than its precision's ceiling" in " ".join(text.split())
+
+
+def test_a_cpu_run_timed_twice_is_one_row_a_case_and_its_numbers_never_break(db_path):
+    """Each case once in the table (its two timings pooled); at 80 columns the case names fold, the numbers don't."""
+    rows = cpu_rows()
+    store, run_id = stored_run(rows, db_path, env=CPU)
+    for width in (120, 80):
+        text = printed(store, run_id, width)
+        lines = [line for line in text.splitlines() if line[:1] == "│"]
+        assert max(map(len, text.splitlines())) <= width
+        cells = [c.strip() for line in lines for c in line.split("│")]
+        assert sum(c in ("fp32", "bf16", "fp64") for c in cells) == len(rows) // 2
+        assert all(re.fullmatch(r"[\d.]+ (TFLOPS|GB/s)", c) for c in cells if "FLOPS" in c or "GB/s" in c)
+        assert all(re.fullmatch(r"[\d.e+-]+ ± [\d.e+-]+|", c) for c in cells if "±" in c)
 
 
 def test_show_keeps_every_column(db_path):

@@ -241,3 +241,15 @@ def test_killed_run_keeps_every_finished_case(where, sig, status):
     assert len(results) >= 5 and all(r["status"] == "ok" and r["median_ms"] > 0 for r in results)
     assert run["status"] == status and (run["finished"] is None) == (status == "incomplete")   # its writer is gone
     assert s.runs(1)[0]["status"] == status
+
+
+def test_an_empty_file_given_as_the_store_becomes_one_and_says_so(tmp_path):
+    """Issue 58: `--db` naming an existing empty file (`touch results.db`, or a wrong path) silently became a new
+    store. It still does, with one line on stderr, once; a store already made says nothing."""
+    empty = tmp_path / "results.db"
+    empty.touch()
+    for expected in (f"{empty} was an empty file: made it a new tcperf results store\n", ""):
+        p = subprocess.run([sys.executable, "-m", "tcperf", "runs", "--db", str(empty)], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 0 and p.stderr == expected and "0 run(s)" in p.stdout
+    assert Store(empty).runs() == []

@@ -5,7 +5,7 @@ fixes worth making (with their measured gain), and the code to paste.
     v["recommended"], v["speedup"], v["accuracy"]       # 'amp_bf16+compile', 3.1, {...}
 
 On a CPU nothing is timed: the verdict names the recipes that pass the accuracy check and says that the speed
-verdict needs a CUDA GPU; its snippets are for the passing recipe furthest up the ladder, marked as untimed.
+verdict needs a CUDA GPU; its snippets are for the passing recipe measured best (candidate), marked as untimed.
 
 With a workload (tcperf.advisor.streams) the recipes timed on its stream decide, and with a job length (`steps`)
 the cheapest job of that many steps wins (tcperf.advisor.job): one-time cost + steps x steady step.
@@ -33,9 +33,15 @@ def choose(results: list[RecipeResult], decision: dict | None = None) -> RecipeR
 
 
 def candidate(results: list[RecipeResult]) -> RecipeResult | None:
-    """Without timings: the passing recipe furthest up the ladder (mixed recipes last, so they win ties)."""
+    """Without a speed verdict (a CPU): of the passing recipes other than fp32 strict, the one measured best, the
+    fastest where timed, else the nearest fp32. The ladder's last passing rung was offered before: bf16 code on a
+    CPU where fp16 passed with a tenth of its error, and ran 100x faster there (issue 58)."""
     passing = [r for r in results if r.passes]
-    return passing[-1] if passing else None
+    others = [r for r in passing if r.recipe != "fp32"] or passing
+    timed = [r for r in others if r.step_ms]
+    if timed:
+        return min(timed, key=lambda r: r.step_ms)
+    return min(others, key=lambda r: r.error if r.error is not None else float("inf"), default=None)
 
 
 def accuracy_cost(r: RecipeResult) -> dict:
@@ -157,5 +163,5 @@ def headline(v: dict, tolerance: float) -> str:
         return text + (f"; {v['job_sentence']}" if v.get("job_sentence") else "")
     if v.get("candidate"):
         return (f"Passes the accuracy check here: {', '.join(v['passing'])}. "
-                f"The code below is for {v['candidate']} (its speed is not measured)")
+                f"The code below is for {v['candidate']}, the nearest fp32 of them (its speed is not measured)")
     return "No recipe both ran and stayed within the tolerance"

@@ -18,8 +18,6 @@ and the others go on. Each recipe's row is stored as it arrives, so an interrupt
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from .. import env as envmod
@@ -67,13 +65,14 @@ def main(args) -> int:
     recipes = parse_list(args.recipes) if args.recipes else None
     tol = api.check_args(args.mode, args.tolerance, recipes, args.check_steps, args.timeout, args.budget, args.jobs,
                          args.steps)
-    path, _ = source.split_target(args.target)
+    path, factory = source.split_target(args.target)
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
+    name = f"{path.name}:{factory}"      # what the output is titled and stored as: one file may hold many factories
     log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))
     store = Store.open(args.db).writable()     # the run starts with the first result: refuse a read-only store now
     run_id, status = None, "interrupted"
-    shape = {"model": Path(path).stem, "mode": args.mode}
+    shape = {"model": name, "mode": args.mode}
 
     def stored(r) -> None:
         nonlocal run_id
@@ -87,6 +86,7 @@ def main(args) -> int:
                              steps=args.steps, check_steps=args.check_steps, log=log, timeout=args.timeout,
                              target=args.target, on_result=stored, budget=args.budget, jobs=args.jobs,
                              ceilings=peaks.measured(args.db, device), progress=progress)
+        advice.model = name
         if run_id is None:
             run_id = store.start_run("advise", command_line(), advice.env)
         store.add_result(run_id, advice.verdict_row())

@@ -18,8 +18,9 @@ from ..records import Job, Result, TimingConfig
 from ..runner import run_cases
 from ..store import Store, mask
 
-# Piped or logged output gets a wide table rather than rich's 80-column default (COLUMNS still wins).
-_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200
+# Piped or logged output gets 120 columns, what the tables are laid out for, rather than rich's 80-column default
+# (COLUMNS still wins).
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
 console = Console(width=_WIDTH)
 err_console = Console(stderr=True)
 
@@ -74,14 +75,19 @@ def positive_ints(text: str, flag: str, example: str = "1,2,4") -> list[int]:
 
 
 def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
-    """A file a command makes (export --out, report --out and --png), its folder made if missing; one line naming the
-    path and why when it cannot be written (a folder given, a file in the way, no permission, a read-only disk)."""
+    """A file a command makes (export --out, report --out and --png), its folder made if missing and said so on
+    stderr (a typo in --out should not pass unseen); one line naming the path and why when it cannot be written (a
+    folder given, a file in the way, no permission, a read-only disk)."""
     path = Path(path)
+    missing = not path.parent.exists()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
     except OSError as e:
         raise UserError(f"cannot write {path}: {os_reason(e)}") from None
+    if missing:
+        err_console.print(f"made the folder {path.parent} for {path.name}", markup=False, highlight=False,
+                          soft_wrap=True)
     return path
 
 
@@ -103,12 +109,20 @@ def command_line() -> str:
     return mask("tcperf " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
 
 
-def quiet_gpu_warning(device) -> list[str]:
-    """A warning when other processes use the GPU (checked while no worker of ours is alive)."""
-    if device.type != "cuda":
+def quiet_warning(device) -> list[str]:
+    """A warning when other processes use the GPU, or on a CPU the cores (checked while no worker of ours is alive):
+    two runs sharing a 2-core CPU read fp32 attention at 8.0 ms where it takes 1.2-2.3 alone (issue 58)."""
+    if device.type == "cuda":
+        others = envmod.other_gpu_processes(device.index or 0)
+        return [f"other processes use the GPU (pids {', '.join(map(str, others))}): figures may be low"] if others \
+            else []
+    busy = envmod.other_cpu_processes()
+    if not busy:
         return []
-    others = envmod.other_gpu_processes(device.index or 0)
-    return [f"other processes use the GPU (pids {', '.join(map(str, others))}): figures may be low"] if others else []
+    who = ", ".join(f"pid {pid} {name} {cores:.0%}" for pid, name, cores in busy[:5])
+    more = f" and {len(busy) - 5} more" if len(busy) > 5 else ""
+    load = f"; load {os.getloadavg()[0]:.1f} on {envmod.usable_cores()} cores" if hasattr(os, "getloadavg") else ""
+    return [f"other processes use the CPU ({who}{more} of a core{load}): figures may be slow and noisy"]
 
 
 def measure_into_store(kind: str, cases: list, args, job: Job | None = None, *, label: str = "measuring",
@@ -120,7 +134,7 @@ def measure_into_store(kind: str, cases: list, args, job: Job | None = None, *, 
     store = Store.open(args.db)
     environment = envmod.collect(device)
     run_id = store.start_run(kind, command_line(), environment)
-    warnings = quiet_gpu_warning(device)
+    warnings = quiet_warning(device)
     for w in warnings:
         err_console.print(f"[yellow]warning:[/] {w}")
     results = []
@@ -135,7 +149,7 @@ def measure_into_store(kind: str, cases: list, args, job: Job | None = None, *, 
                 progress.update(task, advance=1, description=f"{label} {r.op} {r.precision}")
 
             (runner or run_cases)(cases, device, job or job_from(args), on_result=on_result)
-        warnings += quiet_gpu_warning(device)
+        warnings += quiet_warning(device)
         status = "done"
     finally:
         store.finish_run(run_id, status, sorted(set(warnings)))

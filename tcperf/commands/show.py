@@ -6,7 +6,7 @@ import datetime
 
 from rich.table import Table
 
-from ..rows import FAILED
+from ..rows import FAILED, merge_repeats
 from ..store import Store
 from ..table import ALL, results_table
 from .ceilings import of_run
@@ -41,7 +41,8 @@ def print_run(store: Store, run_id: int, out, columns=ALL, verbose: bool = False
     if run["kind"] == "train-to-target":
         from .train_to_target import print_run as print_time_to_target
         return print_time_to_target(store, run_id, out)
-    results = store.results(run_id)
+    timed = store.results(run_id)
+    results = merge_repeats(timed)              # a case timed twice (a CPU `tcperf run`): one row
     when = datetime.datetime.fromtimestamp(run["started"]).strftime("%Y-%m-%d %H:%M")
     lib = run["env"].get("libraries", {})
     title = (f"run {run['id']} · {run['kind']} · {run['device']} · {when} · torch {lib.get('torch')} "
@@ -55,7 +56,7 @@ def print_run(store: Store, run_id: int, out, columns=ALL, verbose: bool = False
     bad = [r for r in results if r["status"] in FAILED]
     if bad:
         out.print(f"[red]{len(bad)} case(s) failed or were wrong[/]: see the note column")
-    for line in time_lines(run, results):
+    for line in time_lines(run, timed):
         out.print(line, highlight=False)
     if verbose:
         out.print(phases_table(results))
@@ -63,10 +64,17 @@ def print_run(store: Store, run_id: int, out, columns=ALL, verbose: bool = False
 
 def ceilings_for(store: Store, run: dict, results: list[dict]) -> tuple[dict, str]:
     """The ceilings '% ceiling' reads, and a caption saying where they come from: `tcperf ceilings`' stored ones;
-    for a `tcperf run`, where none is stored for a precision, the run's own best aligned GEMM (ceilings.of_run)."""
+    for a `tcperf run` on a GPU, where none is stored for a precision, the run's own best aligned GEMM
+    (ceilings.of_run). Not on a CPU: there a GEMM timed once is no peak (a bf16 GEMM ran at 0.01x fp32 on a CPU
+    without bf16 instructions, and a busy core slows any one timing), so '% ceiling' waits for `tcperf ceilings`."""
     stored = store.ceilings(run["device"])
-    quick = of_run(results, run["env"].get("device", "")) if run["kind"] == "run" else {}
-    quick = {k: v for k, v in quick.items() if k not in stored}
+    if run["kind"] != "run":
+        return stored, ""
+    if not run["env"].get("device", "").startswith("cuda"):
+        missing = sorted({r["precision"] for r in results} - set(stored))
+        return stored, (f"% ceiling: none for {', '.join(missing)} on this CPU until `tcperf ceilings` measures "
+                        f"them until stable" if missing else "")
+    quick = {k: v for k, v in of_run(results, run["env"]["device"]).items() if k not in stored}
     if not quick:
         return stored, ""
     return {**quick, **stored}, (f"% ceiling ({', '.join(quick)}): of this run's best aligned square GEMM of "

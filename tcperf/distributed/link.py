@@ -12,11 +12,13 @@ import re
 import shutil
 import subprocess
 
+from .. import env
+
 PCIE = {"PIX", "PXB", "PHB", "NODE", "SYS"}
 
 
 def describe(nproc: int) -> dict:
-    """The link among GPUs 0..nproc-1 (the slowest pair names it); 'unknown' when neither source answers."""
+    """The link among CUDA devices 0..nproc-1 (the slowest pair names it); 'unknown' when neither source answers."""
     if nproc < 2:
         return {"link": "none (one GPU)", "detail": "", "source": ""}
     cells = _smi_cells(nproc) or _nvml_cells(nproc)
@@ -33,15 +35,17 @@ def summary(cells) -> str:
     return kinds.pop() if len(kinds) == 1 else "mixed (" + ", ".join(sorted(kinds)) + ")"
 
 
-def parse_topo(text: str, nproc: int) -> dict:
-    """{(i, j): cell} for GPU pairs i < j < nproc from `nvidia-smi topo -m`'s matrix."""
+def parse_topo(text: str, indices: list[int]) -> dict:
+    """{(i, j): cell} for CUDA devices i < j from `nvidia-smi topo -m`'s matrix, CUDA device i being nvidia-smi's
+    GPU indices[i] (its rows number the host's GPUs, not CUDA_VISIBLE_DEVICES')."""
     rows = {}
     for line in text.splitlines():
         m = re.match(r"GPU(\d+)\s+(.*)", line)      # a row; the header line starts with blanks
         if m:
             rows[int(m.group(1))] = m.group(2).split()
-    return {(i, j): rows[i][j] for i in range(nproc) for j in range(i + 1, nproc)
-            if i in rows and j < len(rows[i])}
+    pairs = [(i, j) for i in range(len(indices)) for j in range(i + 1, len(indices))]
+    return {(i, j): rows[indices[i]][indices[j]] for i, j in pairs
+            if indices[i] in rows and indices[j] < len(rows[indices[i]])}
 
 
 def _smi_cells(nproc: int):
@@ -51,18 +55,18 @@ def _smi_cells(nproc: int):
         out = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    cells = parse_topo(out.stdout, nproc) if out.returncode == 0 else {}
+    indices = [env.smi_row("index", i) for i in range(nproc)]
+    if out.returncode != 0 or not all(indices):
+        return None
+    cells = parse_topo(out.stdout, [int(row[0]) for row in indices])
     return (cells, "nvidia-smi topo -m") if cells else None
 
 
 def _nvml_cells(nproc: int):
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(nproc)]
-        links = [_nvlinks(pynvml, h) for h in handles]
-    except Exception:           # no package, no driver: nothing to say
+    found = [env.nvml_handle(i) for i in range(nproc)]
+    if any(nv is None for nv, _ in found):      # no package, no driver: nothing to say
         return None
+    links = [_nvlinks(nv, h) for nv, h in found]
     cells = {(i, j): f"NV{min(links[i], links[j])}" if links[i] and links[j] else "PCIe"
              for i in range(nproc) for j in range(i + 1, nproc)}
     return cells, "NVML (active NVLinks per GPU)"

@@ -13,8 +13,9 @@ the next convolution's weight gradient either way).
     z, mean, var = _BatchNormRelu.apply(y, weight, bias, eps)       # z = relu(batch_norm(y)), batch statistics
     fuse_batch_norm_relu(model)   # each batch norm whose only user is a ReLU computes both (ReLU node removed)
 
-The arithmetic is batch norm's (fp32 statistics as Inductor's, running statistics as nn.BatchNorm2d updates them);
-`affine_grads` is the part of its backward that tcperf.kernels.maxpool's fused stem shares.
+The arithmetic is batch norm's (statistics in fp32 as Inductor's, fp64 in a float64 model; running statistics as
+nn.BatchNorm2d updates them); `affine_grads` is the part of its backward that tcperf.kernels.maxpool's fused stem
+shares.
 
 Measured, and slower: in ResNet-50's whole-step graph on an H200 (2026-11-27, edc4066, bf16, batch 256) 6,665
 img/s against the whole-step graph's 6,724 (0.99x), and on top of the fused stem 6,663 against 6,937 (0.96x). By
@@ -40,17 +41,25 @@ def per_channel(v: torch.Tensor) -> torch.Tensor:
     return v.view(1, -1, 1, 1)
 
 
+def wide(t: torch.Tensor) -> torch.Tensor:
+    """t in the precision batch norm's arithmetic runs at: fp32 for fp16/bf16/fp32 (as Inductor's), fp64 kept (a
+    float64 model stays float64: the whole-model test holds the fusion against nn.BatchNorm2d there, where no
+    rounding can flip a ReLU's mask)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def batch_stats(y: torch.Tensor, weight: torch.Tensor, eps: float):
-    """fp32 (mean, biased variance, invstd, a) of y per channel, a = weight * invstd: batch norm's output is
-    normalized(y, mean, a, bias) = (y - mean) * a + bias."""
-    var, mean = torch.var_mean(y.float(), dim=DIMS, correction=0)
+    """(mean, biased variance, invstd, a) of y per channel, at least fp32, a = weight * invstd: batch norm's output
+    is normalized(y, mean, a, bias) = (y - mean) * a + bias."""
+    var, mean = torch.var_mean(wide(y), dim=DIMS, correction=0)
     invstd = torch.rsqrt(var + eps)
-    return mean, var, invstd, weight.float() * invstd
+    return mean, var, invstd, wide(weight) * invstd
 
 
 def normalized(x: torch.Tensor, mean: torch.Tensor, a: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """(x - mean) * a + bias per channel, in fp32 (centred first: no cancellation where the mean dwarfs the spread)."""
-    return (x.float() - per_channel(mean)) * per_channel(a) + per_channel(bias.float())
+    """(x - mean) * a + bias per channel, at least fp32 (centred first: no cancellation where the mean dwarfs the
+    spread)."""
+    return (wide(x) - per_channel(mean)) * per_channel(a) + per_channel(wide(bias))
 
 
 def as_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -82,8 +91,8 @@ class _BatchNormRelu(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dz, _g_mean, _g_var):
         y, mean, invstd, weight, bias, a = ctx.saved_tensors
-        centred = y.float() - per_channel(mean)
-        g = torch.where(normalized(y, mean, a, bias) > 0, dz.float(), 0.0)
+        centred = wide(y) - per_channel(mean)
+        g = torch.where(normalized(y, mean, a, bias) > 0, wide(dz), 0.0)
         c0, k1, g_w, g_b = affine_grads(g.sum(DIMS), (g * centred).sum(DIMS), invstd, a, y.numel() // y.shape[1])
         dy = g * per_channel(a) + per_channel(c0) + per_channel(k1) * centred
         return dy.to(y.dtype), g_w.to(weight.dtype), g_b.to(weight.dtype), None

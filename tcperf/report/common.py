@@ -10,7 +10,7 @@ import html
 import re
 from dataclasses import dataclass, field
 
-from ..rows import kind
+from ..rows import kind, merge_repeats
 
 FOLD_ROWS = 20    # a table longer than this is folded behind a <details>, with a filter box
 
@@ -114,9 +114,10 @@ class RunData:
 
 
 def load(store, run_ids: list[int] | None) -> list[RunData]:
-    """The runs to report on (the latest when none is named), each with its device's ceilings."""
+    """The runs to report on (the latest when none is named), each with its device's ceilings; a case timed twice (a
+    CPU `tcperf run`) is one row (rows.merge_repeats)."""
     runs = [store.run(i) for i in run_ids] if run_ids else [store.run(None)]
-    return [RunData(run, store.results(run["id"]), store.ceilings(run["device"])) for run in runs]
+    return [RunData(run, merge_repeats(store.results(run["id"])), store.ceilings(run["device"])) for run in runs]
 
 
 @dataclass

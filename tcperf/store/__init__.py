@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -64,8 +65,11 @@ class Store:
         self.dialect = self.url.get_backend_name()        # sqlite | postgresql
         self.path = Path(self.url.database) if self.dialect == "sqlite" else None
         self.read_only = False                            # True: opened read-only, see _open
+        empty = self.path is not None and self.path.is_file() and self.path.stat().st_size == 0
         self._use(location.engine(self.url))
         self.upgraded = self._open(self.dialect == "sqlite" if upgrade is None else upgrade)
+        if empty and not self.read_only:     # `touch results.db`, or a wrong path: not silently (issue 58)
+            print(f"{self.where} was an empty file: made it a new tcperf results store", file=sys.stderr)
 
     @classmethod
     def open(cls, path: str | os.PathLike | None = None, **kw) -> "Store":
