@@ -1,84 +1,74 @@
-"""Advice for a workload (issue 32): plain hand loops over a stream of variable-length batches, each recipe cold in
-a fresh process, against which `tcperf advise FILE.py:factory --steps N` is held.
+"""The advisor on streams it has never seen (issue 57): for each stream of the set, every relevant recipe as a plain
+hand loop, alone and cold in a process of its own, and `tcperf advise FILE:factory --steps N --json` held against
+the best of them.
 
-The cases (factory files that return a `workload(step) -> inputs` beside the model; random weights):
-    bert    examples/bert_stream.py:factory     BERT-base classification, batch 32, lengths 16..512 a step
-    llama   examples/llama_prefill.py:factory   Llama-style prefill (LlamaModel, 768 wide, 12 layers), batch 4,
-                                                lengths 32..1024 a step
-  --size tiny takes each file's `tiny` factory (the same code at CPU size) for a smoke run with --device cpu.
+The streams (STREAMS; factory files under benchmarks/streams/, each with a `factory()` at GPU size and a `tiny()`
+at CPU size, random weights, seeded, nothing downloaded; `--list` gives their parameters and shapes):
+    detector      CNN, dense detector: torchvision ResNet-50 FPN + RetinaNet heads, batch 8, each side 320..800 px
+    classifier    CNN classifier: timm ConvNeXt-Tiny, batch 32, square sides 160..384 px (8 shapes)
+    vit           vision transformer: timm ViT-B/16 at dynamic image size, batch 16, each side 224..384 px
+    gru_asr       recurrent: bidirectional-GRU acoustic model, batch 16, 200..1600 frames, output 1/4 as long
+    conv_seq      1-D convolutional sequence model (QuartzNet-style), batch 32, 256..2048 frames on the LAST dim
+    deberta       encoder: transformers DeBERTa-v3-base-like token tagger, batch 16, lengths 32..512
+    qwen_prefill  decoder prefill: transformers Qwen2-0.5B-like (GQA), batch 1, 64..4096 tokens
+    gpt2_train    decoder training (--mode train): transformers GPT-2 small, batch 8, lengths 128..1024
+    t5            encoder-decoder: transformers T5-small-like, batch 8, source 32..512 and target 8..128 apart
+  and the two of examples/ (by name only, not in `all`): bert (examples/bert_stream.py), llama
+  (examples/llama_prefill.py). --size tiny takes each file's `tiny` factory, for a smoke run with --device cpu.
 
-Method, one recipe at a time, each in a FRESH process (`--one RECIPE`) with its own empty TORCHINDUCTOR_CACHE_DIR
-and TRITON_CACHE_DIR, so every compile is cold, as on a new machine or container:
-    1. the factory's model in fp32 on the device gives the reference outputs of steps 0..2 (unpadded); then the
-       model is cast to bf16 (model.to(torch.bfloat16)); the stream is workload(0..S-1), on the device.
-    2. warm-up: two passes over the stream, every step once each under torch.no_grad(), each timed by wall clock
-       (perf_counter, synchronized at its end). The first pass is the cold one (compiles); the second is there
-       because CUDA graph trees (mode="reduce-overhead") run a shape's first call as a warm-up and record it on
-       the second, so their one-time cost ends only after it (for the other recipes it is about a steady pass).
-       Dynamo's compiles are counters["stats"]["unique_graphs"] after each step, and "limit" marks a recipe whose
-       compiles stopped growing at torch._dynamo.config.recompile_limit while new shapes kept coming (Dynamo runs
-       those eagerly). A warm-up past --cap seconds is stopped after the step that passes it: "> cap", with the
-       steps (of 2 x S) and compiles it had done; it is not checked and its steady passes are not run.
-    3. check: steps 0..2 again, the compared tensor (BERT: logits; Llama: last_hidden_state, padded recipes'
-       sliced back to the real positions) against fp32's: ||out - ref|| / ||ref||, the largest of the 3; above
-       TOLERANCE (0.05) the recipe is FAIL (still timed, never "best").
-    4. steady: --passes more passes, each one window of the whole stream back to back (hand_loops.window: CUDA
-       events around the pass on a GPU, perf_counter on a CPU), on an idle GPU; median and min-max.
-        5. eager recipes (no compile) run in --repeat-eager (3) processes spread over the call, their passes pooled:
-       a host-bound step is the CPU's speed, and on one H100 machine (2026-11-26) BERT's eager moved 5.4-9.5 ms a
-       batch between processes within the hour (the graphed recipes by ~2%); one process was a coin toss.
-    ms a batch = median pass / S; one-time cost = the two warm-up passes - 2 x the median pass; job cost at N
-    steps = one-time + N x median pass / S seconds. A capped recipe's job cost is at least its warm-up so far
-    (for N >= S, as long as the second pass is no faster than a steady one), shown as "> X".
-Reduce-overhead recipes call torch.compiler.cudagraph_mark_step_begin() before every step, in every pass.
+The plain loops (benchmarks/plain_stream.py, one fresh process a recipe, empty TORCHINDUCTOR_CACHE_DIR and
+TRITON_CACHE_DIR, PyTorch's defaults wherever the recipe says nothing: cuDNN autotuning off unless named): fp32's
+outputs of steps 0..2 as the reference, two cold warm-up passes over the stream on the wall clock (the one-time
+cost: both passes less two steady ones), the check against fp32 (padded recipes' outputs cut back to the real
+positions; padding refused up front where an output dimension follows no input's), then --passes steady passes
+between CUDA events (the step: median pass / steps, with min-max). Job cost at N steps = one-time + N x step.
 
-The recipes (HAND, keyed by the advisor's labels, tcperf.recipes.SHAPES; "bf16+compile" and "bf16+cuda_graphs",
-without "@", are static, as there; a pick with no hand loop is a FAIL, "no hand loop for X"):
-    bf16                        eager
-    bf16+compile@static         torch.compile(m, dynamic=False): one compile per new length, up to
-                                recompile_limit (8), then eager for the lengths beyond it, as torch does
-    bf16+compile@dynamic        torch.compile(m): automatic dynamic shapes, torch's default
-    bf16+cuda_graphs@dynamic    torch.compile(m, mode="reduce-overhead")
-    bf16+compile@marked         torch.compile(m), torch._dynamo.mark_dynamic(t, 1) on every input tensor before
-    bf16+cuda_graphs@marked     each call (the second with mode="reduce-overhead"; tcperf's @marked uses
-                                maybe_mark_dynamic, which falls back to static where Dynamo specializes instead of
-                                raising)
-    bf16+compile@padP           every input tensor's sequence dim (1) right-padded with 0 up to a multiple of P
-    bf16+cuda_graphs@padP       (64, 128) but never past the stream's longest length (as tcperf.workload.bucket),
-                                then marked dynamic as @marked: torch.compile(m[, mode="reduce-overhead"]) compiles
-                                once and captures a CUDA graph a bucket; the output sliced back to the real length
-    bf16+cuda_graphs@pad128-static  the same padding, torch.compile(m, dynamic=False, mode="reduce-overhead"): one
-                                compile a bucket, recompile_limit raised to the stream's number of buckets, as
-                                anyone who pads to buckets that way would (Llama's 1024 / 64 = 16 > 8); the
-                                advisor's padded recipes were these until 2026-11-25 (warm-ups of 49-101 s)
-    bf16+cuda_graphs@static     torch.compile(m, dynamic=False, mode="reduce-overhead"): run only when named
-Padding with 0 (input_ids and attention_mask) leaves the compared outputs at the real positions unchanged: BERT
-masks the padded keys, Llama's attention is causal (see the examples' docstrings).
+Recipe labels are the advisor's (tcperf.recipes: "fp16", "amp_bf16", "bf16+cuda_graphs@pad64", "compile@dynamic")
+plus two words of the plain loops only, "+channels_last" on any precision and "+cudnn_benchmark". A label becomes
+the Hand its loop runs (hand_of: weights or autocast dtype, TF32, channels_last where the model has 2-D
+convolutions, torch.compile's mode and dynamic, marking, padding, cuDNN autotuning, a fused optimizer), and the
+advice's pick is matched to the stored loop with the same Hand, whatever its label ("compile" is amp_bf16 +
+channels_last + compile). The default grid (grid()), from the stream's mode and whether it has 2-D convolutions:
+    eager       every precision of the mode (infer: fp32 tf32 amp_fp16 amp_bf16 fp16 bf16; train: fp32 tf32
+                amp_fp16 amp_bf16), and for convolutional models each but fp32 again with +channels_last
+    compiled    the lead precision (--lead: bf16, amp_bf16 in training; +channels_last for convolutional models)
+                in every WAYS: compile@static (only where the stream has no more shapes than Dynamo's recompile
+                limit: past it a static compile runs the rest eagerly), compile@dynamic, compile@marked,
+                cuda_graphs@dynamic, cuda_graphs@marked, cuda_graphs@pad64, cuda_graphs@pad128 (after one padded
+                recipe is refused, the others are skipped with its reason)
+    again       eager rows whose job is within REPEAT_WITHIN of the best at some N run in up to --repeat-eager
+                processes, between the advice calls, their passes pooled (a host-bound step moves between
+                processes: BERT's eager 5.4-9.5 ms a batch on one H100 within the hour, 2026-11-26)
+    the pick    a stored advice's pick with no loop of its Hand is added to the stream's work
+A warm-up stops past --cap seconds, or earlier past BEST_SLACK x the best job stored at the largest N (it cannot
+come within the target then): "> X", a lower bound of its job.
 
-Targets, with --advise (`python3 -m tcperf advise examples/<case>.py:factory --steps N --json` for each N of
---job-steps, in a subprocess with its own empty compile caches; its verdict.recommended is the pick):
-    every N         the pick's job cost <= EAGER_SLACK (1.05) x eager's: no one-time cost above what it saves
-    N >= LARGE_N    the pick's job cost <= BEST_SLACK (1.05) x the best hand recipe's (among those that pass the
-    (10000)         check), and < eager's (or the pick is eager)
-The job model sees the one-time cost the S-step stream shows: a recipe that compiles or captures per new length
-(static, cuda_graphs) meets about S distinct lengths here and more over a long job, so its one-time cost is a
-floor there ("shapes" gives the distinct shapes the model saw).
+Targets (with --advise: `python -m tcperf advise FILE:factory --steps N --json [--mode train]`, each N in its own
+process with empty compile caches), per stream and N:
+    ratio       the pick's job (its plain loop's one-time + N x step) <= BEST_SLACK (1.05) x the best plain loop's
+    stated      the advice's own one-time cost and step time for its pick within STATED_SLACK (15%) of the plain loop
+                of the same recipe (a one-time cost within ONE_TIME_FLOOR_S of it counts as within)
 
-    python benchmarks/workload_gpu.py --case bert [--recipes bf16,...] [--stream 60] [--passes 3] [--cap 150]
-                                      [--job-steps 100,10000] [--advise] [--deadline S] [--out DIR]
-    python benchmarks/workload_gpu.py --case all --size tiny --device cpu --stream 6 --passes 2 \\
-        --recipes bf16,bf16+compile@dynamic,bf16+compile@pad64 --out /tmp/wl          # CPU smoke run
+    python benchmarks/workload_gpu.py --list [--size full]                     # the streams, parameters, shapes
+    python benchmarks/workload_gpu.py --streams detector,gru_asr [--recipes LABELS] [--advise [100,10000]]
+        [--job-steps 100,10000] [--passes 5] [--cap 150] [--deadline S] [--again] [--out DIR]
+    python benchmarks/workload_gpu.py --plan                                    # calls of <= ~9 min on one GPU
+    python benchmarks/workload_gpu.py --streams gru_asr,conv_seq --size tiny --device cpu --stream 6 --passes 2 \\
+        --recipes fp32,bf16@pad64 --out /tmp/wl                                # CPU smoke run
 
-Time on one H100 (torch 2.11): a recipe's process takes ~25 s besides its warm-up (imports, building the model,
-fp32's reference, the check, the steady passes); BERT's warm-ups took 5 s (eager) to ~50 s (compile@dynamic, 4
-buckets of pad128), Llama's up to ~100 s (pad128's 8 buckets). BERT's bf16, compile and cuda_graphs @dynamic,
-@marked and @pad128 took 7.6 min; Llama's the same 8.5 min. Eager's steady passes are launch-bound and vary by up
-to 2x from pass to pass on that machine (the graph recipes' by ~2%): use --passes 7 or more for eager's median.
+Rows of the same stream, size, device, GPU, mode and stream length merge into OUT/workload_gpu.json across calls
+(rows measured otherwise are left alone, not mixed: another --out, or --again to start afresh); a row or an advice
+stored already is not run again (but for errors, tried twice), so the same command run again goes on where the
+last one stopped, and --deadline S (nothing starts after S seconds) keeps a call short; --again measures again what
+the call asks. Each call prints the environment (GPU, clocks, power limit, driver, CUDA, cuDNN, torch, triton,
+transformers, timm, torchvision, commit, other processes on the GPU), a table a stream, the advice against the
+plain loops, the targets, a summary of every stream and what is left; writes OUT/workload_gpu.json and .txt; the
+children's stderr goes to OUT/logs/. Exits 1 if a target fails.
 
-Runs of the same case, size, device and stream merge into OUT/workload_gpu.json (a recipe or N run again replaces
-its row), so a grid too long for one call is run in pieces; --recipes none with --advise runs only the advisor.
-Each invocation prints the environment, one table a case from all stored rows, the targets, and writes
-OUT/workload_gpu.json and OUT/workload_gpu.txt; the children's stderr goes to OUT/logs/. Exits 1 if a target fails.
+Time (guesses, EST_S, until a GPU run replaces them: not yet run on a GPU at the commit that made this set): an
+eager recipe ~50 s a process (imports, fp32's reference, 2 warm-up + 1 check + 5 steady passes), a compiled one
+~150 s, an advise call ~400 s; a stream's grid 20-27 min, the set ~5-6 h of one H100 in ~60 calls of <= 9 min
+(--plan prints them).
 """
 from __future__ import annotations
 
@@ -86,8 +76,8 @@ import argparse
 import dataclasses
 import datetime
 import importlib.metadata
-import importlib.util
 import json
+import math
 import os
 import signal
 import statistics
@@ -95,268 +85,124 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-
-from hand_loops import window  # beside this script: the hand loops' clock
-from tcperf import env as tcenv
-from tcperf.worker import ready_device  # the session workers' start: context, cuBLAS, the profiler once
-
 ROOT = Path(__file__).resolve().parent.parent
-CASES = {"bert": "examples/bert_stream.py", "llama": "examples/llama_prefill.py"}
-COMPARED = {"bert": "logits", "llama": "last_hidden_state"}     # the output field checked against fp32
-FACTORY = {"full": "factory", "tiny": "tiny"}
-CHECK_STEPS = 3           # stream steps checked against fp32
-WARM_PASSES = 2           # passes before the steady ones: CUDA graph trees record a shape on its second call
-TOLERANCE = 0.05          # ||out - ref|| / ||ref|| a recipe may reach
-EAGER_SLACK = 1.05        # every N: the pick's job cost <= this x eager's
-BEST_SLACK = 1.05         # N >= LARGE_N: the pick's job cost <= this x the best hand recipe's
-LARGE_N = 10000
-CHILD_MARGIN_S = 300      # a child's seconds beyond --cap (imports, fp32 reference, check, steady passes)
+HERE = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(1, str(ROOT))     # this checkout's tcperf before an installed one (another worktree's, say)
+
+import plain_stream  # noqa: E402 - beside this script: the plain loop a child process runs
+from plain_stream import Hand  # noqa: E402
 
 
-# --- the hand recipes -----------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Hand:
-    """A plain loop: torch.compile's arguments (None: eager), mark_dynamic on dim 1, or right-padding of dim 1, the
-    model cast to `dtype` (bf16, or fp16 where the one-shape search prefers it)."""
-    compile: dict | None = None
-    mark: bool = False
-    pad: int = 0
-    dtype: str = "bf16"
+class Stream:
+    name: str
+    file: str               # the factory file, from the repository's root
+    mode: str               # infer | train: the advisor's --mode
+    conv: bool              # has 2-D convolutions (channels_last applies; tcperf.engine.has_conv2d decides alike)
+    family: str
+    own: bool = True        # one of the set (benchmarks/streams/), not an example
 
-    @property
-    def graphs(self) -> bool:
-        return (self.compile or {}).get("mode") == "reduce-overhead"
-
-
-RO = {"mode": "reduce-overhead"}
-BF16 = {
-    "bf16": Hand(),
-    "bf16+compile@static": Hand({"dynamic": False}),
-    "bf16+compile@dynamic": Hand({}),
-    "bf16+cuda_graphs@dynamic": Hand(RO),
-    "bf16+compile@marked": Hand({}, mark=True),
-    "bf16+cuda_graphs@marked": Hand(RO, mark=True),
-    "bf16+compile@pad64": Hand({}, mark=True, pad=64),
-    "bf16+compile@pad128": Hand({}, mark=True, pad=128),
-    "bf16+cuda_graphs@pad64": Hand(RO, mark=True, pad=64),
-    "bf16+cuda_graphs@pad128": Hand(RO, mark=True, pad=128),
-    "bf16+cuda_graphs@pad128-static": Hand({"dynamic": False, **RO}, pad=128),   # no advisor twin since 2026-11-25
-    "bf16+cuda_graphs@static": Hand({"dynamic": False, **RO}),          # not in the default grid
-}
-# the same loops in fp16 (the one-shape search may prefer it: on a Llama prefill bf16 and fp16 tie), not in the grid
-HAND = {**BF16, **{"fp16" + name[4:]: dataclasses.replace(h, dtype="fp16") for name, h in BF16.items()}}
-GRID = [r for r in BF16 if r != "bf16+cuda_graphs@static"]             # --recipes' default
-ALIASES = {f"{p}+{x}": f"{p}+{x}@static" for p in ("bf16", "fp16") for x in ("compile", "cuda_graphs")}  # no @: static
+    def target(self, size: str) -> str:
+        return f"{self.file}:{FACTORY[size]}"
 
 
-def eager_of(recipe: str) -> str:
-    """The eager recipe a pick is weighed against: its own precision, alone ('fp16+cuda_graphs@pad64' -> 'fp16')."""
-    return recipe.split("+")[0].split("@")[0]
+STREAMS = {s.name: s for s in (
+    Stream("detector", "benchmarks/streams/detector.py", "infer", True, "CNN, dense detector (torchvision)"),
+    Stream("classifier", "benchmarks/streams/classifier.py", "infer", True, "CNN classifier (timm ConvNeXt-T)"),
+    Stream("vit", "benchmarks/streams/vit.py", "infer", True, "vision transformer (timm ViT-B/16)"),
+    Stream("gru_asr", "benchmarks/streams/gru_asr.py", "infer", False, "recurrent, output shorter than input"),
+    Stream("conv_seq", "benchmarks/streams/conv_seq.py", "infer", False, "1-D convolutional sequence model"),
+    Stream("deberta", "benchmarks/streams/deberta.py", "infer", False, "encoder (transformers DeBERTa-v3)"),
+    Stream("qwen_prefill", "benchmarks/streams/qwen_prefill.py", "infer", False, "decoder prefill (Qwen2)"),
+    Stream("gpt2_train", "benchmarks/streams/gpt2_train.py", "train", False, "decoder training (GPT-2)"),
+    Stream("t5", "benchmarks/streams/t5.py", "infer", False, "encoder-decoder (transformers T5)"),
+    Stream("bert", "examples/bert_stream.py", "infer", False, "encoder (examples/, BERT-base)", own=False),
+    Stream("llama", "examples/llama_prefill.py", "infer", False, "decoder prefill (examples/, Llama)", own=False),
+)}
+FACTORY = {"full": "factory", "tiny": "tiny"}
+
+EAGER = {"infer": ("fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16"),
+         "train": ("fp32", "tf32", "amp_fp16", "amp_bf16")}
+LEAD = {"infer": "bf16", "train": "amp_bf16"}        # --lead's default: the compiled ways' precision
+WAYS = ("compile@static", "compile@dynamic", "compile@marked", "cuda_graphs@dynamic", "cuda_graphs@marked",
+        "cuda_graphs@pad64", "cuda_graphs@pad128")
+OWN_WORDS = ("channels_last", "cudnn_benchmark")      # plain-loop words a label may carry beyond tcperf's
+UNCOVERED = ("fp8", "int8", "step_graph", "autotune", "chunked_ce", "fastest_batch", "transform")
+
+TOLERANCE = 0.05          # ||out - ref|| / ||ref|| (a loss's, in training) a recipe may reach
+BEST_SLACK = 1.05         # the pick's job <= this x the best plain loop's
+STATED_SLACK = 0.15       # the advice's one-time and step within this share of the plain loop's
+ONE_TIME_FLOOR_S = 1.0    # one-time costs this close count as within (a process start's noise)
+REPEAT_WITHIN = 1.25      # eager rows within this of the best job at some N run in more processes
+CHILD_MARGIN_S = 300      # a child's seconds beyond its cap (imports, fp32 reference, check, steady passes)
+PLAN_DEADLINE_S = 330    # --plan's calls: none starts a recipe later, so a call ends within ~9 minutes
+EST_S = {"eager": 50, "compiled": 150, "advise": 400}   # --plan's guesses, seconds a row or an advise call on one
+#                         H100 (2026-11-25/26 by hand: ~25 s a process besides its warm-up; warm-ups 5 s eager to
+#                         ~100 s for Llama's pad128; advise 311-362 s on issue 57's streams)
 
 
-def canonical(label: str | None) -> str | None:
-    return ALIASES.get(label, label)
+# --- labels -> the loops they run -------------------------------------------------------------------------------------
+def recipe_of(label: str):
+    """tcperf's Recipe for a label and the plain-loop words it carried ({'channels_last', ...})."""
+    from tcperf import recipes
+    head, at, shapes = label.partition("@")
+    words = head.split("+")
+    own = {w for w in words[1:] if w in OWN_WORDS}
+    rest = "+".join(w for i, w in enumerate(words) if i == 0 or w not in own) + at + shapes
+    return recipes.get(rest), own
 
 
-def hand_for(label: str) -> Hand:
-    if canonical(label) not in HAND:
-        raise KeyError(f"no hand loop for {label}")
-    return HAND[canonical(label)]
+def hand_of(label: str, conv: bool, mode: str) -> Hand:
+    """The Hand a label runs on a model with (conv) or without 2-D convolutions in `mode`; KeyError where the
+    plain loops do not cover it (fp8, int8, whole-step graphs ...) or the mode does not take it."""
+    from tcperf import precision
+    try:
+        r, own = recipe_of(label)
+    except Exception as e:      # noqa: BLE001 - tcperf's UserError: not a recipe
+        raise KeyError(f"{label}: {e}") from None
+    left_out = [name for name in UNCOVERED if getattr(r, name, None)]
+    if left_out or mode not in r.modes:
+        raise KeyError(f"no plain loop for {label}" + (f" ({', '.join(left_out)})" if left_out else f" in {mode}"))
+    p = precision.get(r.precision)
+    return Hand(weights=r.weights, autocast=str(p.autocast).replace("torch.", "") if p.autocast else None,
+                tf32=p.tf32, channels_last=conv and (r.channels_last or "channels_last" in own),
+                compile=r.compile, graphs=r.cuda_graphs, shapes=r.shapes,
+                cudnn_benchmark="cudnn_benchmark" in own or bool(getattr(r, "cudnn_benchmark", False)),  # where
+                # tcperf's recipes come to name cuDNN autotuning (issue 57), a field of that name is read too
+                fused=mode == "train" and r.fused)
 
 
-# --- inputs -----------------------------------------------------------------------------------------------------------
-def map_tensors(fn, x):
-    """fn on every tensor of a workload's inputs (a tensor, a tuple of positional args, a dict of keyword args)."""
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, dict):
-        return {k: map_tensors(fn, v) for k, v in x.items()}
-    if isinstance(x, (tuple, list)):
-        return type(x)(map_tensors(fn, v) for v in x)
-    return x
+def grid(stream: Stream, lead: str | None = None) -> list[str]:
+    """The stream's default recipes: every precision eager (+channels_last for convolutional models), then the lead
+    precision in every way of meeting varying shapes."""
+    cl = "+channels_last"
+    eager = list(EAGER[stream.mode]) + ([p + cl for p in EAGER[stream.mode][1:]] if stream.conv else [])
+    lead = (lead or LEAD[stream.mode]) + (cl if stream.conv else "")
+    return eager + [f"{lead}+{way}" for way in WAYS]
 
 
-def tensors_of(x) -> list[torch.Tensor]:
-    found = []
-    map_tensors(found.append, x)
-    return found
+def row_of(label: str, rows: dict, stream: Stream) -> str | None:
+    """The stored row that runs the loop `label` names (its own, or another label's of the same Hand)."""
+    if label in rows:
+        return label
+    try:
+        hand = dataclasses.asdict(hand_of(label, stream.conv, stream.mode))
+    except KeyError:
+        return None
+    return next((name for name, row in rows.items() if row.get("hand") == hand), None)
 
 
-def seq_len(x) -> int:
-    return tensors_of(x)[0].shape[1]
-
-
-def call(model, x):
-    if isinstance(x, dict):
-        return model(**x)
-    return model(*x) if isinstance(x, (tuple, list)) else model(x)
-
-
-def compared(out, key: str) -> torch.Tensor:
-    return out[key] if key else out
-
-
-def padded_len(length: int, multiple: int, longest: int) -> int:
-    """The next multiple, but never past the stream's longest length (a model's limit, BERT's 512 positions, is
-    often the longest a workload has; tcperf.workload.bucket pads the same way)."""
-    return min(-(-length // multiple) * multiple, max(longest, length))
-
-
-def pad_seq(x, multiple: int, longest: int):
-    """Every tensor's dim 1 right-padded with 0 (input_ids: the pad id; attention_mask: masked) to its bucket."""
-    to = padded_len(seq_len(x), multiple, longest)
-    return map_tensors(lambda t: F.pad(t, (0, to - t.shape[1])) if t.dim() >= 2 else t, x)
-
-
-# --- one recipe, in its own process (--one) ----------------------------------------------------------------------------
-def load_factory(case: str, size: str) -> dict:
-    """The case's factory file imported under a fixed name (torch.compile and inspect look its module up) and
-    its factory called."""
-    path = ROOT / CASES[case]
-    spec = importlib.util.spec_from_file_location(f"workload_{case}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, FACTORY[size])()
-
-
-def make_step(hand: Hand, model, key: str, longest: int):
-    """step(inputs) -> the compared tensor at the real positions: the recipe's whole per-batch work."""
-    runner = model if hand.compile is None else torch.compile(model, **hand.compile)
-
-    def step(x):
-        if hand.graphs:
-            torch.compiler.cudagraph_mark_step_begin()     # a new step: earlier outputs may be overwritten
-        length = seq_len(x)
-        if hand.pad:
-            x = pad_seq(x, hand.pad, longest)
-        if hand.mark:
-            map_tensors(lambda t: torch._dynamo.mark_dynamic(t, 1) if t.dim() >= 2 else None, x)
-        out = compared(call(runner, x), key)
-        return out[:, :length] if hand.pad and out.dim() >= 2 and out.shape[1] == seq_len(x) else out
-    return step
-
-
-def sync(device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def unique_graphs() -> int:
-    from torch._dynamo.utils import counters
-    return int(counters["stats"]["unique_graphs"])
-
-
-def seen_shapes(stream, hand: Hand, longest: int) -> list[tuple]:
-    """The input shape the model gets at each step (after padding)."""
-    return [tuple(tuple(t.shape) for t in tensors_of(pad_seq(x, hand.pad, longest) if hand.pad else x))
-            for x in stream]
-
-
-def limit_hit(shapes: list[tuple], compiles: list[int], limit: int) -> bool:
-    """Did compiles stop growing at the recompile limit while new shapes kept coming?"""
-    seen, before = set(), 0
-    for shape, after in zip(shapes, compiles):
-        if shape not in seen and after == before and before >= limit:
-            return True
-        seen.add(shape)
-        before = after
-    return False
-
-
-def warm_up(step, stream, cap: float, device) -> dict:
-    """WARM_PASSES passes over the stream from cold: each pass's wall seconds and the compiles after every step;
-    stopped after the step that takes the whole past cap seconds."""
-    compiles, passes, t0 = [], [], time.perf_counter()
-    for _ in range(WARM_PASSES):
-        start = time.perf_counter()
-        for x in stream:
-            step(x)
-            compiles.append(unique_graphs())
-            if time.perf_counter() - t0 > cap and len(compiles) < WARM_PASSES * len(stream):
-                sync(device)
-                return {"warm_s": time.perf_counter() - t0, "warm_pass_s": passes, "steps_done": len(compiles),
-                        "capped": True, "compiles": compiles[-1], "compiles_by_step": compiles}
-        sync(device)
-        passes.append(time.perf_counter() - start)
-    return {"warm_s": sum(passes), "warm_pass_s": passes, "steps_done": len(compiles), "capped": False,
-            "compiles": compiles[-1], "compiles_by_step": compiles}
-
-
-def check(step, stream, refs) -> list[float]:
-    """||out - ref|| / ||ref|| of steps 0..2 (.float() copies: a CUDA graph's next replay overwrites its output)."""
-    errs = []
-    for x, ref in zip(stream, refs):
-        out = step(x).float()
-        errs.append(float((out - ref).norm() / ref.norm()))
-    return errs
-
-
-def steady(step, stream, passes: int, device) -> list[float]:
-    """ms of each pass over the whole stream, each started on an idle GPU."""
-    out = []
-    for _ in range(passes):
-        it = iter(stream)
-        sync(device)
-        ms, _ = window(lambda: step(next(it)), device, calls=len(stream))
-        out.append(ms)
-    return out
-
-
-def prepare(case: str, size: str, device, stream_len: int, dtype: str = "bf16"):
-    """(the model on the device in `dtype`, the stream on the device, fp32's outputs of steps 0..2)."""
-    spec = load_factory(case, size)
-    model = spec["model"].eval().to(device)
-    stream = [map_tensors(lambda t: t.to(device), spec["workload"](s)) for s in range(stream_len)]
-    with torch.no_grad():
-        refs = [compared(call(model, x), COMPARED[case]).float().clone() for x in stream[:CHECK_STEPS]]
-    return model.to(getattr(torch, {"bf16": "bfloat16", "fp16": "float16"}[dtype])), stream, refs
-
-
-def run_one(args, row: dict) -> None:
-    """The --one child: prepare, warm-up passes, check, steady passes, filling `row` as it goes (written to --result,
-    with what it reached, even when a stage raises)."""
-    t0, hand, device = time.perf_counter(), hand_for(args.one), torch.device(args.device)
-    model, stream, refs = prepare(args.case, args.size, device, args.stream, hand_for(args.one).dtype)
-    longest = max(seq_len(x) for x in stream)
-    shapes = seen_shapes(stream, hand, longest)
-    if hand.pad and not hand.mark:      # one graph a bucket: a hand loop that pads lets each bucket compile
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, len(set(shapes)))
-    row.update(shapes=len(set(shapes)), recompile_limit=torch._dynamo.config.recompile_limit,
-               setup_s=time.perf_counter() - t0)
-    step = make_step(hand, model, COMPARED[args.case], longest)
-    with torch.no_grad():
-        row.update(warm_up(step, stream, args.cap, device))
-        row["limit_hit"] = limit_hit(shapes * WARM_PASSES, row["compiles_by_step"], row["recompile_limit"])
-        print(f"  {args.one}: warm-up passes " + " + ".join(f"{t:.1f}" for t in row["warm_pass_s"]) +
-              f" s, {row['steps_done']} steps, {row['compiles']} compiles" + (" (capped)" if row["capped"] else ""),
-              flush=True)
-        if not row["capped"]:
-            errs = check(step, stream, refs)
-            row.update(rel_errors=errs, rel_error=max(errs), passes=max(errs) <= TOLERANCE)
-            print(f"  {args.one}: rel. error vs fp32 " + ", ".join(f"{e:.3g}" for e in errs), flush=True)
-            row["pass_ms"] = steady(step, stream, args.passes, device)
-    row["wall_s"] = time.perf_counter() - t0
-
-
-# --- the parent: each recipe in a fresh process ----------------------------------------------------------------------
-def child_cmd(case: str, recipe: str, args, result: Path) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--one", recipe, "--case", case, "--size", args.size,
-            "--device", args.device, "--stream", str(args.stream), "--passes", str(args.passes),
-            "--cap", str(args.cap), "--result", str(result)] + (["--profiler-first"] if args.profiler_first else [])
-
-
+# --- a plain loop in its own process ----------------------------------------------------------------------------------
 def fresh_caches(folder: str) -> dict:
     """The environment of a child whose compiles start cold: empty inductor and Triton caches of its own; the
     tcperf this process imported first on its path."""
-    path = os.pathsep.join(p for p in (str(Path(tcenv.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH"))
-                           if p)
+    import tcperf
+    path = os.pathsep.join(p for p in (str(Path(tcperf.__file__).resolve().parents[1]),
+                                       os.environ.get("PYTHONPATH")) if p)
     return {**os.environ, "TORCHINDUCTOR_CACHE_DIR": f"{folder}/inductor", "TRITON_CACHE_DIR": f"{folder}/triton",
             "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
 
@@ -384,344 +230,29 @@ def tail(log: Path, lines: int = 8) -> str:
     return "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) if log.exists() else ""
 
 
-def run_recipe(case: str, recipe: str, args) -> dict:
-    log = Path(args.out) / "logs" / f"{case}.{file_name(recipe)}.log"
+def child_cmd(stream: Stream, label: str, hand: Hand, cap: float, args, result: Path) -> list[str]:
+    return [sys.executable, str(HERE / "plain_stream.py"), "--target", stream.target(args.size), "--mode",
+            stream.mode, "--hand", json.dumps(dataclasses.asdict(hand)), "--label", label, "--device", args.device,
+            "--stream", str(args.stream), "--passes", str(args.passes), "--cap", str(cap), "--tolerance",
+            str(TOLERANCE), "--result", str(result)] + (["--profiler-first"] if args.profiler_first else [])
+
+
+def run_recipe(stream: Stream, label: str, cap: float, args) -> dict:
+    hand = hand_of(label, stream.conv, stream.mode)
+    log = Path(args.out) / "logs" / f"{stream.name}.{file_name(label)}.log"
     with tempfile.TemporaryDirectory(prefix="tcperf_wl_") as folder:
         result = Path(folder) / "result.json"
-        rc, wall = run_process(child_cmd(case, recipe, args, result), fresh_caches(folder),
-                               args.cap + CHILD_MARGIN_S, log)
-        row = json.loads(result.read_text()) if result.exists() else {"recipe": recipe}
-    row.update(process_s=wall, log=str(log))
+        rc, wall = run_process(child_cmd(stream, label, hand, cap, args, result), fresh_caches(folder),
+                               cap + CHILD_MARGIN_S, log, stdout=None)
+        row = json.loads(result.read_text()) if result.exists() else {"label": label}
+    row.update(hand=dataclasses.asdict(hand), process_s=wall, log=str(log), cap_s=cap)
     if log.stat().st_size == 0:
         log.unlink()                    # a quiet child leaves no log behind
         row["log"] = None
     if rc != 0:
         row.setdefault("error", f"exit {rc}: " + tail(log, 3).replace("\n", " | ")[-300:])
-        print(f"  {recipe}: ERROR {row['error']} (log: {log})", flush=True)
+        print(f"  {label}: ERROR {row['error']} (log: {log})", flush=True)
     return row
-
-
-def parse_advice(stdout: str) -> dict:
-    """The advisor's JSON (the first JSON object on stdout)."""
-    start = stdout.find("{")
-    if start < 0:
-        raise ValueError("no JSON on stdout")
-    return json.JSONDecoder().raw_decode(stdout[start:])[0]
-
-
-def run_advise(case: str, steps: int, args) -> dict:
-    target = f"{CASES[case]}:{FACTORY[args.size]}"
-    cmd = [sys.executable, "-m", "tcperf", "advise", target, "--steps", str(steps), "--json", "--device", args.device]
-    log = Path(args.out) / "logs" / f"{case}.advise{steps}.log"
-    print(f"== {case}: {' '.join(cmd[1:])}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="tcperf_wl_adv_") as folder, \
-            tempfile.TemporaryFile("w+") as out:
-        rc, wall = run_process(cmd, fresh_caches(folder), args.advise_timeout, log, stdout=out)
-        out.seek(0)
-        text = out.read()
-    row = {"steps": steps, "command": " ".join(cmd[1:]), "wall_s": wall, "log": str(log)}
-    try:
-        advice = parse_advice(text)
-        row.update(recommended=advice.get("verdict", {}).get("recommended"),
-                   total_s=advice.get("phases", {}).get("total_s"), verdict=advice.get("verdict"))
-    except ValueError as e:
-        row["error"] = f"exit {rc}: {e}; " + tail(log, 3).replace("\n", " | ")[-300:]
-    print(f"== {case} N={steps}: pick {row.get('recommended')} in {wall:.0f} s {row.get('error', '')}", flush=True)
-    return row
-
-
-# --- summary -----------------------------------------------------------------------------------------------------------
-def costs(row: dict, steps: list[int], stream: int) -> dict:
-    """One-time seconds, ms a batch and job seconds at each N (capped: a lower bound, valid for N >= stream)."""
-    if row.get("capped"):
-        return {"lower": True, "job": {n: row["warm_s"] if n >= stream else None for n in steps}}
-    if not row.get("pass_ms"):
-        return {}
-    pass_s = statistics.median(row["pass_ms"]) / 1e3
-    one_time = row["warm_s"] - WARM_PASSES * pass_s
-    return {"lower": False, "ms": pass_s * 1e3 / stream, "one_time": one_time,
-            "job": {n: one_time + n * pass_s / stream for n in steps}}
-
-
-def best_hand(rows: dict, cost: dict, n: int) -> str | None:
-    ok = [r for r, row in rows.items() if row.get("passes") and cost[r].get("job") and not cost[r]["lower"]]
-    return min(ok, key=lambda r: cost[r]["job"][n], default=None)
-
-
-def target_lines(case: str, n: int, pick: str | None, rows: dict, cost: dict) -> tuple[list[str], bool | None]:
-    """The PASS / FAIL lines of one advice; ok None when a needed row is missing."""
-    if pick is None:
-        return [f"FAIL {case} N={n}: the advisor recommended nothing"], False
-    if canonical(pick) not in HAND:
-        return [f"FAIL {case} N={n}: no hand loop for {pick}"], False
-    pick = canonical(pick)
-    plain = eager_of(pick)
-    if pick not in rows or plain not in rows or not cost[pick].get("job") or not cost[plain].get("job"):
-        return [f"?    {case} N={n}: pick {pick} or {plain} not timed by hand (run --recipes {pick},{plain})"], None
-    job, eager = cost[pick]["job"][n], cost[plain]["job"][n]
-    if job is None or eager is None:
-        return [f"?    {case} N={n}: a capped recipe has no job cost for N shorter than the stream"], None
-    lines, ok = [], []
-    bound = cost[pick]["lower"]     # a capped pick: its job cost is at least `job`
-    checks = [(f"pick <= {EAGER_SLACK} x eager", job <= EAGER_SLACK * eager)]
-    if n >= LARGE_N:
-        best = best_hand(rows, cost, n)
-        best_job = cost[best]["job"][n] if best else None
-        checks += [(f"pick <= {BEST_SLACK} x best ({best})", best_job is not None and job <= BEST_SLACK * best_job),
-                   ("pick < eager (or is eager)", pick == plain or job < eager)]
-    for name, holds in checks:
-        verdict = "FAIL" if bound and holds is False else ("?" if bound else ("PASS" if holds else "FAIL"))
-        ok.append({"PASS": True, "FAIL": False}.get(verdict))
-        lines.append(f"{verdict:4} {case} N={n}: {name}")
-    return lines, (False if False in ok else None if None in ok else True)
-
-
-def advice_rows(case: str, data: dict, cost: dict, steps: list[int]) -> list[dict]:
-    out = []
-    for n in steps:
-        adv = data.get("advice", {}).get(str(n))
-        if not adv:
-            continue
-        pick = adv.get("recommended")
-        best = best_hand(data["rows"], cost, n)
-        lines, ok = target_lines(case, n, pick, data["rows"], cost)
-        if adv.get("error"):
-            lines, ok = [f"FAIL {case} N={n}: the advise call failed: {adv['error']}"], False
-        job = cost.get(canonical(pick), {}).get("job", {}).get(n) if pick else None
-        best_job = cost[best]["job"][n] if best else None
-        eager_job = cost.get(eager_of(canonical(pick)) if pick else "", {}).get("job", {}).get(n)
-        out.append({"n": n, "pick": pick, "pick_job_s": job, "pick_lower": bool(cost.get(canonical(pick), {}).get("lower")),
-                    "best": best, "best_job_s": best_job, "eager_job_s": eager_job,
-                    "ratio_best": job / best_job if job and best_job else None,
-                    "ratio_eager": job / eager_job if job and eager_job else None,
-                    "advise_wall_s": adv.get("wall_s"), "advise_total_s": adv.get("total_s"),
-                    "error": adv.get("error"), "lines": lines, "ok": ok})
-    return out
-
-
-# --- output --------------------------------------------------------------------------------------------------------------
-def _f(x, fmt="{:.4g}") -> str:
-    return "" if x is None else fmt.format(x)
-
-
-def check_cell(row: dict) -> str:
-    if row.get("rel_error") is None:
-        return ""
-    return f"{row['rel_error']:.3g} {'ok' if row['passes'] else 'FAIL'}"
-
-
-def steady_cell(row: dict, stream: int) -> str:
-    ms = row.get("pass_ms")
-    if not ms:
-        return ""
-    cell = f"{statistics.median(ms) / stream:.4g} ({min(ms) / stream:.4g}-{max(ms) / stream:.4g})"
-    if row.get("process_ms"):
-        cell += f"; {len(row['process_ms'])} processes: " + ", ".join(f"{t / stream:.3g}" for t in row["process_ms"])
-    return cell
-
-
-def first_cell(row: dict) -> str:
-    if row.get("capped"):
-        return f"> cap ({row['warm_s']:.0f} s, {row['steps_done']} steps)"
-    return " + ".join(f"{t:.1f}" for t in row.get("warm_pass_s", []))
-
-
-def recipe_cells(recipe: str, row: dict, cost: dict, steps: list[int], stream: int) -> list[str]:
-    c = cost.get(recipe, {})
-    eager = cost.get(eager_of(recipe), {}).get("job", {})
-    lt = ">" if c.get("lower") else ""
-    jobs = [lt + _f(c.get("job", {}).get(n), "{:.1f}") if c.get("job", {}).get(n) is not None else "" for n in steps]
-    vs = [lt + f"{c['job'][n] / eager[n]:.2f}x" if c.get("job", {}).get(n) and eager.get(n) else "" for n in steps]
-    compiles = "" if row.get("compiles") is None else str(row["compiles"]) + (" limit" if row.get("limit_hit") else "")
-    return [recipe, row.get("error", "")[:60] or check_cell(row), first_cell(row), compiles,
-            _f(row.get("shapes"), "{}"), steady_cell(row, stream),
-            _f(c.get("one_time"), "{:.1f}"), *jobs, *vs]
-
-
-def case_table(case: str, data: dict, cost: dict, steps: list[int]):
-    from rich.table import Table
-    s = data["settings"]
-    t = Table(title=f"{case}: {CASES[case]}:{FACTORY[s['size']]} on {s['device']}, stream of {s['stream']} steps, "
-                    f"tolerance {TOLERANCE}; job s = one-time + N x steady")
-    for col in ("recipe", "check (rel. err)", "warm-up s (1st + 2nd)", "compiles", "shapes", "steady ms/batch (min-max)",
-                "one-time s", *(f"job s @{n}" for n in steps), *(f"x eager @{n}" for n in steps)):
-        t.add_column(col)
-    order = [r for r in HAND if r in data["rows"]]
-    for recipe in order:
-        t.add_row(*recipe_cells(recipe, data["rows"][recipe], cost, steps, s["stream"]))
-    return t
-
-
-def advice_table(case: str, rows: list[dict]):
-    from rich.table import Table
-    t = Table(title=f"{case}: the advisor's pick against the hand loops")
-    for col in ("N", "pick", "pick job s", "best hand", "best job s", "pick/best", "eager job s", "pick/eager",
-                "advise wall s", "advise total_s"):
-        t.add_column(col)
-    for a in rows:
-        lt = ">" if a["pick_lower"] else ""
-        t.add_row(str(a["n"]), str(a["pick"] or a.get("error") or ""), lt + _f(a["pick_job_s"], "{:.1f}"),
-                  str(a["best"] or ""), _f(a["best_job_s"], "{:.1f}"), lt + _f(a["ratio_best"], "{:.3f}"),
-                  _f(a["eager_job_s"], "{:.1f}"), lt + _f(a["ratio_eager"], "{:.3f}"),
-                  _f(a["advise_wall_s"], "{:.0f}"), _f(a["advise_total_s"], "{:.0f}"))
-    return t
-
-
-def environment(device: str) -> dict:
-    libs = tcenv.libraries()
-    gpu = torch.cuda.get_device_name() if device.startswith("cuda") and torch.cuda.is_available() else None
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True)
-    return {"gpu": gpu, "device": device, "torch": libs["torch"], "triton": libs["triton"],
-            "transformers": _version("transformers"), "date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "commit": commit.stdout.strip() + (" (modified)" if dirty.stdout.strip() else "")}
-
-
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def summarize(store: dict, steps: list[int]) -> dict:
-    """Per case: the costs of every stored row and the advice rows with their targets."""
-    out = {}
-    for case, data in store["cases"].items():
-        cost = {r: costs(row, steps, data["settings"]["stream"]) for r, row in data["rows"].items()}
-        out[case] = {"costs": cost, "advice": advice_rows(case, data, cost, steps)}
-    return out
-
-
-def report(store: dict, summary: dict, steps: list[int], path: Path) -> None:
-    from rich.console import Console
-    console = Console(width=240, record=True)
-    e = store["env"]
-    console.print(f"GPU {e['gpu'] or '-'} ({e['device']}) · torch {e['torch']} · triton {e['triton']} · "
-                  f"transformers {e['transformers']} · {e['date']} · commit {e['commit']}", markup=False)
-    for case, data in store["cases"].items():
-        console.print(case_table(case, data, summary[case]["costs"], steps))
-        if summary[case]["advice"]:
-            console.print(advice_table(case, summary[case]["advice"]))
-            for a in summary[case]["advice"]:
-                for line in a["lines"]:
-                    console.print(line, markup=False)
-    path.write_text(console.export_text())
-
-
-# --- the store of rows, merged across invocations ----------------------------------------------------------------------
-def load_store(path: Path, env_now: dict) -> dict:
-    old = json.loads(path.read_text()) if path.exists() else {}
-    return {"env": env_now, "cases": old.get("cases", {})}
-
-
-def case_data(store: dict, case: str, args) -> dict:
-    """The case's stored rows when they were measured the same way (size, device, stream), else a fresh entry."""
-    settings = {"size": args.size, "device": args.device, "stream": args.stream}
-    data = store["cases"].get(case)
-    if data and data["settings"] != settings:
-        print(f"== {case}: stored rows were measured with {data['settings']}; starting afresh", flush=True)
-        data = None
-    store["cases"][case] = data or {"settings": settings, "rows": {}, "advice": {}}
-    return store["cases"][case]
-
-
-def save(store: dict, summary: dict, path: Path) -> None:
-    path.write_text(json.dumps({**store, "summary": summary, "targets": {
-        "tolerance": TOLERANCE, "eager_slack": EAGER_SLACK, "best_slack": BEST_SLACK, "large_n": LARGE_N}},
-        indent=1, default=str))
-
-
-# --- main ------------------------------------------------------------------------------------------------------------------
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=(*CASES, "all"), default="all")
-    ap.add_argument("--size", choices=tuple(FACTORY), default="full", help="full (GPU) or tiny (a CPU smoke run)")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--stream", type=int, default=60, help="steps in the stream: workload(0..S-1)")
-    ap.add_argument("--passes", type=int, default=3, help="steady passes timed")
-    ap.add_argument("--cap", type=float, default=150.0, help="seconds a recipe's warm-up (its first 2 passes) may take")
-    ap.add_argument("--job-steps", default="100,10000", help="the N of the job costs (and of --advise)")
-    ap.add_argument("--advise", action="store_true", help="also run `tcperf advise --steps N --json` for each N")
-    ap.add_argument("--advise-timeout", type=float, default=480.0, help="seconds an advise call may take")
-    ap.add_argument("--recipes", default=",".join(GRID), help=f"comma list (or 'none') from: {', '.join(HAND)} "
-                    "(default: all but the last)")
-    ap.add_argument("--repeat-eager", type=int, default=3,
-                    help="processes each eager recipe runs in, spread over the call (after the compiled recipes, "
-                         "between the advice calls), their passes pooled: a host-bound step moves between processes")
-    ap.add_argument("--deadline", type=float, default=None,
-                    help="seconds after the start: no recipe or advise call starts later (those left are named)")
-    ap.add_argument("--out", default="out/workload")
-    ap.add_argument("--profiler-first", action="store_true",
-                    help="each child starts torch.profiler once before anything else, as tcperf's session workers "
-                         "do (tcperf.worker.ready_device). Found with it (H100, 2026-11-26): BERT's eager 5.90 and "
-                         "5.92 ms a batch against 5.31 and 5.38 without, 5.32 and 5.41 with TEARDOWN_CUPTI=1 (what "
-                         "tcperf.profiler.detach_after_profiling sets); give it its own --out")
-    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)      # the child: one recipe
-    ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    args.steps = [int(n) for n in args.job_steps.split(",") if n.strip()]
-    args.recipes = [] if args.recipes.strip() == "none" else [canonical(r.strip()) for r in args.recipes.split(",")
-                                                              if r.strip()]
-    unknown = [r for r in args.recipes if r not in HAND]
-    if unknown:
-        ap.error(f"no hand loop for {', '.join(unknown)}; choose from: {', '.join(HAND)}")
-    if args.stream < CHECK_STEPS or args.passes < 1 or args.repeat_eager < 1:
-        ap.error(f"--stream must be >= {CHECK_STEPS}, --passes and --repeat-eager >= 1")
-    args.deadline_at = time.perf_counter() + args.deadline if args.deadline else None
-    return args
-
-
-def child_main(args) -> int:
-    if args.case == "all":
-        raise SystemExit("--one needs one --case")
-    row = {"recipe": args.one, "profiler_first": args.profiler_first}
-    try:
-        if args.profiler_first and args.device.startswith("cuda"):
-            ready_device(torch.device(args.device), profiler=True)
-        run_one(args, row)
-    except Exception as e:      # noqa: BLE001 - the row says what failed; the traceback goes to the log
-        traceback.print_exc()
-        row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
-    Path(args.result).write_text(json.dumps(row))
-    return 1 if "error" in row else 0
-
-
-def too_late(args, what: str) -> bool:
-    if args.deadline_at is not None and time.perf_counter() > args.deadline_at:
-        print(f"== not reached before --deadline: {what}", flush=True)
-        return True
-    return False
-
-
-def run_case(case: str, store: dict, args, path: Path) -> None:
-    data = case_data(store, case, args)
-    runs: dict[str, list[dict]] = {}
-
-    def measure(recipe: str) -> None:
-        if too_late(args, f"{case} {recipe}"):
-            return
-        print(f"== {case} {recipe}" + (f" (process {len(runs.get(recipe, [])) + 1})" if recipe in runs else ""),
-              flush=True)
-        runs.setdefault(recipe, []).append(run_recipe(case, recipe, args))
-        data["rows"][recipe] = pooled(runs[recipe])
-        save(store, summarize(store, args.steps), path)
-
-    def advise(n: int) -> None:
-        if not too_late(args, f"{case} advise --steps {n}"):
-            data["advice"][str(n)] = run_advise(case, n, args)
-            save(store, summarize(store, args.steps), path)
-
-    for recipe in args.recipes:
-        measure(recipe)
-    host_bound = [r for r in args.recipes if HAND[r].compile is None]
-    advice = args.steps if args.advise else []
-    for k in range(max(args.repeat_eager - 1, len(advice))):     # eager again, then an advice, in turn
-        for recipe in host_bound if k < args.repeat_eager - 1 else ():
-            measure(recipe)
-        if k < len(advice):
-            advise(advice[k])
 
 
 def pooled(rows: list[dict]) -> dict:
@@ -737,26 +268,600 @@ def pooled(rows: list[dict]) -> dict:
             "process_ms": [statistics.median(r["pass_ms"]) for r in good], "processes": len(good)}
 
 
-def main() -> int:
-    args = parse_args()
-    if args.one:
-        return child_main(args)
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
+# --- the advice -------------------------------------------------------------------------------------------------------
+def parse_advice(stdout: str) -> dict:
+    """The advisor's JSON (the first JSON object on stdout)."""
+    start = stdout.find("{")
+    if start < 0:
+        raise ValueError("no JSON on stdout")
+    return json.JSONDecoder().raw_decode(stdout[start:])[0]
+
+
+def stated(advice: dict, pick: str | None) -> dict:
+    """What the advice states of its pick: one-time seconds and ms a step (its job rows, else its stream rows)."""
+    for row in (advice.get("verdict", {}).get("job") or {}).get("rows") or []:
+        if row.get("recipe") == pick:
+            return {"one_time_s": row.get("one_time_s"), "step_ms": row.get("step_ms")}
+    for r in advice.get("stream") or []:
+        if r.get("recipe") == pick and r.get("timing"):
+            return {"one_time_s": (r.get("stream") or {}).get("one_time_s"), "step_ms": r["timing"].get("mean_ms")}
+    return {}
+
+
+def advise_cmd(stream: Stream, n: int, args) -> list[str]:
+    return [sys.executable, "-m", "tcperf", "advise", stream.target(args.size), "--steps", str(n), "--json",
+            "--device", args.device, *(["--mode", "train"] if stream.mode == "train" else []),
+            *args.advise_args.split()]
+
+
+def run_advise(stream: Stream, n: int, args) -> dict:
+    cmd = advise_cmd(stream, n, args)
+    log = Path(args.out) / "logs" / f"{stream.name}.advise{n}.log"
+    print(f"== {stream.name}: {' '.join(cmd[1:])}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="tcperf_wl_adv_") as folder, tempfile.TemporaryFile("w+") as out:
+        rc, wall = run_process(cmd, fresh_caches(folder), args.advise_timeout, log, stdout=out)
+        out.seek(0)
+        text = out.read()
+    row = {"steps": n, "command": " ".join(cmd[1:]), "wall_s": wall, "log": str(log)}
+    try:
+        advice = parse_advice(text)
+        pick = advice.get("verdict", {}).get("recommended")
+        row.update(recommended=pick, stated=stated(advice, pick), total_s=advice.get("phases", {}).get("total_s"),
+                   tried={r["recipe"]: r.get("status") for r in advice.get("stream") or []},
+                   job_sentence=advice.get("verdict", {}).get("job_sentence"))
+    except ValueError as e:
+        row["error"] = f"exit {rc}: {e}; " + tail(log, 3).replace("\n", " | ")[-300:]
+    print(f"== {stream.name} N={n}: pick {row.get('recommended')} in {wall:.0f} s {row.get('error', '')}", flush=True)
+    return row
+
+
+# --- costs and targets ------------------------------------------------------------------------------------------------
+def costs(row: dict, steps: list[int], length: int) -> dict:
+    """One-time seconds, ms a step and job seconds at each N (capped: a lower bound, valid for N >= length)."""
+    if row.get("capped"):
+        return {"lower": True, "job": {n: row["warm_s"] if n >= length else None for n in steps}}
+    if not row.get("pass_ms"):
+        return {}
+    pass_s = statistics.median(row["pass_ms"]) / 1e3
+    one_time = row["warm_s"] - plain_stream.WARM_PASSES * pass_s
+    return {"lower": False, "ms": pass_s * 1e3 / length, "one_time": one_time,
+            "spread": (max(row["pass_ms"]) - min(row["pass_ms"])) / (pass_s * 1e3),
+            "job": {n: one_time + n * pass_s / length for n in steps}}
+
+
+def best_plain(rows: dict, cost: dict, n: int) -> str | None:
+    ok = [r for r, row in rows.items() if row.get("passes") and cost[r].get("job") and not cost[r]["lower"]]
+    return min(ok, key=lambda r: cost[r]["job"][n], default=None)
+
+
+def within(stated_value, plain_value, floor: float = 0.0) -> bool | None:
+    if stated_value is None or plain_value is None:
+        return None
+    return abs(stated_value - plain_value) <= max(STATED_SLACK * abs(plain_value), floor)
+
+
+def judge(stream: Stream, n: int, adv: dict, rows: dict, cost: dict) -> dict:
+    """One advice against the plain loops: the pick's job, the best's, their ratio, the stated figures against the
+    pick's own loop, and the PASS / FAIL / ? of each target."""
+    pick = adv.get("recommended")
+    out = {"n": n, "pick": pick, "advise_wall_s": adv.get("wall_s"), "advise_total_s": adv.get("total_s"),
+           "error": adv.get("error")}
+    best = best_plain(rows, cost, n)
+    out.update(best=best, best_job_s=cost[best]["job"][n] if best else None)
+    out["capped_below"] = [r for r, c in cost.items() if c.get("lower") and out["best_job_s"]
+                           and (c["job"].get(n) or math.inf) < out["best_job_s"]]   # unfinished, might be faster
+    loop = row_of(pick, rows, stream) if pick else None
+    c = cost.get(loop, {}) if loop else {}
+    out.update(loop=loop, pick_job_s=(c.get("job") or {}).get(n), pick_lower=bool(c.get("lower")),
+               plain_one_time_s=c.get("one_time"), plain_ms=c.get("ms"), **{f"stated_{k}": v for k, v in
+                                                                             (adv.get("stated") or {}).items()})
+    out["checks"] = checks(out, rows.get(loop, {}))
+    return out
+
+
+def checks(a: dict, loop_row: dict) -> list[tuple[str, bool | None]]:
+    """(what, True | False | None: not known) for the three targets of one advice."""
+    if a["error"] or not a["pick"]:
+        return [(f"the advice: {a['error'] or 'it recommended nothing'}", False)]
+    if a["loop"] is None:
+        return [(f"no plain loop of {a['pick']} stored: it is added to this stream's work", None)]
+    if loop_row.get("passes") is False:
+        return [(f"the pick's plain loop fails the check against fp32 ({loop_row.get('rel_error'):.3g})", False)]
+    if loop_row.get("error"):
+        return [(f"the pick's plain loop failed ({loop_row['error'][:120]}): run it again", None)]
+    job, best = a["pick_job_s"], a["best_job_s"]
+    ratio = None if job is None or best is None else job <= BEST_SLACK * best
+    if a["pick_lower"] and ratio:          # a capped pick: its job is only known to be above `job`
+        ratio = None
+    unsure = f"; unfinished, might be faster: {', '.join(a['capped_below'])}" if a["capped_below"] else ""
+    return [(f"pick's job <= {BEST_SLACK} x the best plain loop's ({a['best']}{unsure})", ratio),
+            (f"stated one-time within {STATED_SLACK:.0%} (or {ONE_TIME_FLOOR_S:g} s) of its plain loop",
+             within(a.get("stated_one_time_s"), a["plain_one_time_s"], ONE_TIME_FLOOR_S)),
+            (f"stated step within {STATED_SLACK:.0%} of its plain loop",
+             within(a.get("stated_step_ms"), a["plain_ms"]))]
+
+
+def verdict(ok: bool | None) -> str:
+    return {True: "PASS", False: "FAIL", None: "?"}[ok]
+
+
+def summarize(store: dict, steps: list[int]) -> dict:
+    """Per stream: every stored row's costs and every stored advice judged."""
+    out = {}
+    for name, data in store["streams"].items():
+        if name not in STREAMS:
+            continue
+        stream, length = STREAMS[name], data["settings"]["stream"]
+        ns = sorted({*steps, *map(int, data["advice"])})
+        cost = {r: costs(row, ns, length) for r, row in data["rows"].items()}
+        out[name] = {"steps": ns, "costs": cost, "advice": [judge(stream, int(n), adv, data["rows"], cost)
+                                                            for n, adv in sorted(data["advice"].items(),
+                                                                                 key=lambda kv: int(kv[0]))]}
+    return out
+
+
+# --- output -----------------------------------------------------------------------------------------------------------
+def _f(x, fmt="{:.4g}") -> str:
+    return "" if x is None else fmt.format(x)
+
+
+def check_cell(row: dict) -> str:
+    if row.get("refused"):
+        return row["refused"][:60]
+    if row.get("error"):
+        return row["error"][:60]
+    if row.get("rel_error") is None:
+        return ""
+    return f"{row['rel_error']:.3g} {'ok' if row['passes'] else 'FAIL'}"
+
+
+def steady_cell(row: dict, length: int) -> str:
+    ms = row.get("pass_ms")
+    if not ms:
+        return ""
+    mid = statistics.median(ms)
+    cell = f"{mid / length:.4g} ({min(ms) / length:.4g}-{max(ms) / length:.4g})"
+    cell += " UNSTABLE" if (max(ms) - min(ms)) / mid > 0.10 else ""     # practice 9: flagged loudly
+    if row.get("process_ms"):
+        cell += f"; {len(row['process_ms'])} processes: " + ", ".join(f"{t / length:.3g}" for t in row["process_ms"])
+    return cell
+
+
+def first_cell(row: dict) -> str:
+    if row.get("capped"):
+        return f"> cap {row.get('cap_s', 0):.0f} ({row['warm_s']:.0f} s, {row['steps_done']} steps)"
+    return " + ".join(f"{t:.1f}" for t in row.get("warm_pass_s", []))
+
+
+def recipe_cells(label: str, row: dict, cost: dict, steps: list[int], length: int) -> list[str]:
+    c = cost.get(label, {})
+    lt = ">" if c.get("lower") else ""
+    jobs = [lt + _f((c.get("job") or {}).get(n), "{:.1f}") if (c.get("job") or {}).get(n) is not None else ""
+            for n in steps]
+    compiles = "" if row.get("compiles") is None else str(row["compiles"]) + (" limit" if row.get("limit_hit") else "")
+    return [label, check_cell(row), first_cell(row), compiles, _f(row.get("shapes"), "{}"),
+            steady_cell(row, length), _f(c.get("one_time"), "{:.1f}"), *jobs]
+
+
+def stream_table(name: str, data: dict, cost: dict, steps: list[int]):
+    from rich.table import Table
+    s, stream = data["settings"], STREAMS[name]
+    t = Table(title=f"{name}: {stream.target(s['size'])} ({stream.mode}) on {s['device']}, {s['stream']} steps; "
+                    f"tolerance {TOLERANCE}; job s = one-time + N x step")
+    for col in ("recipe", "check (rel. err)", "warm-up s (1st + 2nd)", "compiles", "shapes", "ms a step (min-max)",
+                "one-time s", *(f"job s @{n}" for n in steps)):
+        t.add_column(col)
+    for label, row in data["rows"].items():
+        t.add_row(*recipe_cells(label, row, cost, steps, s["stream"]))
+    return t
+
+
+def advice_table(name: str, judged: list[dict]):
+    from rich.table import Table
+    t = Table(title=f"{name}: the advice against the plain loops")
+    for col in ("N", "pick (its loop)", "pick job s", "best plain loop", "best job s", "pick/best",
+                "one-time s stated / plain", "ms a step stated / plain", "advise wall s"):
+        t.add_column(col)
+    for a in judged:
+        lt = ">" if a["pick_lower"] else ""
+        ratio = a["pick_job_s"] / a["best_job_s"] if a["pick_job_s"] and a["best_job_s"] else None
+        t.add_row(str(a["n"]), f"{a['pick'] or a['error'] or ''}" + (f" ({a['loop']})" if a["loop"] not in
+                                                                     (None, a["pick"]) else ""),
+                  lt + _f(a["pick_job_s"], "{:.1f}"), str(a["best"] or ""), _f(a["best_job_s"], "{:.1f}"),
+                  lt + _f(ratio, "{:.3f}"),
+                  f"{_f(a.get('stated_one_time_s'), '{:.1f}')} / {_f(a['plain_one_time_s'], '{:.1f}')}",
+                  f"{_f(a.get('stated_step_ms'), '{:.3g}')} / {_f(a['plain_ms'], '{:.3g}')}",
+                  _f(a["advise_wall_s"], "{:.0f}"))
+    return t
+
+
+def summary_table(summary: dict):
+    from rich.table import Table
+    t = Table(title="Every stream: the advice's pick against the best plain loop")
+    for col in ("stream", "N", "pick", "pick/best", "one-time stated/plain", "step stated/plain", "targets"):
+        t.add_column(col)
+    for name, s in summary.items():
+        for a in s["advice"]:
+            ratio = a["pick_job_s"] / a["best_job_s"] if a["pick_job_s"] and a["best_job_s"] else None
+            one = a.get("stated_one_time_s") / a["plain_one_time_s"] if a.get("stated_one_time_s") is not None \
+                and a["plain_one_time_s"] else None
+            step = a.get("stated_step_ms") / a["plain_ms"] if a.get("stated_step_ms") and a["plain_ms"] else None
+            t.add_row(name, str(a["n"]), str(a["pick"]), _f(ratio, "{:.3f}"), _f(one, "{:.2f}"), _f(step, "{:.2f}"),
+                      " ".join(verdict(ok) for _, ok in a["checks"]))
+    return t
+
+
+def environment(device: str) -> dict:
+    """tcperf.env's facts, read in a child process on a GPU: a CUDA context held by this parent would sit beside
+    every plain loop (idle contexts slowed a host-bound eager loop by ~8% on an H100, tcperf.advisor.streams)."""
+    from tcperf import env as tcenv
+    facts = tcenv.collect(device) if not device.startswith("cuda") else _gpu_facts(device)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True)
+    others = tcenv.other_gpu_processes(0) if device.startswith("cuda") and _cuda() else None
+    return {**facts, "versions": {n: _version(n) for n in ("transformers", "timm", "torchvision")},
+            "other_gpu_processes": others, "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "commit": commit.stdout.strip() + (" (modified)" if dirty.stdout.strip() else "")}
+
+
+def _gpu_facts(device: str) -> dict:
+    code = f"import json; from tcperf import env; print(json.dumps(env.collect({device!r}), default=str))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env=fresh_caches(tempfile.gettempdir()))
+    return json.loads(done.stdout) if done.returncode == 0 else {"device": device, "error": done.stderr[-300:]}
+
+
+def env_line(e: dict) -> str:
+    g, lib = e.get("gpu") or {}, e.get("libraries") or {}
+    gpu = (f"{g.get('name')} ({g.get('sm_count')} SMs, {g.get('sm_clock_max_mhz')} MHz max, "
+           f"{g.get('power_limit_w')} W, driver {g.get('driver')})" if g else e.get("device"))
+    libs = " · ".join(f"{k} {v}" for k, v in {**{k: lib.get(k) for k in ("torch", "cuda", "cudnn", "triton")},
+                                             **e.get("versions", {})}.items() if v)
+    busy = f" · other GPU processes: {e['other_gpu_processes']}" if e.get("other_gpu_processes") else ""
+    return f"{gpu} · {libs} · {e['date']} · commit {e['commit']}{busy}"
+
+
+def _cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def report(store: dict, summary: dict, left: list[str], path: Path) -> None:
+    from rich.console import Console
+    console = Console(width=240, record=True)
+    console.print(env_line(store["env"]), markup=False)
+    for name, data in store["streams"].items():
+        if name not in summary:
+            continue
+        s = summary[name]
+        console.print(stream_table(name, data, s["costs"], s["steps"]))
+        for label, row in data["rows"].items():
+            if row.get("refused") or row.get("error"):
+                console.print(f"  {label}: {row.get('refused') or row['error']}", markup=False)
+        if s["advice"]:
+            console.print(advice_table(name, s["advice"]))
+            for a in s["advice"]:
+                for what, ok in a["checks"]:
+                    console.print(f"{verdict(ok):4} {name} N={a['n']}: {what}", markup=False)
+    if any(s["advice"] for s in summary.values()):
+        console.print(summary_table(summary))
+    for line in left:
+        console.print(line, markup=False)
+    path.write_text(console.export_text())
+
+
+# --- the store of rows, merged across calls ---------------------------------------------------------------------------
+def load_store(path: Path, env_now: dict) -> dict:
+    """The stored rows of earlier calls, this call's environment, and every call's date, commit, GPU and arguments."""
+    old = json.loads(path.read_text()) if path.exists() else {}
+    call = {"date": env_now["date"], "commit": env_now["commit"], "gpu": (env_now.get("gpu") or {}).get("name"),
+            "argv": sys.argv[1:]}
+    return {"env": env_now, "streams": old.get("streams", {}), "calls": [*old.get("calls", []), call]}
+
+
+def stream_data(store: dict, stream: Stream, args) -> dict | None:
+    """The stream's stored rows when they were measured the same way (size, device, GPU, stream length, mode), a
+    fresh entry where none are stored or --again asks; None (the stream left alone, with a line saying why) where
+    rows measured another way are stored: merged, they would compare one machine's loops with another's advice."""
+    settings = {"size": args.size, "device": args.device, "gpu": store["env"].get("gpu", {}).get("name"),
+                "stream": args.stream, "mode": stream.mode}
+    data = store["streams"].get(stream.name)
+    if data and data["settings"] != settings and not args.again:
+        print(f"== {stream.name}: its stored rows were measured with {data['settings']}, this call is {settings}: "
+              f"left alone (give another --out, or --again to start it afresh)", flush=True)
+        return None
+    if not data or data["settings"] != settings:
+        store["streams"][stream.name] = {"settings": settings, "rows": {}, "advice": {}}
+    store["streams"][stream.name].setdefault("runs", {})
+    return store["streams"][stream.name]
+
+
+def save(store: dict, summary: dict, path: Path) -> None:
+    """The store, written whole to a temporary file and renamed over the old: a call killed mid-write keeps it."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({**store, "summary": summary, "targets": {
+        "tolerance": TOLERANCE, "best_slack": BEST_SLACK, "stated_slack": STATED_SLACK,
+        "one_time_floor_s": ONE_TIME_FLOOR_S}}, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+# --- what a stream has left to do -------------------------------------------------------------------------------------
+def done(row: dict | None) -> bool:
+    """Measured (steady passes), capped or refused; an error is done only after a second try."""
+    if not row:
+        return False
+    return bool(row.get("pass_ms") or row.get("capped") or row.get("refused")) or row.get("tries", 1) >= 2
+
+
+def skip_reason(label: str, stream: Stream, data: dict, named: bool) -> str | None:
+    """Why the default grid leaves a recipe out on this stream, from what its rows showed (None: run it)."""
+    rows = data["rows"]
+    facts = next((r for r in rows.values() if r.get("distinct")), None)
+    hand = hand_of(label, stream.conv, stream.mode)
+    if named:
+        return None
+    if hand.pad and not stream.mode == "train":
+        refused = next((r["refused"] for r in rows.values() if r.get("refused")), None)
+        if refused:
+            return refused
+    if hand.compile and hand.shapes == "static" and facts and facts["distinct"] > facts["recompile_limit"]:
+        return (f"{facts['distinct']} distinct shapes > Dynamo's recompile limit ({facts['recompile_limit']}): a "
+                f"static compile runs the rest eagerly; name it in --recipes to run it anyway")
+    return None
+
+
+def contending(data: dict, steps: list[int]) -> list[str]:
+    """Eager rows whose job is within REPEAT_WITHIN of the best plain loop's at some N."""
+    length = data["settings"]["stream"]
+    cost = {r: costs(row, steps, length) for r, row in data["rows"].items()}
+    out = []
+    for label, row in data["rows"].items():
+        if row.get("hand", {}).get("compile") or not cost[label].get("job") or not row.get("passes"):
+            continue
+        bests = {n: cost[b]["job"][n] for n in steps if (b := best_plain(data["rows"], cost, n))}
+        if any(cost[label]["job"][n] <= REPEAT_WITHIN * best for n, best in bests.items()):
+            out.append(label)
+    return out
+
+
+def next_work(stream: Stream, data: dict, args, tried: set) -> tuple[str, object] | None:
+    """The stream's next piece of work this call: ("recipe", label) | ("again", label) | ("advise", N), or None.
+    In order: the recipes asked for (each stream's grid by default) not stored yet, the picks' loops, eager rows
+    again (up to one process more than the advice calls stored, at most --repeat-eager), the advice."""
+    asked = args.recipes_for(stream)
+    labels = [(label, args.named) for label in asked] + [(pick, True) for pick in picks_without_loop(stream, data)]
+    for label, named in labels if asked else []:
+        stored = data["rows"].get(row_of(label, data["rows"], stream))
+        if ("recipe", label) not in tried and (not done(stored) or args.again and label in asked):
+            if not skip_reason(label, stream, data, named):
+                return "recipe", label
+    wanted = min(args.repeat_eager, 1 + sum(1 for a in data["advice"].values() if a.get("recommended")))
+    for label in contending(data, args.steps) if asked else []:
+        if ("again", label) not in tried and data["rows"][label].get("processes", 1) < wanted:
+            return "again", label
+    for n in args.advise:
+        stored = data["advice"].get(str(n), {})
+        finished = stored.get("recommended") or stored.get("tries", 0) >= 2
+        if ("advise", n) not in tried and (args.again or not finished):
+            return "advise", n
+    return None
+
+
+def picks_without_loop(stream: Stream, data: dict) -> list[str]:
+    picks = [a.get("recommended") for a in data["advice"].values() if a.get("recommended")]
+    out = []
+    for pick in dict.fromkeys(picks):
+        try:
+            hand_of(pick, stream.conv, stream.mode)
+        except KeyError:
+            continue
+        if row_of(pick, data["rows"], stream) is None:
+            out.append(pick)
+    return out
+
+
+def cap_for(data: dict, args) -> float:
+    """--cap, or less: BEST_SLACK x the best job stored at the largest N (a warm-up past it cannot come within
+    the target)."""
+    n = max(args.steps)
+    length = data["settings"]["stream"]
+    cost = {r: costs(row, [n], length) for r, row in data["rows"].items()}
+    best = best_plain(data["rows"], cost, n)
+    return min(args.cap, BEST_SLACK * cost[best]["job"][n]) if best else args.cap
+
+
+# --- main -------------------------------------------------------------------------------------------------------------
+def run_stream(stream: Stream, store: dict, args, path: Path) -> None:
+    data, tried = stream_data(store, stream, args), set()
+    while data is not None and (work := next_work(stream, data, args, tried)) is not None:
+        tried.add(work)
+        kind, what = work
+        if too_late(args, f"{stream.name} {what}"):
+            return
+        if kind == "advise":
+            tries = data["advice"].get(str(what), {}).get("tries", 0) + 1
+            data["advice"][str(what)] = {**run_advise(stream, what, args), "tries": tries}
+        else:
+            measure(stream, data, what, args, fresh=kind == "recipe" and args.again)
+        save(store, summarize(store, args.steps), path)
+
+
+def measure(stream: Stream, data: dict, label: str, args, fresh: bool = False) -> None:
+    """The recipe in one more process (fresh: its earlier processes dropped), its row pooled over them."""
+    if fresh:
+        data["runs"][label] = []
+    runs = data["runs"].setdefault(label, [])
+    cap = cap_for(data, args)
+    print(f"== {stream.name} {label}" + (f" (process {len(runs) + 1})" if runs else "") +
+          (f", warm-up cap {cap:.0f} s" if cap < args.cap else ""), flush=True)
+    row = run_recipe(stream, label, cap, args)
+    row["tries"] = 1 + sum(1 for r in runs if r.get("error"))
+    runs.append(row)
+    data["rows"][label] = pooled([r for r in runs if "error" not in r] or runs[-1:])
+
+
+def too_late(args, what: str) -> bool:
+    if args.deadline_at is not None and time.perf_counter() > args.deadline_at:
+        print(f"== not reached before --deadline: {what}", flush=True)
+        return True
+    return False
+
+
+def left_lines(store: dict, args) -> list[str]:
+    """What the streams of this call have left (run the same command again to go on)."""
+    lines = []
+    for stream in args.streams:
+        data, left = store["streams"].get(stream.name), []
+        if data is None or data["settings"]["size"] != args.size:
+            continue
+        while (work := next_work(stream, data, args, set(left))) is not None:
+            left.append(work)
+        if left:
+            lines.append(f"left on {stream.name}: " + ", ".join(f"{k} {w}" for k, w in left))
+    return lines or ["nothing left of what this call asks (the same command again runs nothing)"]
+
+
+def list_streams(args) -> int:
+    """--list: each stream's family, file, parameters and shapes at --size (each factory built on the CPU, its
+    stream drawn a step at a time: shapes kept, tensors dropped)."""
+    import torch
+    for stream in STREAMS.values():
+        made = plain_stream.load_factory(str(ROOT / stream.target(args.size)))
+        params = sum(p.numel() for p in made["model"].parameters())
+        shapes = []
+        for s in range(args.stream):
+            torch.manual_seed(s)
+            step = plain_stream.split(made["workload"](s))
+            shapes.append({k: tuple(v.shape) for k, v in plain_stream.named(step).items()})
+        sizes = {(k, d): sorted({x[k][d] for x in shapes}) for k in shapes[0] for d in range(len(shapes[0][k]))}
+        ranges = ", ".join(f"{k} dim {d} {v[0]}..{v[-1]}" for (k, d), v in sizes.items() if len(v) > 1)
+        distinct = len({tuple(x.values()) for x in shapes})
+        print(f"{stream.name:13} {stream.mode:5} {millions(params):>7}  {stream.family}; {stream.file}\n"
+              f"{'':14}step 0 {shapes[0]}; varying: {ranges}; {distinct} shapes in {args.stream} steps", flush=True)
+        del made
+    return 0
+
+
+def millions(params: int) -> str:
+    return f"{params / 1e6:.1f}M" if params >= 1e6 else f"{params / 1e3:.0f}k"
+
+
+def plan(args) -> int:
+    """--plan: the calls that take the streams asked for through all their work on one GPU, each under ~9 minutes:
+    a call of recipes starts none after --deadline (PLAN_DEADLINE_S unless given), and the last it started ends
+    within a compiled recipe's time; an advise call runs alone (up to --advise-timeout). Counted from EST_S: any
+    line may be run again, and one that finds nothing left says so and ends in seconds."""
+    deadline = args.deadline or PLAN_DEADLINE_S
+    base = f"python benchmarks/workload_gpu.py --out {args.out}" + (f" --lead {args.lead}" if args.lead else "")
+    store = f"{args.out}/workload_gpu.json"
+    print(f"# Run each line in a call of its own (<= ~9 min), from a checkout of this code, on one kind of GPU (rows\n"
+          f"# of another GPU are kept apart), again while its output ends in 'left on STREAM: ...'. On a machine that\n"
+          f"# starts bare at each call, carry {store} into the call, bring it back and put it in {args.out}/:\n"
+          f"#   timeout 570 <line> ; cp {args.out}/workload_gpu.json {args.out}/workload_gpu.txt $OUT/ ; "
+          f"tar czf $OUT/logs.tgz -C {args.out} logs\n"
+          f"# (the store is written after every row: a call cut short keeps what it finished)")
+    total = 0.0
+    for stream in args.streams:
+        labels = args.recipes_for(stream)
+        est = sum(EST_S["compiled" if hand_of(r, stream.conv, stream.mode).compile else "eager"] for r in labels)
+        ns = args.advise or args.steps
+        total += est + EST_S["advise"] * len(ns)
+        print(f"# {stream.name} ({stream.mode}): {len(labels)} recipes, about {est / 60:.0f} min by EST_S, then "
+              f"{len(ns)} advise calls and the picks' loops")
+        for _ in range(max(1, math.ceil(est / (deadline + EST_S["compiled"] / 2)))):
+            print(f"{base} --streams {stream.name} --deadline {deadline:.0f}")
+        for n in ns:
+            print(f"{base} --streams {stream.name} --recipes none --advise {n}")
+        print(f"{base} --streams {stream.name} --deadline {deadline:.0f}      # the picks' loops, eager again")
+    print(f"# about {total / 3600:.1f} h of GPU in all")
+    return 0
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", "--case", default="all", help=f"comma list or 'all' (the set: "
+                    f"{', '.join(n for n, s in STREAMS.items() if s.own)}); also: "
+                    f"{', '.join(n for n, s in STREAMS.items() if not s.own)}")
+    ap.add_argument("--list", action="store_true", help="list the streams with their parameters and shapes")
+    ap.add_argument("--plan", action="store_true", help="print the GPU calls that run the streams asked for")
+    ap.add_argument("--size", choices=tuple(FACTORY), default="full", help="full (GPU) or tiny (a CPU smoke run)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--stream", type=int, default=None, help="steps in the stream (default: tcperf's, 64)")
+    ap.add_argument("--passes", type=int, default=5, help="steady passes timed")
+    ap.add_argument("--cap", type=float, default=150.0, help="seconds a recipe's warm-up (its 2 passes) may take")
+    ap.add_argument("--job-steps", default="100,10000", help="the N of the job costs (and of a bare --advise)")
+    ap.add_argument("--advise", nargs="?", const="", default=None,
+                    help="also run `tcperf advise --steps N --json` for these N (a bare --advise: every --job-steps)")
+    ap.add_argument("--advise-args", default="", help="more arguments for tcperf advise, e.g. '--budget 150'")
+    ap.add_argument("--advise-timeout", type=float, default=480.0, help="seconds an advise call may take")
+    ap.add_argument("--recipes", default=None, help="comma list of labels (or 'none'); default: each stream's grid")
+    ap.add_argument("--lead", default=None, help="the compiled ways' precision (default: bf16; amp_bf16 in training)")
+    ap.add_argument("--repeat-eager", type=int, default=3,
+                    help="processes an eager recipe within REPEAT_WITHIN of the best runs in, between the advice calls")
+    ap.add_argument("--deadline", type=float, default=None, help="seconds after the start: nothing starts later")
+    ap.add_argument("--again", action="store_true", help="measure again what is stored (rows and advice)")
+    ap.add_argument("--out", default="out/workload")
+    ap.add_argument("--profiler-first", action="store_true",
+                    help="each child starts torch.profiler once before anything else, as tcperf's session workers "
+                         "do; give it its own --out")
+    args = ap.parse_args(argv)
+    return check_args(ap, args)
+
+
+def check_args(ap, args):
+    from tcperf.workload import STREAM_STEPS
+    names = [n for n, s in STREAMS.items() if s.own] if args.streams == "all" else args.streams.split(",")
+    unknown = [n for n in names if n not in STREAMS]
+    if unknown:
+        ap.error(f"no stream {', '.join(unknown)}; choose from: {', '.join(STREAMS)}")
+    args.streams = [STREAMS[n] for n in names]
+    args.stream = args.stream or STREAM_STEPS
+    args.steps = [int(n) for n in args.job_steps.split(",") if n.strip()]
+    args.advise = [] if args.advise is None else ([int(n) for n in args.advise.split(",") if n.strip()] or args.steps)
+    args.named = args.recipes is not None
+    labels = None if args.recipes is None else [] if args.recipes.strip() == "none" else \
+        [r.strip() for r in args.recipes.split(",") if r.strip()]
+    for stream in args.streams:
+        for label in labels or []:
+            try:
+                hand_of(label, stream.conv, stream.mode)
+            except KeyError as e:
+                ap.error(f"{stream.name}: {e}")
+    args.recipes_for = lambda stream: grid(stream, args.lead) if labels is None else labels
+    if args.stream < plain_stream.CHECK_STEPS or args.passes < 1 or args.repeat_eager < 1:
+        ap.error(f"--stream must be >= {plain_stream.CHECK_STEPS}, --passes and --repeat-eager >= 1")
+    args.deadline_at = time.perf_counter() + args.deadline if args.deadline else None
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        return list_streams(args)
+    if args.plan:
+        return plan(args)
+    if args.device.startswith("cuda") and not _cuda():
         print("workload_gpu.py needs a CUDA GPU (or --device cpu, with --size tiny)")
         return 1
     (Path(args.out) / "logs").mkdir(parents=True, exist_ok=True)
     path = Path(args.out) / "workload_gpu.json"
     store = load_store(path, environment(args.device))
-    e = store["env"]
-    print(f"== GPU {e['gpu']} · torch {e['torch']} · triton {e['triton']} · {e['date']} · commit {e['commit']}")
-    for case in CASES if args.case == "all" else [args.case]:
-        run_case(case, store, args, path)
+    print(f"== {env_line(store['env'])}", flush=True)
+    for stream in args.streams:
+        run_stream(stream, store, args, path)
     summary = summarize(store, args.steps)
     save(store, summary, path)
-    report(store, summary, args.steps, Path(args.out) / "workload_gpu.txt")
+    report(store, summary, left_lines(store, args), Path(args.out) / "workload_gpu.txt")
     print(f"wrote {path} and {path.with_suffix('.txt')}")
-    oks = [a["ok"] for s in summary.values() for a in s["advice"]]
-    return 1 if False in oks else 0
+    return 1 if any(ok is False for s in summary.values() for a in s["advice"] for _, ok in a["checks"]) else 0
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ What these tests prove, for each benchmarks/*.py (new scripts are picked up by t
   argument or assignment hides one of those names.
 """
 import ast
+import dataclasses
 import math
 import importlib
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -216,14 +219,83 @@ def test_models_gpu_head_to_head_rebuilds_the_best_rung_and_the_hand_loop_and_in
     assert bench.head_to_head(rows, timed, torch.device("cpu"), "small", rounds=0) == {}
 
 
-def test_workload_gpu_weighs_a_pick_against_its_own_precisions_eager():
+def test_workload_gpu_matches_a_pick_to_the_stored_loop_of_the_same_hand():
+    """An advice's label is matched to the plain loop that sets the same things, whatever that loop's own label: the
+    ladder's "compile" is amp_bf16 + channels_last + torch.compile; channels_last counts only on 2-D convolutions."""
     bench = load("workload_gpu")
-    assert bench.eager_of("fp16+cuda_graphs@pad64") == "fp16" and bench.eager_of("bf16") == "bf16"
-    rows = {name: {} for name in ("fp16", "fp16+cuda_graphs@pad64", "bf16")}
-    cost = {"fp16": {"job": {100: 9.3}, "lower": False}, "fp16+cuda_graphs@pad64": {"job": {100: 9.6}, "lower": False},
-            "bf16": {"job": {100: 3.0}, "lower": False}}
-    lines, ok = bench.target_lines("llama", 100, "fp16+cuda_graphs@pad64", rows, cost)
-    assert ok and lines == ["PASS llama N=100: pick <= 1.05 x eager"]          # fp16's eager, not bf16's
+    detector, tagger = bench.STREAMS["detector"], bench.STREAMS["deberta"]
+    label = "amp_bf16+channels_last+compile@dynamic"
+    rows = {label: {"hand": dataclasses.asdict(bench.hand_of(label, True, "infer"))}}
+    assert bench.row_of("compile@dynamic", rows, detector) == label
+    assert bench.row_of("amp_bf16+compile@dynamic", rows, detector) is None          # NCHW: another loop
+    rows = {"amp_bf16+compile@dynamic": {"hand": dataclasses.asdict(bench.hand_of("amp_bf16+compile@dynamic", False,
+                                                                                  "infer"))}}
+    assert bench.row_of("compile@dynamic", rows, tagger) == "amp_bf16+compile@dynamic"
+    assert bench.hand_of("bf16+compile", False, "infer") == bench.hand_of("bf16+compile@static", False, "infer")
+    hand = bench.hand_of("fp16+channels_last+cudnn_benchmark", True, "infer")
+    assert (hand.weights, hand.channels_last, hand.cudnn_benchmark, hand.compile, hand.tf32) == \
+        ("float16", True, True, False, False)
+    assert bench.hand_of("tf32", False, "infer").tf32 and bench.hand_of("fused", False, "train").fused
+    for label, mode in (("fp8", "infer"), ("step_graph", "train"), ("bf16", "train"), ("no_such", "infer")):
+        with pytest.raises(KeyError):
+            bench.hand_of(label, True, mode)
+
+
+def _timed(bench, label: str, warm_s: float, pass_ms: float, passes: bool = True) -> dict:
+    return {"hand": dataclasses.asdict(bench.hand_of(label, False, "infer")), "warm_s": warm_s,
+            "pass_ms": [pass_ms] * 3, "passes": passes, "rel_error": 0.01 if passes else 0.3}
+
+
+def test_workload_gpu_holds_the_pick_to_the_best_plain_loop_and_its_stated_figures_to_its_own_loop():
+    bench = load("workload_gpu")
+    stream = bench.STREAMS["deberta"]
+    rows = {"bf16": _timed(bench, "bf16", 2.0, 640.0),                     # 10 ms a step, one-time 0.72 s
+            "bf16+cuda_graphs@marked": _timed(bench, "bf16+cuda_graphs@marked", 40.0, 320.0),   # 5 ms, 39.36 s
+            "fp16": _timed(bench, "fp16", 1.0, 64.0, passes=False)}        # the fastest fails its check: never best
+    cost = {r: bench.costs(row, [100, 10000], 64) for r, row in rows.items()}
+    assert cost["bf16"]["one_time"] == pytest.approx(0.72) and cost["bf16"]["ms"] == pytest.approx(10.0)
+    long = bench.judge(stream, 10000, {"recommended": "bf16+cuda_graphs@marked",
+                                       "stated": {"one_time_s": 42.0, "step_ms": 5.4}}, rows, cost)
+    assert long["best"] == "bf16+cuda_graphs@marked" and long["pick_job_s"] == pytest.approx(89.36)
+    assert [ok for _, ok in long["checks"]] == [True, True, True]
+    short = bench.judge(stream, 100, {"recommended": "bf16", "stated": {"one_time_s": 0.2, "step_ms": 12.0}},
+                        rows, cost)
+    assert short["best"] == "bf16" and [ok for _, ok in short["checks"]] == [True, True, False]  # 12 ms: +20%
+    wrong = bench.judge(stream, 100, {"recommended": "bf16+cuda_graphs@marked", "stated": {}}, rows, cost)
+    assert wrong["checks"][0][1] is False                                  # 39.9 s against bf16's 1.72 s
+    missing = bench.judge(stream, 100, {"recommended": "fp16+compile@dynamic"}, rows, cost)
+    assert missing["checks"][0][1] is None and "no plain loop" in missing["checks"][0][0]
+    data = {"rows": rows, "advice": {"100": {"recommended": "fp16+compile@dynamic"}}}
+    assert bench.picks_without_loop(stream, data) == ["fp16+compile@dynamic"]
+
+
+def test_workload_gpu_goes_through_a_streams_work_in_order_and_leaves_out_what_its_rows_rule_out():
+    """Eager rows first, then the compiled ways; a static compile left out where the stream has more shapes than
+    Dynamo's recompile limit, the other padded recipes once one is refused; then the advice, then eager rows near
+    the best again, one process more for each advice stored; a stored row is not run again."""
+    bench = load("workload_gpu")
+    stream = bench.STREAMS["gru_asr"]
+    args = bench.parse_args(["--streams", "gru_asr", "--advise", "100", "--repeat-eager", "3"])
+    data = {"settings": {"stream": 64}, "rows": {}, "advice": {}, "runs": {}}
+    assert bench.next_work(stream, data, args, set()) == ("recipe", "fp32")
+    for label in bench.EAGER["infer"]:
+        data["rows"][label] = {**_timed(bench, label, 2.0, 640.0 if label != "fp32" else 6400.0), "distinct": 40,
+                               "recompile_limit": 8}
+    assert bench.next_work(stream, data, args, set()) == ("recipe", "bf16+compile@dynamic")
+    assert "recompile limit" in bench.skip_reason("bf16+compile@static", stream, data, named=False)
+    assert bench.skip_reason("bf16+compile@static", stream, data, named=True) is None
+    data["rows"]["bf16+cuda_graphs@pad64"] = {"refused": "padding refused: output 0's dimension 1 ..."}
+    assert bench.skip_reason("bf16+cuda_graphs@pad128", stream, data, named=False).startswith("padding refused")
+    for label in ("bf16+compile@dynamic", "bf16+compile@marked", "bf16+cuda_graphs@dynamic",
+                  "bf16+cuda_graphs@marked"):
+        data["rows"][label] = _timed(bench, label, 60.0, 6400.0)
+    assert bench.next_work(stream, data, args, set()) == ("advise", 100)
+    data["advice"]["100"] = {"recommended": "fp16"}
+    again = bench.next_work(stream, data, args, set())
+    assert again[0] == "again" and again[1] in ("tf32", "amp_fp16", "amp_bf16", "fp16", "bf16")   # not fp32: 10x
+    data["rows"]["fp16"] = {**data["rows"]["fp16"], "processes": 2}
+    assert bench.next_work(stream, data, args, {again} | {("again", x) for x in bench.EAGER["infer"]
+                                                          if x != "fp16"}) is None     # 2 = 1 + one advice
 
 
 def test_workload_gpu_pools_an_eager_recipes_processes():
@@ -239,6 +311,30 @@ def test_workload_gpu_pools_an_eager_recipes_processes():
     assert cost["ms"] == pytest.approx(347.5 / 60)        # the median of every pass, not one process's
     assert "3 processes: 5.58, 9.42, 5.79" in bench.steady_cell(row, 60)
     assert bench.pooled(rows[:1]) is rows[0]
+
+
+@pytest.mark.slow
+def test_workload_gpu_runs_its_plain_loops_on_the_cpu_and_goes_on_where_it_stopped(tmp_path):
+    """--size tiny --device cpu, three streams, two recipes each, each recipe a process of its own: padding refused
+    on the GRU model before any warm-up (its output is a quarter as long as its input), padded and cut back on the
+    1-D conv model (time on its last dimension), and a training stream checked on its losses from the same weights.
+    The same command again finds nothing left to do."""
+    cmd = [sys.executable, str(BENCHMARKS / "workload_gpu.py"), "--streams", "gru_asr,conv_seq,gpt2_train", "--size",
+           "tiny", "--device", "cpu", "--stream", "4", "--passes", "1", "--recipes", "fp32,fp32@pad64",
+           "--out", str(tmp_path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=BENCHMARKS.parent)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {name: data["rows"] for name, data in json.loads((tmp_path / "workload_gpu.json").read_text())["streams"]
+            .items()}
+    gru, conv, gpt = rows["gru_asr"], rows["conv_seq"], rows["gpt2_train"]
+    assert gru["fp32"]["passes"] and len(gru["fp32"]["pass_ms"]) == 1
+    assert gru["fp32@pad64"]["refused"].startswith("padding refused: output 0's dimension 1") and \
+        "warm_s" not in gru["fp32@pad64"]
+    assert conv["fp32@pad64"]["passes"] and conv["fp32@pad64"]["shapes"] <= conv["fp32"]["shapes"]
+    assert gpt["fp32"]["rel_error"] == 0 and gpt["fp32@pad64"]["rel_error"] < 1e-4      # padded labels count nothing
+    assert (tmp_path / "workload_gpu.txt").exists() and "nothing left of what this call asks" in done.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=BENCHMARKS.parent)
+    assert again.returncode == 0 and "== gru_asr" not in again.stdout and "nothing left" in again.stdout
 
 
 def test_ddp_benchmark_plain_loops_train_as_tcperfs_recipes():
