@@ -3,7 +3,8 @@
 # several GPUs two sessions may run side by side, each with its own OUT and CUDA_VISIBLE_DEVICES:
 #   OUT=$OUT/a CUDA_VISIBLE_DEVICES=0,1 bash scripts/gpu_session.sh multi & OUT=$OUT/b CUDA_VISIBLE_DEVICES=2,3 ... & wait
 #   bash scripts/gpu_session.sh STAGE...     stages: env tests testfiles ceilings run fidelity suites models overhead lab
-#                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, multitests) ttt
+#                                            advise advise2 steptiming report multi (2 GPUs: comm, ddp, multitests, each
+#                                            a stage of its own too) ttt
 #                                            (run: `tcperf run` on a fresh store of its own, cold when it comes first)
 #                                            smoke (two advise runs through the CLI) generate
 #                                            workload (its GPU tests, the speed of light, advise on a BERT stream)
@@ -59,6 +60,7 @@ stage() {   # stage NAME TIMEOUT COMMAND...: run, log, time, never stop the sess
     tail -n 25 "$OUT/logs/$name.log"
 }
 
+set -- $(printf '%s\n' "$@" | sed 's/^multi$/comm ddp multitests/')       # multi: the three 2-GPU stages
 for s in "$@"; do
     case $s in
         env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
@@ -82,9 +84,9 @@ for s in "$@"; do
         comm)     stage comm ${COMM_LIMIT:-300} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 120 ;;
         multitests) stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         ddp)      stage ddp ${DDP_LIMIT:-580} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 540 ${DDP_ARGS:-} ;;
-        multi)    stage comm ${COMM_LIMIT:-170} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 75
-                  stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-}
-                  stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
+        comm)     stage comm ${COMM_LIMIT:-170} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 75 ;;
+        ddp)      stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-} ;;
+        multitests) stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         smoke)    stage smoke ${SMOKE_LIMIT:-300} bash -c "time python3 -m tcperf advise examples/awkward_mlp.py:factory; time python3 -m tcperf advise examples/linear_head.py:factory --mode train --json > $OUT/files/linear_head_train.json" ;;
         generate) stage generate ${GENERATE_LIMIT:-450} python3 benchmarks/generate_gpu.py --out "$OUT/files/generate" --db "$TCPERF_DB" ${GENERATE_ARGS:-} ;;
         workload) stage workload-tests ${WL_TESTS_LIMIT:-240} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 200 --tb=short tests/test_workload.py

@@ -71,7 +71,7 @@ def significance(a, b) -> tuple[bool, float | None, str]:
 def claim(fast: dict, slow: dict) -> tuple[bool, str]:
     """Whether stored row `fast` is faster than row `slow` beyond the spread, and why (not): a row timed on a
     shared CPU's scheduler steps (metrics.quantised_ms, tcperf.timing.quantum) carries no claim; else their samples
-    must differ significantly (significance). Rows timed more than once (metrics.repeats, tcperf.rows.merge_repeats:
+    must differ significantly (significance). Rows timed more than once (metrics.timings, tcperf.rows.merge_repeats:
     a CPU `tcperf run` times its suite twice) must differ the same way, significantly, in every timing: on a shared
     CPU one timing said bf16 attention 1.29x fp32 and the next 0.90x, both significant alone (issue 58). Every
     "x faster" a report or table states goes through here."""
@@ -95,8 +95,9 @@ def _median(timing: dict) -> float:
 
 
 def _timings(row: dict) -> list[dict]:
-    """The row's timings: each repeat's (metrics.repeats), else the row itself."""
-    return (row.get("metrics") or {}).get("repeats") or [row]
+    """The row's timings: each of its timings (metrics.timings), else the row itself. (metrics.repeats is another
+    thing: how many times a ceiling was measured until stable.)"""
+    return (row.get("metrics") or {}).get("timings") or [row]
 
 
 # --- pairing ----------------------------------------------------------------------------------------------------

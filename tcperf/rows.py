@@ -55,7 +55,7 @@ def headline(row: dict) -> Figure:
 # --- a case timed more than once in a run ----------------------------------------------------------------------
 def merge_repeats(results: list[dict]) -> list[dict]:
     """One row a kernel case (case_key), in first-appearance order. A case timed more than once in a run (a CPU
-    `tcperf run` times its suite twice) becomes one row of all its samples, each timing kept in metrics["repeats"]:
+    `tcperf run` times its suite twice) becomes one row of all its samples, each timing kept in metrics["timings"]:
     a claim (tcperf.compare.claim) must hold in each. Where a repeat failed, the failure is the row. Rows of other
     kinds stay as they are."""
     groups: dict[str | int, list[dict]] = {}
@@ -65,7 +65,7 @@ def merge_repeats(results: list[dict]) -> list[dict]:
 
 
 def _merged(group: list[dict]) -> dict:
-    """Rows of one case -> one: median, IQR and rate of all their samples; a timing of each in metrics.repeats."""
+    """Rows of one case -> one: median, IQR and rate of all their samples; a timing of each in metrics.timings."""
     if any(r["status"] != "ok" or not r.get("samples") for r in group):
         return next((r for r in group if r["status"] in FAILED), group[-1])
     first, samples = group[0], [x for r in group for x in r["samples"]]
@@ -75,7 +75,7 @@ def _merged(group: list[dict]) -> dict:
     timings = [{"samples": r["samples"], "median_ms": r["median_ms"],
                 "quantised_ms": (r.get("metrics") or {}).get("quantised_ms")} for r in group]
     metrics = {k: v for k, v in first["metrics"].items() if k not in ("padded", "quantised_ms")}
-    metrics["repeats"] = timings
+    metrics["timings"] = timings
     steps = [t["quantised_ms"] for t in timings if t["quantised_ms"]]
     padded = _padded([(r.get("metrics") or {}).get("padded") for r in group])
     return {**first, **rate, "samples": samples, "median_ms": median, "iqr_ms": float(q3 - q1), "n": len(samples),

@@ -316,8 +316,8 @@ def test_on_a_cpu_the_code_is_for_the_recipe_measured_best():
     passed with a tenth of its error; now for the passing recipe nearest fp32, fp32 strict itself only alone."""
     from tcperf.advisor.verdict import decide, headline
     errors = {"fp32": 2e-7, "amp_bf16": 3e-3, "fp16": 5.3e-4, "bf16": 4e-3}        # examples/awkward_mlp.py:small
-    results = [measure.RecipeResult(name, "ok", error=e, criterion="output rel. error") for name, e in errors.items()]
-    v = decide(results + [measure.RecipeResult("fp8", "fails", error=0.2)], [], "infer", "cpu")
+    results = [trials.RecipeResult(name, "ok", error=e, criterion="output rel. error") for name, e in errors.items()]
+    v = decide(results + [trials.RecipeResult("fp8", "fails", error=0.2)], [], "infer", "cpu")
     assert v["candidate"] == "fp16" and "bfloat16" not in v["snippets"]["pytorch"]
     assert "The code below is for fp16, the nearest fp32 of them (its speed is not measured)" in headline(v, 0.05)
     assert decide(results[:1], [], "infer", "cpu")["candidate"] == "fp32"

@@ -96,12 +96,12 @@ def cpu_rows() -> list[dict]:
     return [_cpu_row(case, timing) for timing in (1.0, 1.02) for case in (cases if timing == 1.0 else cases[::-1])]
 
 
-def _cpu_row(case: dict, timing: float) -> dict:
-    op, shape, prec = ops.get(case["op"]), case["shape"], case["precision"]
+def _cpu_row(case, timing: float) -> dict:
+    op, shape, prec = ops.get(case.op), case.shape, case.precision
     flops = op.flops(shape)
-    median = timing * (flops / ((CPU_GEMM if case["op"] == "gemm" else CPU_OTHER)[prec] * 1e9) if flops
+    median = timing * (flops / ((CPU_GEMM if case.op == "gemm" else CPU_OTHER)[prec] * 1e9) if flops
                        else op.bytes(shape, precision.get(prec)) / 5e6)
-    return {**case, "status": "ok", "metrics": {"label": op.label(shape)}, "warnings": [], "message": "",
+    return {"op": case.op, "shape": shape, "precision": prec, "suite": case.suite, "status": "ok", "metrics": {"label": op.label(shape)}, "warnings": [], "message": "",
             "median_ms": median, "iqr_ms": 0.02 * median, "samples": [median * f for f in (0.98, 0.99, 1, 1.01, 1.02)],
             "n": 5, "flops": flops, "tflops": flops / median / 1e9 if flops else None,
             "gbps": None if flops else op.bytes(shape, precision.get(prec)) / median / 1e6}
@@ -123,7 +123,7 @@ def test_a_cpu_run_states_no_ceiling_it_did_not_measure_and_none_above_100(db_pa
     assert "% ceiling: none for bf16, fp32, fp64 on this CPU until `tcperf ceilings`" in " ".join(text.split())
     ceilings = store.start_run("ceilings", "tcperf ceilings", CPU)
     for prec, tflops in CPU_GEMM.items():
-        store.add_result(ceilings, {"op": "ceiling", "shape": {}, "precision": prec, "status": "ok", "tflops": tflops})
+        store.add_result(ceilings, Result.from_row({"op": "ceiling", "shape": {}, "precision": prec, "status": "ok", "tflops": tflops}))
     store.finish_run(ceilings)
     text = printed(store, run_id)
     shares = [int(p) for p in re.findall(r"(\d+)%", text.split("% ceiling left out")[0])]
