@@ -476,7 +476,6 @@ class RecipeArgs:
     flops: bool = False
     base: str | None = None              # a mixed recipe's base recipe, for its row
     cold: str | None = None              # StreamSession: a folder for Inductor's and Triton's caches, empty
-    cap_s: float | None = None           # StreamSession: the first pass's time limit (tcperf.stream)
 
 
 def recipe_case(args: RecipeArgs, *, op: str, shape: dict, label: str | None = None,
@@ -585,7 +584,7 @@ class StreamSession:
     `profile` = one pass under the profiler (the advisor asks it of its pick). `time` runs `first` if it has not run.
 
     args.cold: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
-    machine or container; args.cap_s: the first pass's time limit (tcperf.stream), unless `first` is given one."""
+    machine or container."""
 
     def __init__(self, case: Case, device, job: Job | None = None):
         self.case, self.device = case, torch.device(device)
@@ -612,15 +611,14 @@ class StreamSession:
         fresh(self.device, rec)
         return row, _prepare(spec, rec, a.mode, self.device, keep=a.keep), ref
 
-    def first(self, cap_s: float | None = None) -> Result:
-        """The first pass over the stream, from cold, and the accuracy of its first steps; stopped at `cap_s`
-        seconds (else args.cap_s)."""
+    def first(self, limit: stream.Limit = stream.Limit()) -> Result:
+        """The first pass over the stream, from cold, and the accuracy of its first steps; stopped where `limit`
+        says the job cannot win or the budget ran out (tcperf.stream.Limit)."""
         if self.step is None or self.first_seen is not None:
             return self.row()
         row, rec = self._row, self.rec
-        self.first_seen = stream.first_pass(self.step.call, self.stream, self.device,
-                                            cap_s=cap_s if cap_s is not None else self.case.args.cap_s,
-                                            key=self._key, per_shape=_recompile_stop(rec))
+        self.first_seen = stream.first_pass(self.step.call, self.stream, self.device, limit=limit, key=self._key,
+                                            per_shape=_recompile_stop(rec))
         row.metrics["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
                                  "distinct": workload.distinct_shapes(self.stream)}
         acc = stream_accuracy(self.first_seen.outputs, self.ref["stream"])

@@ -5,7 +5,8 @@ seed with its synthetic batch) measured by tcperf.engine, the same engine `tcper
 the recipe prepared, checked against fp32 strict (tcperf.accuracy: outputs in inference; in training the loss's fall
 over `steps` steps against fp32's, within its run-to-run spread, GradScaler's skipped steps aligned), timed as the
 mean of back-to-back steps (the first call holds torch.compile's compile time, reported apart as compile_s), its
-peak memory read and its FLOPs counted (the model's formula or torch.utils.flop_counter). MFU is taken against the
+peak memory read and its FLOPs counted (the model's formula or torch.utils.flop_counter). Every cell runs with
+cuDNN's autotuning on (recipes.with_cudnn_benchmark), as the hand loops it is held against do. MFU is taken against the
 measured ceiling for the recipe's precision (`tcperf ceilings`) or, without one, the datasheet peak, and the row
 says which. A recipe outside its tolerance is stored as status "wrong", timed all the same: "fp16 diverged" is a
 finding, not a crash.
@@ -133,7 +134,7 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
     --batch auto on a CPU). check=False: throughput only (no accuracy check, no FLOP count): the probes of
     --batch auto. profile: torch.profiler over a few steps after the timing (Tensor Core share, GPU busy, kernel
     and matmul time a step, the largest kernels: tcperf.engine)."""
-    mod, rec, device = models.get(model), recipes.get(recipe), torch.device(device)
+    mod, rec, device = models.get(model), recipes.with_cudnn_benchmark(recipes.get(recipe)), torch.device(device)
     result = _base(model, mode, rec, batch, mod, config)
     why = rec.skip_reason(mode, device)
     if why:

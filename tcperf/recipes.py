@@ -57,7 +57,8 @@ from .errors import UserError, choices
 from .tensorcore import gemm_hard_limit
 
 MODES = ("train", "infer")
-EXTRAS = ("compile", "cuda_graphs", "step_graph", "autotune")     # what can sit on top of a recipe
+EXTRAS = ("compile", "cuda_graphs", "step_graph", "autotune")     # the tiers that can sit on top of a recipe
+SETTINGS = ("channels_last", "cudnn_benchmark")                   # ... and the settings: "fp16+channels_last"
 SHAPES = {   # how a recipe meets inputs whose shapes vary (tcperf.workload): torch.compile's `dynamic`, padding
     "static": "torch.compile(dynamic=False): each new shape compiles again, up to Dynamo's recompile limit",
     "dynamic": "torch.compile's automatic dynamic shapes (its default): static first, symbolic after a change",
@@ -96,6 +97,8 @@ class Recipe:
     tolerance: float = 0.1              # output rel. error (infer) / share of fp32's loss fall lost (train)
     transform: Callable | None = None   # function(model, mode) -> notes, applied to the copy (tcperf.kernels.fusions)
     shapes: str = "static"              # a key of SHAPES: how varying input shapes are met
+    cudnn_benchmark: bool = False       # cuDNN times its algorithms for each new input shape and keeps the fastest
+                                        # (off as PyTorch ships it: on a stream of many shapes each one pays it)
     about: str = ""
 
     @property
@@ -235,19 +238,28 @@ def get(name: str | Recipe) -> Recipe:
     if "@" in name:
         return _shaped(*name.rsplit("@", 1), name)
     base, plus, extra = name.rpartition("+")
-    if plus and extra in EXTRAS:
+    if plus and extra in EXTRAS + SETTINGS:
         return _on_top(get(base), extra, name)
     if name not in RECIPES:
-        raise choices("recipe", name, ["ladder", *RECIPES, *(f"RECIPE+{e}" for e in EXTRAS)])
+        raise choices("recipe", name, ["ladder", *RECIPES, *(f"RECIPE+{e}" for e in EXTRAS + SETTINGS)])
     return RECIPES[name]
 
 
 def on_top(base: str, extra: str) -> str:
-    """The name of `extra` ("compile" | "cuda_graphs" | "step_graph") on top of recipe `base`: amp_bf16's own are
-    the ladder's "compile", "cuda_graphs" and "step_graph"."""
-    if base in ("amp_bf16", "channels_last", "compile"):
+    """The name of `extra` (an EXTRAS or SETTINGS) on top of recipe `base`: amp_bf16's own compile, CUDA graphs and
+    whole-step graph are the ladder's "compile", "cuda_graphs" and "step_graph", and its channels_last the ladder's."""
+    if base in ("amp_bf16", "channels_last", "compile") and extra in ("compile", "cuda_graphs", "step_graph"):
         return extra
+    if base == "amp_bf16" and extra == "channels_last":
+        return "channels_last"
     return f"{base}+{extra}"
+
+
+def with_cudnn_benchmark(rec: Recipe) -> Recipe:
+    """The recipe with cuDNN's autotuning on, as careful hand loops of a fixed shape run it (the model ladder's and
+    train-to-target's, benchmarks/hand_loops.py: every rung of theirs has it, so their rows keep the recipe's name
+    and description)."""
+    return rec if rec.cudnn_benchmark else dataclasses.replace(rec, cudnn_benchmark=True)
 
 
 def _shaped(base_name: str, shapes: str, name: str) -> Recipe:
@@ -265,6 +277,8 @@ def _shaped(base_name: str, shapes: str, name: str) -> Recipe:
 def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
     if extra == "autotune":
         return _autotuned(base, name)
+    if extra in ("channels_last", "cudnn_benchmark"):
+        return _setting(base, extra, name)
     if base.compile and extra == "compile":
         raise UserError(f"recipe {name!r}: {base.name} is compiled already")
     if base.cuda_graphs or base.step_graph:
@@ -275,6 +289,19 @@ def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
     return dataclasses.replace(base, name=name, compile=True, cuda_graphs=graphs, step_graph=whole,
                                fused=base.fused or whole, modes=("train",) if whole else base.modes,
                                about=f"{base.name} + torch.compile{about}")
+
+
+def _setting(base: Recipe, extra: str, name: str) -> Recipe:
+    """"X+channels_last", "X+cudnn_benchmark": recipe X with that setting on (the layout for 2-D convolutions; cuDNN
+    timing its algorithms at each new shape)."""
+    if getattr(base, extra):
+        raise UserError(f"recipe {name!r}: {base.name} has {extra} already")
+    if base.compile and extra == "channels_last":
+        raise UserError(f"recipe {name!r}: lay the model out channels_last before compiling it: "
+                        f"{base.name.replace('+compile', '').replace('+cuda_graphs', '')}+channels_last+...")
+    needs = "conv2d" if extra == "channels_last" else base.needs
+    return dataclasses.replace(base, name=name, needs=needs, **{extra: True},
+                               about=f"{base.about}; + {extra.replace('_', ' ')}")
 
 
 def _autotuned(base: Recipe, name: str) -> Recipe:
@@ -438,12 +465,13 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     guard, why = _cpu_rnn_guard(m, prec, device)
     notes += [why] if why else []
     opt = scaler = None
+    apply = functools.partial(precision.apply, device_type=device.type, benchmark_cudnn=recipe.cudnn_benchmark)
     if mode == "infer":
-        core = _infer_call(runner, prec, device, recipe.cuda_graphs, guard)
+        core = _infer_call(runner, prec, apply, recipe.cuda_graphs, guard)
     else:
         opt = _optimizer(optimizer, m, device, capturable=recipe.step_graph, fused=recipe.fused)
         scaler = _grad_scaler(device) if prec.autocast == torch.float16 else None
-        core = _train_call(runner, targets, loss_fn or _default_loss, opt, scaler, prec, device, guard,
+        core = _train_call(runner, targets, loss_fn or _default_loss, opt, scaler, prec, apply, guard,
                            recipe.cuda_graphs)
     call = _shape_call(core, recipe, varying or {}, tensor_names or [])
     run = functools.partial(call, inputs)
@@ -518,27 +546,28 @@ def _cast_weights(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def _infer_call(model, prec, device, graphs: bool, guard):
+def _infer_call(model, prec, apply, graphs: bool, guard):
+    """apply: precision.apply with the recipe's device and cuDNN setting."""
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs else None
 
     def call(inputs):
         if mark:
             mark()        # a new step: the previous replay's outputs may be overwritten
-        with guard(), torch.no_grad(), precision.apply(prec, device.type):
+        with guard(), torch.no_grad(), apply(prec):
             return model(*inputs)
     return call
 
 
-def _train_call(model, targets, loss_fn, opt, scaler, prec, device, guard, graphs: bool):
+def _train_call(model, targets, loss_fn, opt, scaler, prec, apply, guard, graphs: bool):
     flags = dataclasses.replace(prec, autocast=None)   # TF32/cuDNN flags for forward and backward ...
     mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None) if graphs else None
 
     def call(inputs):
         if mark:
             mark()        # a new step: the previous replay's outputs (the loss too) may be overwritten
-        with guard(), precision.apply(flags, device.type):
+        with guard(), apply(flags):
             opt.zero_grad(set_to_none=True)
-            with precision.apply(prec, device.type):   # ... autocast for the forward and the loss only (AMP docs)
+            with apply(prec):                          # ... autocast for the forward and the loss only (AMP docs)
                 loss = loss_fn(model(*inputs), targets)
             if scaler is None:
                 loss.backward()

@@ -439,13 +439,6 @@ class Spares:
             while len(self.idle) > count:
                 self.idle.pop().close()
 
-    def keep(self, count: int) -> None:
-        """Start no more spares; keep at most `count` of those idle (a later stage takes them), close the rest."""
-        with self.lock:
-            self.count = 0
-            while len(self.idle) > count:
-                self.idle.pop().close()
-
     def take(self, case: Case) -> Worker:
         """A worker for `case`: an idle spare (a new worker when none is left)."""
         with self.lock:

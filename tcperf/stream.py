@@ -8,17 +8,20 @@ says why, when
     - a compiled recipe compiled again at each of the first RECOMPILE_STOP new shapes: it recompiles per shape (a
       varying workload would pay a compile for every shape it meets, up to Dynamo's recompile limit, and then runs
       that code eagerly); such a recipe is never advised for a varying workload;
-    - the pass has taken `cap_s` seconds (the advisor gives the time after which it could not win the job).
+    - the job's own arithmetic says it cannot win (Limit: its warm-up so far plus the job's remaining steps at the
+      speed of light cost more than the cheapest job measured), or the advice's --budget has run out. Nothing else
+      stops a warm-up: no cap in seconds.
 A second pass follows, on the wall clock too: CUDA graph trees (mode="reduce-overhead") run a shape's first call
 as a warm-up and record its graph at the second, so their one-time cost ends only there; the one-time cost is
 both passes less two steady ones. The steady state: `passes` more passes over the whole stream, each between two
 CUDA events (perf_counter on a CPU); its median over the stream's steps is the recipe's step time on this workload.
 
-    first = first_pass(step.call, stream, device, cap_s=60, key=shape_key)  # FirstPass: seconds, compiles, outputs
+    first = first_pass(step.call, stream, device, limit=Limit(steps=10_000, sol_ms=2.0, best_s=90.0))  # FirstPass
     steady = steady_passes(step.call, stream, device, passes=3)           # {"pass_ms": [...], "median_ms", ...}
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -84,6 +87,30 @@ class Compiles:
             self.compile_s += seconds
 
 
+@dataclass(frozen=True)
+class Limit:
+    """When a warm-up stops. After `elapsed` seconds and `done` steps of the stream, a job of `steps` steps costs at
+    least elapsed + (steps - done) x sol_ms (the step's speed of light): once that passes `best_s`, the cheapest job
+    measured so far, it cannot win. budget_s: the seconds the advice's --budget leaves it. steps None (a long job)
+    or no job measured yet: only the budget stops it."""
+    steps: int | None = None
+    sol_ms: float = 0.0
+    best_s: float = math.inf
+    budget_s: float | None = None
+
+    def reason(self, elapsed: float, done: int) -> str:
+        if self.budget_s is not None and elapsed > self.budget_s:
+            return f"the --budget ran out after {elapsed:.0f} s of its warm-up ({done} steps)"
+        if self.steps is None or math.isinf(self.best_s):
+            return ""
+        least = elapsed + max(0, self.steps - done) * self.sol_ms / 1e3
+        if least <= self.best_s:
+            return ""
+        return (f"cannot win: after {elapsed:.0f} s of warm-up ({done} steps) its job of {self.steps:,} steps costs at "
+                f"least {least:.0f} s even at the speed of light ({self.sol_ms:.3g} ms a step); the cheapest job "
+                f"measured takes {self.best_s:.0f} s")
+
+
 @dataclass
 class FirstPass:
     seconds: float                 # wall time of the steps it ran
@@ -101,17 +128,17 @@ class FirstPass:
         return {k: v for k, v in self.__dict__.items() if k != "outputs"}
 
 
-def first_pass(call, stream: list[tuple], device, *, cap_s: float | None = None, key=shape_key,
-               per_shape: int = RECOMPILE_STOP) -> FirstPass:
+def first_pass(call, stream: list[tuple], device, *, limit: Limit = Limit(), key=shape_key,
+               per_shape: int = RECOMPILE_STOP, clock=time.perf_counter) -> FirstPass:
     """Every step of the stream once, from cold. key(tensors): what makes a new shape for the compiled code (a
     padded recipe's bucket); per_shape: stop a recipe once it has compiled again at this many new shapes in a
     row (or buckets: a padded recipe marks its padded dimensions dynamic, one compile for all); 1 for a recipe
     compiled static (dynamic=False cannot make a symbolic graph: its first recompile proves a compile a shape), 0
-    never (an eager recipe)."""
+    never (an eager recipe). limit: when the job's arithmetic or the budget stops it (Limit)."""
     device = torch.device(device)
     outputs, seen, in_a_row, stopped = [], set(), 0, ""
     with Compiles() as watch:
-        t0 = time.perf_counter()
+        t0 = clock()
         for i, x in enumerate(stream):
             before, new = watch.graphs, key(x) not in seen
             out = call(x)
@@ -121,25 +148,23 @@ def first_pass(call, stream: list[tuple], device, *, cap_s: float | None = None,
             if new and seen:       # a new shape that compiled nothing proves it is not once a shape: never stop
                 in_a_row = in_a_row + 1 if watch.graphs > before else -len(stream)
             seen.add(key(x))
-            stopped = _stop_reason(per_shape, in_a_row, time.perf_counter() - t0, cap_s, i + 1, len(stream))
+            stopped = _stop_reason(per_shape, in_a_row, limit, clock() - t0, i + 1, len(stream))
             if stopped:
                 break
         _sync(device)
-        seconds = time.perf_counter() - t0
+        seconds = clock() - t0
     return FirstPass(seconds, i + 1, watch.compiles, watch.graphs, watch.captures, watch.compile_s, watch.capture_s,
                      len(seen), stopped, outputs)
 
 
-def _stop_reason(per_shape: int, in_a_row: int, elapsed: float, cap_s, done: int, total: int) -> str:
+def _stop_reason(per_shape: int, in_a_row: int, limit: Limit, elapsed: float, done: int, total: int) -> str:
     if done == total:
         return ""
     if per_shape and in_a_row >= per_shape:
         return ("compiled again at the first new shape, static (dynamic=False): it recompiles per shape"
                 if in_a_row == 1 else f"compiled again at each of the first {in_a_row} new shapes: it recompiles "
                 "per shape")
-    if cap_s is not None and elapsed > cap_s:
-        return f"still warming up after {elapsed:.0f} s (limit {cap_s:.0f} s), {done} of {total} steps"
-    return ""
+    return limit.reason(elapsed, done)
 
 
 def wall_pass(call, stream: list[tuple], device) -> float:

@@ -130,6 +130,27 @@ def shape_key(tensors: tuple) -> tuple:
     return tuple(tuple(t.shape) for t in tensors)
 
 
+def unpaddable(inputs: list[tuple], outputs: list[tuple]) -> str | None:
+    """Why padding cannot be undone on this model's outputs, or None: the shapes of its inputs (shape_key) and of
+    its outputs at each distinct input shape. Padded outputs are cut back (unpad) along the dimensions that follow an
+    input's varying dimension; an output dimension that varies without following one (a model that subsamples time
+    by 4 gives T/4 for T) leaves no way to tell its padded positions from the real ones, nor do two lengths that
+    vary apart (an encoder-decoder's source and target: padded to one bucket, unpad could not tell them apart)."""
+    if len({len(o) for o in outputs}) > 1 or len({tuple(len(t) for t in o) for o in outputs}) > 1:
+        return "the outputs' number or rank changes with the input shape"
+    follow = [[shape[i][d] for shape in inputs] for i in range(len(inputs[0])) for d in range(len(inputs[0][i]))]
+    lengths = {tuple(sizes) for sizes in follow if len(set(sizes)) > 1}
+    if len(lengths) > 1:
+        return f"{len(lengths)} input lengths vary apart: padded to one bucket, their outputs could not be told apart"
+    for k, first in enumerate(outputs[0]):
+        for d in range(len(first)):
+            sizes = [o[k][d] for o in outputs]
+            if len(set(sizes)) > 1 and sizes not in follow:
+                return (f"output {k}'s dimension {d} varies ({min(sizes)}..{max(sizes)}) without following any input "
+                        f"dimension: padded positions could not be cut back out of it")
+    return None
+
+
 def distinct_shapes(stream: list[tuple]) -> int:
     return len({shape_key(x) for x in stream})
 

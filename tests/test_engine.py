@@ -274,3 +274,29 @@ def test_a_pickled_models_worker_imports_the_users_file_it_names_and_no_other(tm
     assert loaded.returncode == 0, loaded.stderr[-2000:]
     module, imported = json.loads(loaded.stdout.strip().splitlines()[-1])
     assert module.startswith("tcperf_user_mine_") and imported == [module], (module, imported)
+
+
+def test_cudnn_autotuning_is_off_unless_a_recipe_names_it():
+    """Issue 57: every recipe ran with cudnn.benchmark on, and on a stream of 59 image sizes eager's first pass took
+    88 s where a plain loop (PyTorch's default, off) took 5-6 s. Off as PyTorch ships it; a recipe that names it
+    turns it on, its snippet sets it, and the ladder (whose hand loops set it) keeps it on."""
+    from tcperf.advisor.snippets import plain
+    from tcperf.advisor.trials import setup_of
+
+    class Seen(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin, self.seen = nn.Linear(4, 4), []
+
+        def forward(self, x):
+            self.seen.append(torch.backends.cudnn.benchmark)
+            return self.lin(x)
+    before = torch.backends.cudnn.benchmark
+    for name, on in (("fp32", False), ("amp_bf16+cudnn_benchmark", True),
+                     (recipes.with_cudnn_benchmark(recipes.get("fp32")), True)):
+        step = recipes.prepare(Seen(), name, "infer", torch.randn(2, 4), "cpu")
+        step()
+        assert step.model.seen == [on], name
+        assert torch.backends.cudnn.benchmark == before                  # restored after the step
+    assert "cudnn.benchmark = True" in plain(setup_of("amp_bf16+cudnn_benchmark"), "infer", "cuda")
+    assert "cudnn.benchmark" not in plain(setup_of("amp_bf16"), "infer", "cuda")

@@ -184,17 +184,6 @@ def test_a_worker_that_holds_an_object_has_cupti_let_go_after_each_profile(monke
         worker.close()
 
 
-def test_spares_kept_for_later_are_not_replaced_when_taken():
-    spares = Spares(CPU, 3)
-    try:
-        spares.keep(2)
-        assert len(spares.idle) == 2
-        spares.take(held_case()).close()
-        assert len(spares.idle) == 1                       # taken, not replaced
-    finally:
-        spares.close()
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_a_paused_worker_is_stopped_until_resumed():
     worker = Worker(CPU, own_group=True, case=held_case())

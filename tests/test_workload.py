@@ -126,8 +126,10 @@ def test_recipe_names_with_shapes():
     with pytest.raises(UserError, match="shapes"):
         recipes.get("bf16+compile@wobbly")
     assert root_of("bf16+cuda_graphs@pad64") == "bf16" and root_of("cuda_graphs") == "amp_bf16"
-    assert family("bf16", "cuda")[:3] == ["bf16", "bf16+compile", "bf16+compile@dynamic"]
-    assert family("bf16", "cpu") == ["bf16", "bf16@pad64", "bf16@pad128"]
+    assert family("bf16", "cuda") == ["bf16+compile@dynamic", "bf16+cuda_graphs@marked", "bf16+compile@marked",
+                                      "bf16+cuda_graphs@dynamic", "bf16+cuda_graphs@pad128", "bf16+cuda_graphs@pad64",
+                                      "bf16+compile"]
+    assert family("bf16", "cpu") == ["bf16@pad64", "bf16@pad128"]
 
 
 # --- recompiles counted -------------------------------------------------------------------------------------------
@@ -189,10 +191,35 @@ def test_a_padded_recipe_compiling_once_a_bucket_is_not_stopped_as_recompiling_p
     assert not first.stopped and first.steps == 6 and first.graphs == 4 and first.keys == 4
 
 
-def test_a_first_pass_past_its_cap_stops_and_says_so():
-    first = stream.first_pass(lambda x: __import__("time").sleep(0.02), _stream([3] * 20), "cpu", cap_s=0.05,
-                              per_shape=False)
-    assert first.stopped.startswith("still warming up") and first.steps < 20
+class FakeClock:
+    """A clock each step of a warm-up moves on by `step_s`: the seconds a compile would take, without waiting."""
+
+    def __init__(self, step_s: float):
+        self.now, self.step_s = 0.0, step_s
+
+    def __call__(self) -> float:
+        return self.now
+
+    def step(self, x):
+        self.now += self.step_s
+
+
+@pytest.mark.parametrize("steps, best_s, budget_s, stopped_after", [
+    (10_000, 12.0, None, 3),      # 3 s of warm-up + 9,997 steps at 1 ms > 12 s: cannot win after its 3rd step
+    (10_000, 60.0, None, None),   # the whole stream's 20 s + 9,980 x 1 ms = 30 s < 60 s: never stopped
+    (None, 12.0, None, None),     # a long job: the step decides, so no warm-up is too long
+    (None, 12.0, 7.5, 8),         # ... but the budget still ends: after 8 s of its 7.5 s
+])
+def test_a_warm_up_is_stopped_only_by_its_jobs_arithmetic_or_the_budget(steps, best_s, budget_s, stopped_after):
+    """No cap in seconds (issue 57): on a fake clock, 1 s a step of a 20-step stream whose speed of light is 1 ms."""
+    clock = FakeClock(1.0)
+    limit = stream.Limit(steps, sol_ms=1.0, best_s=best_s, budget_s=budget_s)
+    first = stream.first_pass(clock.step, _stream([3] * 20), "cpu", limit=limit, per_shape=0, clock=clock)
+    if stopped_after is None:
+        assert first.stopped == "" and first.steps == 20
+    else:
+        assert first.steps == stopped_after
+        assert ("cannot win" if budget_s is None else "--budget ran out") in first.stopped
 
 
 def _stream_case(spec, name, tmp_path, **more):
@@ -201,7 +228,7 @@ def _stream_case(spec, name, tmp_path, **more):
 
 
 def _session(spec, name, tmp_path, **more):
-    return engine.StreamSession(_stream_case(spec, name, tmp_path, cap_s=120, **more), "cpu").time()
+    return engine.StreamSession(_stream_case(spec, name, tmp_path, **more), "cpu").time()
 
 
 def test_a_stream_session_compiles_dynamic_shapes_twice_and_times_the_steady_state(files, tmp_path):
@@ -312,7 +339,7 @@ def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(fi
 @pytest.mark.parametrize("name", ["bf16+cuda_graphs@pad64", "bf16+compile@marked", "bf16+cuda_graphs@dynamic"])
 def test_gpu_a_stream_session_warms_up_once_then_replays(cuda, files, tmp_path, name):
     spec = source.load_spec(f"{files}:factory")
-    case = _stream_case(spec, name, tmp_path, cap_s=300, cold=str(tmp_path / "cold"))
+    case = _stream_case(spec, name, tmp_path, cold=str(tmp_path / "cold"))
     session = engine.StreamSession(case, cuda)
     session.time()
     row = session.profile()
@@ -440,96 +467,58 @@ def test_training_on_a_workload_pads_the_labels_with_the_ignore_index(tmp_path, 
     assert "labels" in out["workload"]["varying"]
 
 
-@pytest.mark.parametrize("alone_ms, picked", [(1.5, "bf16+cuda_graphs@marked"), (0.8, "bf16")])
-def test_the_pick_is_profiled_eager_timed_again_alone_and_every_worker_closed(alone_ms, picked):
-    """Beside idle workers BERT's eager read 7.0-7.5 ms a batch, alone 5.4-5.8 (an H100, 2026-11-26): the host-bound
-    recipe is timed again once every other worker and spare is closed, and profiled if it then wins."""
+def test_the_leading_precisions_and_their_ways_on_the_stream():
+    """Issue 57: within LEAD of the best, every passing precision where the best is host-bound, channels_last with
+    each reduced precision on convolutions; the ways FAMILY makes of a precision, padding left out where refused."""
     from tcperf.advisor import streams
-    events = []
 
-    class Fake:
-        def __init__(self, row, alone_ms=None):
-            self.row, self.alone_ms, self.closed = row, alone_ms, False
-
-        def call(self, name, timeout, **args):
-            events.append((self.row.precision, name))
-            if name == "time":           # the worker's row keeps its latest timing, as tcperf.engine's sessions do
-                self.row = self.row.replace(mean_ms=self.alone_ms, samples=[self.alone_ms])
-            profiled = {"kernel_ms": 1.0, "matmul_ms": 0.5} if name == "profile" else {}
-            return self.row.replace(metrics={**self.row.metrics, **profiled})
-
-        def close(self):
-            events.append((self.row.precision, "close"))
-            self.closed = True
-
-    class Spares:
-        def close(self):
-            events.append(("spares", "close"))
-
-    def row(name, ms):
-        return Result("advise.stream", {}, name, mean_ms=ms, median_ms=ms, samples=[ms],
-                      metrics={"stream": {"one_time_s": 0.0}})
-    eager, graphs = Fake(row("bf16", 2.0), alone_ms), Fake(row("bf16+cuda_graphs@marked", 1.0))
-    measured = [(RecipeResult.from_result(s.row), s) for s in (eager, graphs)]
-    out = streams._profiled(measured, None, timeout=60.0, spares=Spares())
-    assert events[:4] == [("bf16+cuda_graphs@marked", "profile"), ("spares", "close"),
-                          ("bf16+cuda_graphs@marked", "close"), ("bf16", "time")]
-    assert eager.closed and graphs.closed and out[0].step_ms == alone_ms
-    profiled = {name for name, what in events if what == "profile"}
-    assert profiled == {"bf16+cuda_graphs@marked", picked}
-    assert out[1].kernel_ms == 1.0 and out[1].op == "advise.stream"
-    assert (out[0].kernel_ms == 1.0) == (picked == "bf16")
+    def grid(busy):
+        return [_timed("fp32", 21.2), _timed("fp16", 27.9), _timed("fp16+compile", 14.0), _timed("bf16", 60.0)] + \
+            [RecipeResult("tf32", "fails")] if busy else [_timed("fp32", 21.2), _timed("fp16", 30.0)]
+    fast = grid(False)
+    for r in fast:
+        r.gpu_busy = 0.99
+    assert streams.leading(fast, convs=False) == [("fp32", ())]
+    slow = grid(True)
+    for r in slow:
+        r.gpu_busy = 0.3                     # a host-bound step: the precision barely moves it
+    assert [p for p, _ in streams.leading(slow, convs=False)] == ["fp16", "fp32", "bf16"]
+    assert [p for p, _ in streams.leading(slow, convs=True)] == ["fp16", "fp32", "bf16", "fp16+channels_last",
+                                                                   "bf16+channels_last"]
+    ways = streams.family("fp16+channels_last", "cuda")
+    assert ways[0] == "fp16+channels_last+compile@dynamic" and "fp16+channels_last+cuda_graphs@pad64" in ways
+    assert not any("pad" in w for w in streams.family("fp16", "cuda", pad_refused="output 0's dimension 1 ..."))
+    assert streams.on("bf16", streams.way_of("fp16+cuda_graphs@marked")) == "bf16+cuda_graphs@marked"
+    assert streams.family("amp_bf16", "cuda")[0] == "compile@dynamic"         # the ladder's compile
 
 
-class _Racer:
-    """A stream session whose first pass takes `first_s` unless killed first; then timed at `ms` a step."""
+def test_a_stream_whose_output_is_shorter_than_its_input_has_padding_refused_before_any_warm_up(tmp_path, db_path,
+                                                                                                capsys):
+    """The GRU of issue 57 subsamples time by 4: padding cannot be cut back out of its outputs. The probe says so
+    and no padded recipe is prepared; the advice says why."""
+    path = tmp_path / "subsample.py"
+    path.write_text(textwrap.dedent("""
+        import torch
 
-    def __init__(self, name, first_s, ms):
-        import threading
-        self.name, self.first_s, self.ms, self.killed = name, first_s, ms, threading.Event()
+        class Subsample(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv1d(8, 16, 4, stride=4)
 
-    def call(self, what, timeout, **args):
-        if what == "first" and self.killed.wait(self.first_s):
-            return Result("advise.stream", {}, self.name, "error", message="worker died (killed by SIGKILL)")
-        return Result("advise.stream", {}, self.name, mean_ms=self.ms, median_ms=self.ms, samples=[self.ms],
-                      metrics={"stream": {"one_time_s": self.first_s}})
+            def forward(self, x):                      # (batch, frames, 8) -> (batch, frames / 4, 16)
+                return self.conv(x.transpose(1, 2)).transpose(1, 2)
 
-    def kill(self):
-        self.killed.set()
-
-
-@pytest.mark.parametrize("steps, stopped", [(10_000, True), (None, False)])
-def test_a_warm_up_that_cannot_win_the_job_even_at_the_speed_of_light_is_stopped(steps, stopped):
-    from tcperf.advisor import streams
-    eager, slow = _Racer("bf16", 0.0, 1.0), _Racer("bf16+compile@dynamic", 1.5, 0.5)
-    opened = {r.name: (r, Result("advise.stream", {}, r.name)) for r in (eager, slow)}
-    # eager's job of 10,000 steps: 10 s; the slow one's, at a speed of light of 1 ms a step, at least 9.9 s
-    # plus its warm-up so far: once that passes 0.1 s it cannot win
-    race = streams.Race(steps, 1.0, tell=lambda name: None, log=lambda text: None)
-    t0 = time.perf_counter()
-    rows = race.run(opened, timeout=60)
-    assert rows["bf16"].status == "ok"
-    if stopped:
-        assert rows[slow.name].status == "skipped" and "speed of light" in rows[slow.name].message
-        assert time.perf_counter() - t0 < 1.4 and slow.killed.is_set()
-    else:                       # a long job: any recipe may have the fastest step; only the worker's cap stops it
-        assert rows[slow.name].status == "ok" and not slow.killed.is_set()
-
-
-def test_the_survivors_are_timed_in_interleaved_rounds_each_round_adding_a_pass():
-    from tcperf.advisor import streams
-    calls = []
-
-    class Timed:
-        def __init__(self, name):
-            self.name = name
-
-        def call(self, what, timeout, **args):
-            calls.append((self.name, what, args["passes"], args["fresh"]))
-            return Result("advise.stream", {}, self.name)
-    rows = streams._rounds({"a": Timed("a"), "b": Timed("b")}, timeout=60, rounds=3)
-    assert [c[0] for c in calls] == ["a", "b"] * 3 and {c[2] for c in calls} == {1}
-    assert [c[3] for c in calls] == [True, True, False, False, False, False] and set(rows) == {"a", "b"}
+        def factory():
+            torch.manual_seed(0)
+            return {"model": Subsample(), "workload": lambda step: torch.randn(2, 16 * (2 + step % 5), 8)}
+    """))
+    rc = main(["advise", f"{path}:factory", "--device", "cpu", "--db", db_path, "--recipes", "fp32,bf16", "--json"])
+    assert rc == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    assert "without following any input dimension" in out["workload"]["pad_refused"]
+    assert out["stream"] and not any("pad" in r["recipe"] for r in out["stream"])
+    assert any(n.startswith("padded recipes not tried on the workload") for n in out["notes"])
 
 
 def test_an_unstable_pick_beside_a_faster_step_that_lost_on_its_warm_up_says_so():
@@ -541,20 +530,3 @@ def test_an_unstable_pick_beside_a_faster_step_that_lost_on_its_warm_up_says_so(
     note = verdict.unstable_note(eager, [eager, graphs], by_job=True)
     assert "-9" not in note and "85% shorter" in note and "one-time cost" in note
     assert "over the stream's passes" in note and "runoff" not in note
-
-
-def test_a_recipe_whose_warm_up_has_ended_is_not_stopped_while_its_bound_is_timed():
-    """Stopping weighs the warm-up so far: once a recipe's first pass has ended, the seconds of its bound's timing
-    are steps of its job, not warm-up, and it is left to finish."""
-    from tcperf.advisor import streams
-
-    class SlowTimer(_Racer):
-        def call(self, what, timeout, **args):
-            if what == "time":
-                time.sleep(1.2)
-            return super().call(what, timeout, **args)
-    eager, late = _Racer("bf16", 0.0, 1.0), SlowTimer("bf16+cuda_graphs@marked", 0.0, 0.5)
-    opened = {r.name: (r, Result("advise.stream", {}, r.name)) for r in (eager, late)}
-    race = streams.Race(10_000, 1.0, tell=lambda name: None, log=lambda text: None)
-    rows = race.run(opened, timeout=60)
-    assert rows[late.name].status == "ok" and not late.killed.is_set()

@@ -38,6 +38,8 @@ from .result import Advice
 from .search import Search, default_jobs
 
 MODES = ("infer", "train")
+WORKLOAD_BUDGET_S = 150.0   # --budget's default with a workload (issue 57's target for a model of up to 150M
+#                             parameters on one H100); None on one input
 MAX_KEPT = 16           # more culprits than this and keeping them in fp32 is not a mixed recipe any more
 SPARES_PER_JOB = 2      # workers started ahead of the recipes, per parallel job: two waves (on an H200 with 8 jobs,
 #                         those replacing the eager wave's took 16 s to be ready beside the compiles; the compiled
@@ -87,7 +89,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         budget=None, jobs=None, ceilings=None, progress=None) -> Advice:
     """The advice on a model given as a spec in memory or as a factory `target` ('file.py:factory': then nothing of
     the user's runs in this process). on_result(RecipeResult) sees each recipe as it is measured;
-    progress(done, total, seconds_left, recipe) after each; budget: seconds the search may take; ceilings: this
+    progress(done, total, seconds_left, recipe) after each; budget: seconds the advice may take (None: no limit on
+    one input, WORKLOAD_BUDGET_S with a workload); ceilings: this
     GPU's measured ceilings (tcperf.peaks.measured), else the speed of light measures its own."""
     started = time.perf_counter()
     tol = check_args(mode, tolerance, recipes, check_steps, timeout, budget, jobs, steps)
@@ -113,7 +116,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         notes = _notes(device) + bench.notes + facts.notes
         layers = facts.layers
         lint.flag(layers, trials.lint_precisions(mode, recipes), _sm_count(device))
-        bench.spares_for_later = len(streams.FAMILY) if facts.workload and device.type == "cuda" else 0
+        budget = budget if budget is not None else WORKLOAD_BUDGET_S if facts.workload else None
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
                         grow=not recipes, layers=layers)
         found: dict = {}
@@ -130,7 +133,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         phases.update(search.phases)
         trials.add_speedups(results)
         ceilings = dict(ceilings or {})     # the workload stage adds what it measures; the speed of light reuses it
-        streamed = _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases, ceilings)
+        deadline = started + budget if budget else None
+        streamed = _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings, deadline)
     notes += _reference_notes(results) + _search_notes(search)
     chosen = verdict.choose(results, search.decision) if device.type == "cuda" else None
     t0 = time.perf_counter()
@@ -151,30 +155,43 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
                   phases=phases, stream=streamed, workload=facts.workload, steps=steps)
 
 
-def _workload_stage(bench, facts, results, search, steps, notes, log, progress, phases, ceilings: dict) -> list:
-    """With a workload: the pick's precision's ways of meeting varying shapes, on its stream (a stage that fails
-    is a note). Nothing without a workload, or where nothing passed. On a GPU the ceilings come first (into
-    `ceilings`): a step's speed of light bounds the jobs of the recipes still warming up."""
+def _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings: dict,
+                    deadline: float | None) -> list:
+    """With a workload: the leading recipes on its stream, each alone and cold (tcperf.advisor.streams; a stage
+    that fails is a note). Nothing without a workload, or where nothing passed. The workers the search kept are
+    closed first: nothing of tcperf's runs beside a recipe measured on the stream."""
     if not facts.workload:
         return []
-    pick = (verdict.choose(results, search.decision) if bench.device.type == "cuda" else None) or \
-        verdict.candidate(results)
-    if pick is None:
+    if not any(r.passes for r in results):
         notes.append("the workload was not timed: no recipe passed on the example input")
         return []
     t0 = time.perf_counter()
-    sol = None
-    if bench.device.type == "cuda":     # a few hundred ms where the store has none (tcperf.peaks.measure_now)
-        ceilings.update(_stage("the ceilings", notes, log, lambda: _ceilings_for(pick.runs, bench.device, ceilings),
-                               {}))
-        sol = limit.floor(pick.runs, facts.workload.get("flops_per_step"), facts.params, bench.mode, ceilings)
-    found = _stage("the workload", notes, log,
-                   lambda: streams.run(bench, pick, steps, log, progress, sol_ms=sol and sol["sol_ms"],
-                                               phases=phases), [])
-    for r in found:
+    if bench.spares is not None:
+        bench.spares.close()
+    sol_of = _sol_of(facts, bench, ceilings, notes, log) if bench.device.type == "cuda" else None
+    stage = _stage("the workload", notes, log,
+                   lambda: streams.run(bench, results, facts.workload, steps, convs=facts.kind == "cnn",
+                                       sol_of=sol_of, deadline=deadline, log=log, progress=progress),
+                   streams.Stage())
+    for r in stage.results:
         bench.report(r)          # stored, and logged, as the search's recipes are
+    if facts.workload.get("pad_refused"):
+        notes.append(f"padded recipes not tried on the workload: {facts.workload['pad_refused']}")
+    if stage.untried:
+        notes.append(f"--budget ran out on the workload: not tried: {', '.join(stage.untried)}")
     phases["workload_s"] = time.perf_counter() - t0
-    return found
+    return stage.results
+
+
+def _sol_of(facts, bench, ceilings: dict, notes: list, log):
+    """recipe -> the least ms a step of it can take on the stream (FLOPs at the measured ceiling of its precision,
+    bytes at the copy bandwidth: tcperf.advisor.limit), the ceilings measured once a precision where the store has
+    none (into `ceilings`)."""
+    def sol_ms(name: str) -> float | None:
+        ceilings.update(_stage("the ceilings", notes, log, lambda: _ceilings_for(name, bench.device, ceilings), {}))
+        found = limit.floor(name, facts.workload.get("flops_per_step"), facts.params, bench.mode, ceilings)
+        return found and found["sol_ms"]
+    return sol_ms
 
 
 def _ceilings_for(name: str, device, ceilings: dict | None) -> dict:

@@ -119,8 +119,8 @@ class Pool:
                 s.resume()
             self.hushed, self.stopped = False, set()
 
-    def close_spares(self, keep: int = 0) -> None:
+    def close_spares(self) -> None:
         """No recipe of the search will start now: spares starting up would share the CPU with the runoff's
-        host-bound steps. `keep` idle ones stay (they wait on their input, idle) for the workload stage."""
+        host-bound steps."""
         if self.spares is not None:
-            self.spares.keep(keep)
+            self.spares.close()

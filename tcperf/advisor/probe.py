@@ -28,6 +28,7 @@ from ..errors import UserError, one_line
 from ..records import Result, Source
 from ..runner import InProcess, Worker
 from ..source import check, load_source, load_spec, on_device, save_source
+from ..spec import tensors
 from . import lint
 
 STAGES = ("load", "check", "workload", "lint", "reference")
@@ -121,33 +122,37 @@ class Probe:
     @user_errors
     def workload(self) -> Result:
         """The fp32 forward on the first step of each distinct shape of the stream (a shape the model rejects is
-        one line naming the step) and its FLOPs; FLOPs a step averaged over the stream."""
+        one line naming the step): its FLOPs, FLOPs a step averaged over the stream, and whether padding the varying
+        dimensions could be undone on the outputs (tcperf.workload.unpaddable: else padded recipes are refused
+        before any warm-up)."""
         if not self.spec.workload:
             return self.row(workload=None)
         from torch.utils.flop_counter import FlopCounterMode
-        steps, flops_of = self.spec.workload, {}
+        steps, flops_of, outputs = self.spec.workload, {}, {}
         stream = [workmod.flat(a, k) for a, k in steps]
         self.spec.model.eval()
         for i, x in enumerate(stream):
             key = workmod.shape_key(x)
             if key not in flops_of:
-                flops_of[key] = self._forward_flops(steps[i], i, FlopCounterMode)
+                flops_of[key], outputs[key] = self._forward(steps[i], i, FlopCounterMode)
         varying = workmod.varying_dims(stream)
         names = workmod.names(*steps[0])
         return self.row(workload={
             "length": len(stream), "distinct": len(flops_of),
             "varying": {names[i]: {str(d): n for d, n in dims.items()} for i, dims in varying.items()},
-            "flops_per_step": sum(flops_of[workmod.shape_key(x)] for x in stream) / len(stream)})
+            "flops_per_step": sum(flops_of[workmod.shape_key(x)] for x in stream) / len(stream),
+            "pad_refused": workmod.unpaddable(list(outputs), list(outputs.values())) if varying else None})
 
-    def _forward_flops(self, step: tuple, i: int, counter) -> float:
+    def _forward(self, step: tuple, i: int, counter) -> tuple[float, tuple]:
+        """(FLOPs, the shapes of the floating-point outputs) of one fp32 forward on a workload step."""
         args, kwargs = step
         try:
             with precmod.apply("fp32", self.device.type), torch.no_grad(), counter(display=False) as flops:
-                self.spec.model(*args, **kwargs)
+                out = self.spec.model(*args, **kwargs)
         except Exception as e:
             raise UserError(f"the model rejects workload step {i} ({workmod.describe(args, kwargs)}): "
                             f"{one_line(e)}") from None
-        return float(flops.get_total_flops())
+        return float(flops.get_total_flops()), tuple(tuple(t.shape) for t in tensors(out))
 
     @user_errors
     def lint(self) -> Result:

@@ -224,6 +224,7 @@ class Search(Plan):
         self._timeline = Timeline(started)
         self.pool = Pool(bench, self._timeline)
         self.alive: dict[str, tuple] = {}      # leader label -> (session, result)
+        self.crowded: list[Item] = []           # ran out of memory beside other workers: tried again alone
         self.decision, self.phases = {}, {}
 
     @property
@@ -239,7 +240,7 @@ class Search(Plan):
         self._add([candidate(i) for i in items])
         try:
             self._drain(after_eager)
-            self.pool.close_spares(keep=getattr(self.bench, "spares_for_later", 0))
+            self.pool.close_spares()
             self.phases["grid_s"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             self._runoff()
@@ -247,7 +248,26 @@ class Search(Plan):
         finally:
             for session, _ in self.alive.values():
                 session.close()
+        self._alone_again()
         return self.results
+
+    def _alone_again(self) -> None:
+        """The recipes that ran out of memory while other workers held the GPU's memory, prepared and timed again
+        now that none is alive: a recipe is stored as oom only where it runs out of memory alone."""
+        for item in self.crowded:
+            worker = self.bench.open(item)
+            try:
+                row = worker.call(self.bench.kind, worker.case, self.bench.device, hold=True,
+                                  timeout=self.bench.timeout)
+                if row.ok and self.timed:
+                    row = worker.call("time", timing=GRID_TIMING, profile=True, timeout=self.bench.timeout)
+            finally:
+                worker.close()
+            r = RecipeResult.from_result(row)
+            r.base = r.base or item.base
+            if r.status == "oom":
+                r.message = f"{r.message} (alone on the GPU too)"
+            self._record(r)
 
     def _drain(self, after_eager) -> None:
         while self.queue or self.running or after_eager:
@@ -289,6 +309,10 @@ class Search(Plan):
         self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
         r = RecipeResult.from_result(row)
         r.base = r.base or cand.item.base
+        if r.status == "oom":
+            self.crowded.append(cand.item)          # tried again alone at the end, recorded then
+            self._keep(r, session)
+            return
         self._record(r)
         if r.passes and self.timed and self.grow:
             self._add(self._above(cand, r, row.metrics))

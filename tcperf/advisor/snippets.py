@@ -38,6 +38,7 @@ class Setup:
     keep_fp32: tuple = ()               # module names kept in float32 under autocast
     weights: str | None = None          # inference: the model cast to 'float16' | 'bfloat16'
     step_graph: bool = False            # training: the whole step captured in one CUDA graph and replayed
+    cudnn_benchmark: bool = False       # cuDNN's autotuning on (measured so: the snippet sets what was measured)
     fused: bool = False                 # training: the optimizer made with fused=True
     shapes: str = "static"              # a workload's varying shapes met as tcperf.recipes.SHAPES says
     pad_to: int | None = None           # ... padded to multiples of this
@@ -51,8 +52,11 @@ class Setup:
 def _flags(s: Setup) -> list[str]:
     mm = "high" if s.tf32 else "highest"
     why = "TF32 Tensor Cores for float32 matmuls" if s.tf32 else "strict float32: no TF32"
-    return [f'torch.set_float32_matmul_precision("{mm}")  # {why}',
-            f"torch.backends.cudnn.allow_tf32 = {s.tf32}  # the same for convolutions"]
+    flags = [f'torch.set_float32_matmul_precision("{mm}")  # {why}',
+             f"torch.backends.cudnn.allow_tf32 = {s.tf32}  # the same for convolutions"]
+    if s.cudnn_benchmark:
+        flags.append("torch.backends.cudnn.benchmark = True  # cuDNN times its algorithms at each new input shape")
+    return flags
 
 
 def _model_lines(s: Setup, mode: str, device_type: str, with_compile: bool = True) -> list[str]:

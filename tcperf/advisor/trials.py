@@ -118,6 +118,7 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: di
                  compile_options=tuple((r.compile_options or {}).items()), fp8=r.fp8, int8=r.int8,
                  keep_fp32=tuple(keep), weights=r.weights, step_graph=r.step_graph,
                  fused=r.fused, shapes=r.shapes if varying else "static", pad_to=r.pad_to if varying else None,
+                 cudnn_benchmark=r.cudnn_benchmark,
                  varying=tuple((k, tuple((int(d), n) for d, n in dims.items())) for k, dims in (varying or {}).items()))
 
 
@@ -196,7 +197,6 @@ class Bench:
         self.name = spec.name if spec is not None else None
         self.source = Source(target=target) if target else self._pickled() if isolate else None
         self.spares = None          # tcperf.runner.Spares: workers started ahead of the recipes (start_spares)
-        self.spares_for_later = 0   # idle spares the search leaves for a later stage (the workload's recipes)
 
     def _pickled(self) -> Source | None:
         try:

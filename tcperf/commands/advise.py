@@ -49,8 +49,10 @@ def add_parser(sub) -> None:
                    help=f"seconds one recipe (or one stage of loading the model) may take, compile included "
                         f"(default {trials.DEFAULT_TIMEOUT:.0f})")
     p.add_argument("--budget", type=positive_number, default=None,
-                   help="seconds the search may take: recipes that would not finish in time are not started, "
-                        "and the advice names them (default: no limit)")
+                   help="seconds the whole advice may take: recipes that would not finish in time are not started, "
+                        "a warm-up under way is stopped, and the advice names them (default: no limit on one "
+                        f"input; {api.WORKLOAD_BUDGET_S:.0f} s with a workload, whose recipes are measured one at a "
+                        "time)")
     p.add_argument("--jobs", type=int, default=None,
                    help="recipes prepared (compiled) at once in parallel workers (default: 5 for every 8 "
                         "cores, at most 10, on a GPU)")

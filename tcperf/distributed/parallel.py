@@ -137,7 +137,7 @@ def run_cell(case: Case, device, job: Job) -> Result:
 def cell_task(case: Case, device, job: Job) -> Result:
     """The cell on this rank: engine.measure with DDP or FSDP2 around the recipe's model, then the totals."""
     s, a = case.shape, case.args
-    rec, par = recipes.get(case.precision), PARALLELS[s["parallel"]]
+    rec, par = recipes.with_cudnn_benchmark(recipes.get(case.precision)), PARALLELS[s["parallel"]]
     launch.beat(f"{s['model']} {rec.name} {par.name}: set-up")
     base = ladder._base(s["model"], s["mode"], rec, s["batch"], models.get(s["model"]), a.config)
     cell = source.builtin(s["model"], a.config, s["batch"], case.seed, device)

@@ -89,7 +89,7 @@ def prepare(task, rec: recipes.Recipe, device: torch.device, seed: int):
 def train_to_target(task, recipe, device, *, seed: int, target: float, budget: Budget) -> dict:
     """One run -> {status, message, trace, steps, warmup_s, ...}; status ok (reached), not_reached, diverged or
     skipped."""
-    rec, device = recipes.get(recipe), torch.device(device)
+    rec, device = recipes.with_cudnn_benchmark(recipes.get(recipe)), torch.device(device)
     t_init = time.perf_counter()
     made = prepare(task, rec, device, seed)
     if isinstance(made, str):
