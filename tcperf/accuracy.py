@@ -5,23 +5,19 @@ strict on the same weights and inputs; the largest absolute error; top-1 agreeme
 user's metric. A reference that says nothing (all zero or constant, as torchvision's ViT gives with its
 zero-initialised head) is named as such, and the input of the last layer is compared instead.
 
-Training: a recipe must learn as fp32 strict does. Over the first 16 steps GPT-2 small's loss falls from 11.0 to
-9.49 in fp32; a bound on the loss difference of max(3 x noise, 0.02 x the starting loss) let a recipe end 1.1 nats
-above fp32 (fp32's own noise: 2e-6), about three quarters of what fp32 learns over the window. So a recipe is held
-to the loss decrease fp32 achieves:
+Training: a recipe must learn as fp32 strict does. A bound on the loss difference alone, max(3 x noise, 0.02 x the
+starting loss), let a recipe end 1.1 nats above fp32 on GPT-2 small, three quarters of what fp32 learns over its
+first 16 steps (11.0 to 9.49). So a recipe is held to the loss decrease fp32 achieves:
 
     fall   = first loss - mean loss of the last END_STEPS (3) steps, for the recipe (d) and for fp32 (D); fp32's at
-             the recipe's optimizer-update counts (a step GradScaler skipped applied no update: calibration, not
-             divergence, so fp32's window ends as many updates in as the recipe's); the recipe's from the lower of
-             its own and fp32's first loss (both run the same weights: a recipe whose arithmetic starts it higher,
-             broken weights say, earns no fall for it)
+             the recipe's optimizer-update counts (a step GradScaler skipped applied no update); the recipe's from
+             the lower of its own and fp32's first loss (same weights: a recipe that starts higher earns no fall)
     spread = max |D_i - D| over NOISE_RUNS (2) fp32 runs with weights x (1 + 1e-6 N(0,1)) and other dropout masks
     passes when d >= D - max(tolerance x D, NOISE_FACTOR x spread)
 
-The tolerance is the share of fp32's decrease a recipe may lose: 0.10 by default (KEEP = 90% kept); a recipe that
-learns more than fp32 passes. The deciding error is the share lost, max(0, 1 - d/D). Two noise runs are enough:
-the spread decides only where 3 x spread > 10% of D (a chaotic start), and a third run would add half again to
-the reference's cost.
+The tolerance is the share of fp32's decrease a recipe may lose (0.10 by default: KEEP); the deciding error is the
+share lost, max(0, 1 - d/D). Two noise runs are enough: the spread decides only where 3 x spread > 10% of D (a
+chaotic start), and a third run would add half again to the reference's cost.
 
 When fp32's loss does not fall beyond its own spread (D <= max(NOISE_FACTOR x spread, MIN_FALL x starting loss):
 converged already, chaotic, or not learning), the decrease cannot judge and the gap criterion does, as the

@@ -71,10 +71,9 @@ def significance(a, b) -> tuple[bool, float | None, str]:
 def claim(fast: dict, slow: dict) -> tuple[bool, str]:
     """Whether stored row `fast` is faster than row `slow` beyond the spread, and why (not): a row timed on a
     shared CPU's scheduler steps (metrics.quantised_ms, tcperf.timing.quantum) carries no claim; else their samples
-    must differ significantly (significance). Rows timed more than once (metrics.timings, tcperf.rows.merge_repeats:
-    a CPU `tcperf run` times its suite twice) must differ the same way, significantly, in every timing: on a shared
-    CPU one timing said bf16 attention 1.29x fp32 and the next 0.90x, both significant alone (issue 58). Every
-    "x faster" a report or table states goes through here."""
+    must differ significantly, in every timing of a row timed more than once (metrics.timings: on a shared CPU one
+    timing said bf16 attention 1.29x fp32 and the next 0.90x, both significant alone; issue 58). Every "x faster"
+    a report or table states goes through here."""
     for r in (fast, slow):
         step = (r.get("metrics") or {}).get("quantised_ms")
         if step:

@@ -1,11 +1,10 @@
 """torch.compile's products kept in a file beside the results store, so that a second run compiles less.
 
 torch.compile writes what it compiles (Inductor's FX graph cache, AOTAutograd's cache, Triton's kernels and their
-autotuning) under /tmp/torchinductor_$USER by default. A fresh machine, a new container or a cleaned /tmp compiles
-everything again: minutes for a large model decoded with coordinate-descent tuning. PyTorch's portable "mega-cache"
-(torch.compiler.save_cache_artifacts / load_cache_artifacts, torch >= 2.7) serialises what this process compiled
-into one blob and hot-loads it into those caches in another process; this module keeps the blob in a file beside
-the store (which the user keeps, unlike /tmp), named by a hash of everything that invalidates it.
+autotuning) under /tmp/torchinductor_$USER, which a fresh machine, a new container or a cleaned /tmp lacks.
+PyTorch's portable "mega-cache" (torch.compiler.save_cache_artifacts / load_cache_artifacts, torch >= 2.7)
+serialises what this process compiled into one blob and hot-loads it in another process; this module keeps the
+blob in a file beside the store (which the user keeps), named by a hash of everything that invalidates it.
 
     cache = CompileCache(folder, {"torch": ..., "gpu": ..., "model": ..., "precision": ..., "batch": ...})
     cache.load()                 # before the first compile
@@ -13,11 +12,8 @@ the store (which the user keeps, unlike /tmp), named by a hash of everything tha
     status = cache.save()        # "hit": every compile was served from a cache; "miss": something compiled from
                                  # scratch (the file is written); "off": nothing compiled, or no folder given
 
-Measured on 2 CPU cores (torch 2.13, 2026-11-25), the tiny model's decode step in a fresh Inductor cache folder:
-16 s to compile from scratch, 13.5 s with the file (the CPU's C++ kernels are rebuilt). On an H100 (torch 2.11,
-2026-11-25), `tcperf generate llama-1b --precision int8wo`, each run with empty Inductor and Triton caches: 70.9 s
-from scratch, 36.4 s with the file (5.2 MB), "hit". Half, not seconds: what the file does not spare (Dynamo's
-tracing, the CUDA graph capture, whatever of the tuning it does not hold) is not yet measured apart.
+On an H100 (torch 2.11, 2026-11-25), `tcperf generate llama-1b --precision int8wo` with empty Inductor and Triton
+caches took 70.9 s from scratch, 36.4 s with the file (5.2 MB): Dynamo's tracing and the CUDA graph capture remain.
 """
 from __future__ import annotations
 
@@ -30,10 +26,8 @@ from pathlib import Path
 import torch
 
 STATUSES = ("hit", "miss", "off")
-# The blob is mostly Triton's source and cubins: xz at preset 1 shrinks the eight files of 2026-11-27's
-# generate_gpu on an H100 (Llama-3.1-8B and 3.2-1B, three precisions, the hand loops) from 50.9 MB to 3.6 MB (14x)
-# in 3.8 s on 2 CPU cores; preset 6 reaches 22x at 20 times the time. Small enough to keep beside the store, or
-# to carry to a fresh machine.
+# The blob is mostly Triton's source and cubins: xz at preset 1 shrank 2026-11-27's eight files (an H100's
+# generate_gpu) from 50.9 MB to 3.6 MB in 3.8 s on 2 CPU cores; preset 6 reaches 22x at 20 times the time.
 PRESET = 1
 
 

@@ -1,19 +1,11 @@
 """One engine that runs recipes on a model: the model ladder (`tcperf models`) and the advisor (`tcperf advise`) both
 measure through it, so a fix to how a recipe is prepared, checked or timed lands once.
 
-For one model spec (tcperf.spec: a built-in ladder model or the user's own) and one recipe (tcperf.recipes):
-1. does the recipe apply? From the model itself: channels_last needs 2-D convolutions; fp8 and int8 need nn.Linear
-   layers they can take carrying at least MIN_LINEAR_SHARE of the forward's matmul/conv FLOPs (the numbers are
-   said when skipping);
-2. prepare the step (a deep copy of the model; fp32 islands where the advisor found sensitive modules);
-3. check its accuracy against fp32 strict on the same weights and inputs (tcperf.accuracy);
-4. time it: the mean of back-to-back steps over a time window (what a loop of them sustains; the median and IQR
-   stay beside it), and optionally profile it (Tensor Core share, GPU busy), count its FLOPs (MFU), read peak
-   memory.
-
-`recipe_task` is what a worker runs (tcperf.runner runs each recipe in its own process with a timeout, so a recipe
-that hangs, crashes its process or runs out of memory is recorded while the others go on). The fp32 reference is
-computed once, in the first worker that needs it, and handed to the others through a file.
+For one model spec (tcperf.spec) and one recipe (tcperf.recipes): does the recipe apply to this model (skip_reason);
+prepare the step; check its accuracy against fp32 strict on the same weights and inputs (tcperf.accuracy); time it
+as the mean of back-to-back steps over a time window (what a loop of them sustains), and optionally profile it,
+count its FLOPs (MFU) and read its peak memory. A worker runs `recipe_task`, one recipe a process (tcperf.runner);
+the fp32 reference is made once, by the first worker that needs it, and read by the others from a file.
 
     row = measure(spec, "bf16+compile", "infer", "cuda", ref=reference(spec, "infer", "cuda"))     # a Result
     case = recipe_case(RecipeArgs("bf16+compile", "infer", source=source, reference=path), op="advise.recipe",
@@ -58,20 +50,17 @@ def linear_share(spec: Spec, kind: str) -> tuple[float, float, int]:
     from .layers import record
     layers = record(spec.model, spec.args, spec.kwargs)
     total = sum(l.flops * l.count for l in layers)
-    taken = set()
-    for l in layers:
-        module = _module(spec.model, l.module)
-        if type(module) is torch.nn.Linear and recipes.linear_limit(module, kind) is None:
-            taken.add(l.module)
+    taken = {l.module for l in layers if _takes(spec.model, l.module, kind)}
     eligible = sum(l.flops * l.count for l in layers if l.module in taken)
     return (eligible / total if total else 0.0), total / 1e9, len(taken)
 
 
-def _module(model: torch.nn.Module, name: str):
+def _takes(model: torch.nn.Module, name: str, kind: str) -> bool:
     try:
-        return model.get_submodule(name)
+        module = model.get_submodule(name)
     except AttributeError:          # the top level's own ops
-        return None
+        return False
+    return type(module) is torch.nn.Linear and recipes.linear_limit(module, kind) is None
 
 
 def skip_reason(rec: recipes.Recipe, spec: Spec, mode: str, device) -> str | None:
@@ -244,16 +233,13 @@ def load_reference(path: str | None, spec: Spec, mode: str, device, steps: int) 
 
 # --- one recipe -----------------------------------------------------------------------------------------------------
 def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, reference_file: str | None = None,
-            tolerance: float | None = None,
-            steps: int = accuracy.DEFAULT_STEPS, timing: dict | None = None, time_it: bool = True,
-            check: bool = True, keep=(), profile: bool = False, flops: bool = False,
+            tolerance: float | None = None, steps: int = accuracy.DEFAULT_STEPS, timing: dict | None = None,
+            time_it: bool = True, check: bool = True, keep=(), profile: bool = False, flops: bool = False,
             ceilings: dict | None = None, wrap=None, probe=None) -> Result:
     """One recipe on one spec -> its row (status ok | wrong | skipped; the runner adds error, oom and timeout; the
-    caller names the row's op and shape). Inference compares outputs; training, the loss's fall over `steps`
-    steps to fp32's. The reference is `ref`, else read from `reference_file` (made and saved there when missing).
-    check=False: speed only (no reference, no accuracy check). On many GPUs (tcperf.distributed.parallel): `wrap`
-    puts DDP or FSDP2 around the recipe's model, and `probe(row, step, device)` runs after the timing while the
-    step is alive (the profile of exposed communication)."""
+    caller names the row's op and shape). The reference is `ref`, else read from `reference_file` (made and saved
+    there when missing); check=False: speed only. On many GPUs (tcperf.distributed.parallel): `wrap` puts DDP or
+    FSDP2 around the recipe's model, and `probe(row, step, device)` runs after the timing while the step is alive."""
     rec, device = recipes.get(recipe), torch.device(device)
     row, step = prepare_checked(spec, rec, mode, device, ref=ref, reference_file=reference_file,
                                 tolerance=tolerance, steps=steps, check=check, keep=keep, wrap=wrap)
@@ -297,7 +283,8 @@ def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.de
     except recipes.NotApplicable as e:
         return row.replace(status="skipped", message=str(e)), None
     acc = _check(step, spec, mode, steps, ref, holder) if check else step()
-    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)   # sync point: first_call_s must end with the GPU's work
     row.metrics.update(first_call_s=time.perf_counter() - t0, notes=list(step.notes))
     if check:
         _judge(row, acc, mode, tol, ref)
@@ -374,10 +361,9 @@ def _time(row: Result, step, device: torch.device, timing: dict, spec: Spec, rec
 
 
 def peak_memory(device: torch.device, graphed: bool) -> int:
-    """Bytes a step needs at its peak. A replayed CUDA graph keeps its tensors in a private pool that the
-    allocator counts as reserved, not allocated (an H200, 2026-11-25: ResNet-50's whole-step graph read 0.9 GiB
-    allocated beside 10.9 GiB for the same step compiled), so a graphed step counts what is reserved, the cache
-    emptied before."""
+    """Bytes a step needs at its peak. A replayed CUDA graph keeps its tensors in a private pool counted as reserved,
+    not allocated (an H200, 2026-11-25: ResNet-50's whole-step graph read 0.9 GiB allocated, 10.9 GiB compiled
+    without it), so a graphed step counts what is reserved, the cache emptied before."""
     allocated = torch.cuda.max_memory_allocated(device)
     return max(allocated, torch.cuda.max_memory_reserved(device)) if graphed else allocated
 
@@ -387,9 +373,8 @@ def _profile(row: Result, step, device, step_ms: float) -> None:
     try:
         found = profile(step, device)
         row.metrics.update(tc_share=found["tc_share"], kernels=found["top"], kernel_ms=found["kernel_ms"],
-                              matmul_ms=found["matmul_ms"], kernel_kinds=found["kinds"],
-                              kernel_leaders=found["leaders"],
-                              gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
+                           matmul_ms=found["matmul_ms"], kernel_kinds=found["kinds"], kernel_leaders=found["leaders"],
+                           gpu_busy=gpu_busy(found["kernel_ms"], step_ms))
     except Exception as e:       # the profiler failing leaves the timing standing
         row.metrics["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160], "time_us": 0.0,
                                    "tensor_core": False}]
@@ -428,22 +413,14 @@ def peak_tflops(prec: str, device, ceilings: dict | None) -> tuple[float | None,
 
 
 def _fill_flops(row: Result, spec: Spec, rec, mode: str, device, ceilings) -> None:
-    flops = count_flops(spec, mode, device)
-    row.flops = flops
+    row.flops = flops = count_flops(spec, mode, device)
     row.tflops = flops / (row.mean_ms * 1e-3) / 1e12 if flops else None
     peak, source = peak_tflops(rec.peak_precision, device, ceilings)
-    metrics = row.metrics
-    metrics["model_flops"] = flops
-    metrics["mfu"] = row.tflops / peak if peak and row.tflops else None
-    metrics["mfu_basis"] = {"precision": rec.peak_precision, "tflops": peak, "source": source} if peak else None
+    row.metrics.update(model_flops=flops, mfu=row.tflops / peak if peak and row.tflops else None,
+                       mfu_basis={"precision": rec.peak_precision, "tflops": peak, "source": source} if peak else None)
 
 
 # --- housekeeping ---------------------------------------------------------------------------------------------------
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)   # sync point: wall-clock intervals must end with the GPU's work
-
-
 def fresh(device: torch.device, rec) -> None:
     """A clean slate: compiled graphs of earlier recipes (or runs) dropped (they must not serve this one), memory
     freed. Inductor's on-disk cache stays: what a second run of a user's script finds."""
@@ -480,9 +457,8 @@ class RecipeArgs:
 
 def recipe_case(args: RecipeArgs, *, op: str, shape: dict, label: str | None = None,
                 suite: str | None = None) -> Case:
-    """A case for one recipe on a model, measured by recipe_task (a worker that keeps the recipe alive makes a
-    RecipeSession or StreamSession of it instead); its row's precision is `label` (a mixed recipe's name) or the
-    recipe's."""
+    """A case for one recipe on a model, measured by recipe_task (or kept alive as a RecipeSession or StreamSession);
+    its row's precision is `label` (a mixed recipe's name) or the recipe's."""
     return Case(op, shape, label or args.recipe, recipe_task, suite=op.split(".")[0] if suite is None else suite,
                 args=args, preload=preload)
 
@@ -521,8 +497,7 @@ def spec_of(args: RecipeArgs, device) -> Spec:
 
 
 def recipe_task(case: Case, device, job: Job) -> Result:
-    """One recipe measured: the spec rebuilt from its source (or given, in this process), the reference read (or
-    made), the recipe prepared, checked and timed."""
+    """One recipe measured in a worker: measure() on the spec its args name (spec_of)."""
     a = case.args
     spec = spec_of(a, device)
     row = measure(spec, a.recipe, a.mode, device, reference_file=a.reference, tolerance=a.tolerance, steps=a.steps,
@@ -533,8 +508,7 @@ def recipe_task(case: Case, device, job: Job) -> Result:
 
 
 def _named(row: Result, case: Case) -> Result:
-    """The case's identity on the engine's row: its op, suite and shape, and its precision (a mixed recipe's
-    label)."""
+    """The case's identity on the engine's row: op, suite, shape and precision (a mixed recipe's label)."""
     row.op, row.suite, row.shape, row.precision = case.op, case.suite, case.shape, case.precision
     return row
 
@@ -566,9 +540,8 @@ class RecipeSession:
     def window(self, ms: float) -> float:
         """Back-to-back steps for about `ms` after a short warm-up: their mean in ms (the runoff's sample)."""
         from .timing import time_fn
-        m = time_fn(self.step, self.device, warmup_ms=min(50.0, ms / 4), rep_ms=ms, flush_l2=False,
-                    back_to_back=True, min_reps=3, max_reps=100_000)
-        return float(m.mean_ms)
+        return float(time_fn(self.step, self.device, warmup_ms=min(50.0, ms / 4), rep_ms=ms, flush_l2=False,
+                             back_to_back=True, min_reps=3, max_reps=100_000).mean_ms)
 
 
 def reference_path(folder, *parts) -> str:
@@ -577,14 +550,9 @@ def reference_path(folder, *parts) -> str:
 
 # --- a recipe on a workload's stream (the advisor's workload stage) ---------------------------------------------------
 class StreamSession:
-    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: made = prepared (the model at the
-    recipe, the fp32 reference of the stream's first steps); `first` = one pass over the stream from cold
-    (tcperf.stream.first_pass: its compiles and captures counted, its first CHECK_STEPS outputs checked against fp32
-    on the unpadded inputs); `time` = the second warm-up pass (at its first call only) and the steady passes;
-    `profile` = one pass under the profiler (the advisor asks it of its pick). `time` runs `first` if it has not run.
-
-    args.cold: a folder for Inductor's and Triton's caches, empty, so the compiles cost what they cost on a new
-    machine or container."""
+    """One recipe on the spec's workload (tcperf.workload) in a worker of its own: prepared when made (with the fp32
+    reference of the stream's first steps), then `first`, `time` and `profile` as the advisor asks. args.cold: empty
+    compile caches, so the compiles cost what they cost on a new machine or container."""
 
     def __init__(self, case: Case, device, job: Job | None = None):
         self.case, self.device = case, torch.device(device)
@@ -612,8 +580,8 @@ class StreamSession:
         return row, _prepare(spec, rec, a.mode, self.device, keep=a.keep), ref
 
     def first(self, limit: stream.Limit = stream.Limit()) -> Result:
-        """The first pass over the stream, from cold, and the accuracy of its first steps; stopped where `limit`
-        says the job cannot win or the budget ran out (tcperf.stream.Limit)."""
+        """The first pass over the stream, from cold (tcperf.stream.first_pass), and the accuracy of its first
+        CHECK_STEPS steps against fp32 on the unpadded inputs; stopped where `limit` says (tcperf.stream.Limit)."""
         if self.step is None or self.first_seen is not None:
             return self.row()
         row, rec = self._row, self.rec
@@ -657,8 +625,7 @@ class StreamSession:
         if not fresh:
             steady = stream.summary(self.pass_ms + steady["pass_ms"], len(self.stream))
         self.pass_ms = steady["pass_ms"]
-        n = len(self.stream)
-        samples = [t / n for t in steady["pass_ms"]]
+        samples = [t / len(self.stream) for t in steady["pass_ms"]]
         row = self._row
         row.samples, row.median_ms, row.mean_ms = samples, steady["step_ms"], steady["step_ms"]
         row.min_ms, row.iqr_ms, row.n = min(samples), max(samples) - min(samples), len(samples)
@@ -668,8 +635,7 @@ class StreamSession:
         return self.row()
 
     def profile(self) -> Result:
-        """One pass under the profiler (the advisor asks it of its pick only): kernel and matmul time a step, GPU
-        busy, Tensor Core share."""
+        """One pass under the profiler (the advisor asks it of its pick): kernel time, GPU busy, Tensor Core share."""
         if self.step is None or not self._row.ok or self.device.type != "cuda" or not self._row.median_ms:
             return self.row()
         from .profiler import gpu_busy, profile

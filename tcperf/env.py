@@ -97,8 +97,7 @@ def precision_support(device: torch.device) -> dict[str, str | None]:
 
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity (`taskset`, a container's cpuset) where the platform
-    tells, else the host's count. Two runs side by side on one host, each given its own block of cores, size their
-    workers to their own block."""
+    tells, else the host's count, so that runs side by side on one host size their workers to their own cores."""
     try:
         return len(os.sched_getaffinity(0)) or os.cpu_count() or 1
     except (AttributeError, OSError):      # macOS and Windows have no sched_getaffinity
@@ -259,8 +258,7 @@ def other_gpu_processes(index: int) -> list[int] | None:
     return [int(x) for x in out.split() if x.strip().isdigit() and int(x) != os.getpid()]
 
 
-# Throttle reasons that mean the clocks were held down by power, heat or a setting (idle and app-clock
-# settings are not throttling in this sense).
+# the clocks held down by power, heat or a setting (idle and app-clock settings are not throttling here)
 _THROTTLE_NAMES = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
                    0x80: "hw_power_brake"}
 

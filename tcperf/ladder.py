@@ -1,25 +1,15 @@
 """The model ladder: how fast each model trains and infers under each recipe, and what the recipe costs in accuracy.
 
-One cell is model x mode x recipe x batch. A cell is the model's spec (tcperf.source.builtin: the model at a fixed
-seed with its synthetic batch) measured by tcperf.engine, the same engine `tcperf advise` runs on the user's model:
-the recipe prepared, checked against fp32 strict (tcperf.accuracy: outputs in inference; in training the loss's fall
-over `steps` steps against fp32's, within its run-to-run spread, GradScaler's skipped steps aligned), timed as the
-mean of back-to-back steps (the first call holds torch.compile's compile time, reported apart as compile_s), its
-peak memory read and its FLOPs counted (the model's formula or torch.utils.flop_counter). Every cell runs with
-cuDNN's autotuning on (recipes.with_cudnn_benchmark), as the hand loops it is held against do. MFU is taken against the
-measured ceiling for the recipe's precision (`tcperf ceilings`) or, without one, the datasheet peak, and the row
-says which. A recipe outside its tolerance is stored as status "wrong", timed all the same: "fp16 diverged" is a
-finding, not a crash.
+One cell is model x mode x recipe x batch: the model's spec (tcperf.source.builtin: the model at a fixed seed with
+its synthetic batch) measured by tcperf.engine, the engine `tcperf advise` runs on the user's model, with cuDNN's
+autotuning on (recipes.with_cudnn_benchmark) as the hand loops it is held against have it. A recipe outside its
+tolerance is stored as status "wrong", timed all the same: "fp16 diverged" is a finding, not a crash.
 
-`climb` runs cells through tcperf.runner, one worker process per recipe in the order given (flags and compile
-caches never leak between recipes, a crash or OOM is recorded); the fp32 reference of each model, mode and batch is
-made once and handed to the later workers in a file. Speedups over fp32 and over the previous rung are filled in as
-each row arrives. `--batch auto` finds the largest batch that fits by doubling and bisection (out-of-memory caught,
-memory released) and reports throughput against batch. The `batch` rung (a recipe with fastest_batch) searches
-instead for the batch with the most items a second (`find_fastest_batch`), and its row is the full cell at the
-fastest batch that passes the training check (`_checked_cell`); it searches on the fastest rung already climbed
-among BATCH_BASES (the whole-step graph, the chunked cross-entropy, the fused stem), named in the row's
-metrics.base_rung.
+`climb` runs the cells through tcperf.runner, a worker process per recipe in the order given; the fp32 reference of
+each model, mode and batch is made once and handed to the later workers in a file, and the speedups over fp32 and
+over the previous rung are filled in as each row arrives. `--batch auto` finds the largest batch that fits
+(`find_max_batch`); the `batch` rung finds the batch with the most items a second (`find_fastest_batch`) on the
+fastest rung already climbed among BATCH_BASES, named in the row's metrics.base_rung.
 
     results = climb(cells(["gpt2"], "train", LADDER, [16]), torch.device("cuda"))
 On an H200 (anchors.md): GPT-2 small training amp_bf16 ~326k tokens/s; ResNet-50 training best ~6,750 img/s.
@@ -49,15 +39,12 @@ MIN_REPS = 5
 # --- cases ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CellArgs:
-    """What a cell needs beyond its identity (the case's shape and precision): the named configuration with any
-    sizes changed ('full:dim=2048'), the steps the training check compares, fp32's reference file (made there by the
-    first cell that needs it), the rung the batch search builds on, and (CPU tests) a batch above which memory runs
-    out."""
-    config: str = "full"
-    steps: int = DEFAULT_STEPS
-    reference: str | None = None
-    base: str | None = None
-    oom_above: int | None = None
+    """What a cell needs beyond its identity (the case's shape and precision)."""
+    config: str = "full"                 # the named configuration with any sizes changed ('full:dim=2048')
+    steps: int = DEFAULT_STEPS           # the steps the training check compares
+    reference: str | None = None         # fp32's reference file (made there by the first cell that needs it)
+    base: str | None = None              # the rung the batch search builds on
+    oom_above: int | None = None         # (CPU tests) a batch above which memory runs out
 
 
 def cell_case(model: str, mode: str, recipe: str, batch, *, config: str = "full", steps: int = DEFAULT_STEPS,
@@ -132,8 +119,7 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
     reference: the fp32 reference (a dict from engine.reference, or the path of a file an earlier cell saved it
     in); made in the cell when missing. oom_above: simulate running out of memory above this batch (tests of
     --batch auto on a CPU). check=False: throughput only (no accuracy check, no FLOP count): the probes of
-    --batch auto. profile: torch.profiler over a few steps after the timing (Tensor Core share, GPU busy, kernel
-    and matmul time a step, the largest kernels: tcperf.engine)."""
+    --batch auto. profile: the step's kernels after the timing (tcperf.engine)."""
     mod, rec, device = models.get(model), recipes.with_cudnn_benchmark(recipes.get(recipe)), torch.device(device)
     result = _base(model, mode, rec, batch, mod, config)
     why = rec.skip_reason(mode, device)
@@ -158,8 +144,7 @@ def measure_cell(model: str, mode: str, recipe, batch, device, *, config: str = 
 
 
 def _timing(timing: dict | None) -> dict:
-    """The runner's timing config -> back-to-back steps over rep_ms (no L2 flush: a model step is not a cold-cache
-    kernel)."""
+    """The runner's timing config -> back-to-back steps over rep_ms (engine.TIMING: no L2 flush)."""
     timing = timing or {}
     return {"warmup_ms": timing.get("warmup_ms", 25.0), "rep_ms": timing.get("rep_ms", 100.0), "min_reps": MIN_REPS}
 
@@ -171,10 +156,6 @@ def _base(model: str, mode: str, rec, batch, mod, config: str) -> Result:
     return Result("model", shape, rec.name, suite="models", tolerance=rec.tolerance,
                   metrics={"label": f"{name} {mode} b={batch}", "unit": mod.UNIT, "rung": rung,
                            "recipe": rec.describe(mod.KIND), "config": config})
-
-
-def _release(device: torch.device) -> None:
-    engine._release(device)
 
 
 # --- --batch auto -----------------------------------------------------------------------------------------------
@@ -200,9 +181,8 @@ def find_max_batch(fits, start: int = 1, limit: int = AUTO_LIMIT) -> int:
 
 def auto_batch(model: str, mode: str, rec, device, *, start: int = 1, limit: int = AUTO_LIMIT, **kw) -> Result:
     """The cell at the largest batch that fits, with the throughput of every batch tried (metrics.batch_curve) and
-    the batch that gave the most items a second (metrics.fastest_batch).
-    Each probe is a short throughput-only cell; with a torch.compile recipe every probe compiles afresh, so give
-    such a search a long --timeout."""
+    the batch that gave the most items a second (metrics.fastest_batch). With a torch.compile recipe every probe
+    compiles afresh: give such a search a long --timeout."""
     curve: list[dict] = []
 
     def fits(batch: int) -> bool:
@@ -235,7 +215,7 @@ def probe(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw:
     except torch.OutOfMemoryError:
         pass           # the exception (and the frames holding the step's tensors) is gone after this block
     finally:
-        _release(device)
+        engine._release(device)
     curve.append(point)
     log.info("%s %s: batch %d %s, %s items/s", model, mode, batch, point["status"], point["throughput"])
     return point
@@ -312,11 +292,10 @@ def fastest_batch_cell(model: str, mode: str, rec, batch: int, device, **kw) -> 
 
 def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[dict], kw: dict) -> tuple[int, Result]:
     """(the batch, its full cell): the fastest batch of the curve whose full cell fits and passes the training
-    check. The full cell holds more than a probe: fp32's reference at that batch and the check's float64 outputs
-    (GPT-2 at 32 x 1024: 12.3 GiB of float64 logits on an H100 that the probe had run at, 2026-11-26); where it
-    does not fit, the next fastest batch. Where the check fails, the next fastest smaller batch: in 16 steps a
-    larger batch learns less per step, and ResNet-50 at 1024 kept 80% of fp32's loss fall where 256 kept 98% (H200,
-    2026-11-27), so a larger one would fail too. Where none passes, the fastest failing cell, as it is."""
+    check. The full cell holds more than a probe (GPT-2 at 32 x 1024: 12.3 GiB of fp32's float64 logits on an H100,
+    2026-11-26); where it does not fit, the next fastest batch. Where the check fails, the next fastest smaller
+    batch: in 16 steps a larger batch learns less per step (ResNet-50 at 1024 kept 80% of fp32's loss fall, at 256
+    98%: H200, 2026-11-27). Where none passes, the fastest failing cell, as it is."""
     failed = None                            # (batch, cell) of the fastest batch whose check failed
     for point in by_speed(curve):
         if failed and point["batch"] > failed[0]:
@@ -325,7 +304,7 @@ def _checked_cell(model: str, mode: str, rec, batch: int, device, curve: list[di
             cell = _full_cell(model, mode, rec, point["batch"], batch, device, kw)
         except torch.OutOfMemoryError:
             point["note"] = "fastest, but its full cell (fp32's reference, the check) ran out of memory"
-            _release(device)
+            engine._release(device)
             continue
         if cell.status != "wrong":
             if failed:
@@ -359,7 +338,7 @@ def _final_cell(model, mode, rec, device, best: int, curve: list[dict], kw: dict
         try:
             return at(batch)
         except torch.OutOfMemoryError:
-            _release(device)
+            engine._release(device)
     return at(fitting[-1])
 
 
@@ -372,9 +351,7 @@ def group_key(s: dict) -> tuple:
 
 def add_speedups(result: Result, earlier: list[Result]) -> None:
     """speedup_fp32 and speedup_prev (throughput ratios) from the rows of the same model, mode and batch: prev is the
-    rung the recipe builds on (Recipe.over) where it ran, else the row before; pays_after_steps: the steps after
-    which a longer compile than prev's has paid for itself (its extra compile seconds over the time it saves a
-    step), where it compiles longer and steps faster."""
+    rung the recipe builds on (Recipe.over) where it ran, else the row before; pays_after_steps: pays_after(prev)."""
     m = result.metrics
     mine = m.get("throughput")
     same = [r for r in earlier if group_key(r.shape) == group_key(result.shape) and r.metrics.get("throughput")]
@@ -402,8 +379,7 @@ def pays_after(before: Result, after: Result) -> float | None:
 
 
 def _with_reference(case: Case, folder: str) -> Case:
-    """The file the fp32 reference of this model, mode, batch, steps and seed lives in: the first cell that needs
-    it makes it, the others read it."""
+    """The case with its fp32 reference's file (the first cell that needs it makes it, the others read it)."""
     s, a = case.shape, case.args
     if s["batch"] == "auto":
         return case
@@ -412,10 +388,9 @@ def _with_reference(case: Case, folder: str) -> Case:
 
 
 def climb(cases: list[Case], device, job: Job = Job(), *, on_result=None) -> list[Result]:
-    """Run the cells recipe by recipe in the order given (one worker process per recipe), each row completed
-    with its speedups before `on_result` sees it; run_cases's signature, so that measure_into_store can call it.
-    job.ceilings: {precision: TFLOPS} measured on this GPU, for MFU (else the datasheet peak). Returns the rows in
-    the order they finished."""
+    """Run the cells recipe by recipe in the order given, each row completed with its speedups before `on_result`
+    sees it; run_cases's signature, so that measure_into_store can call it. job.ceilings: {precision: TFLOPS}
+    measured on this GPU, for MFU (else the datasheet peak). Returns the rows in the order they finished."""
     done = Rows(on_result, complete=add_speedups)
     with tempfile.TemporaryDirectory(prefix="tcperf-ladder-") as folder:
         for recipe, group in groupby(cases, key=lambda c: c.precision):
@@ -430,9 +405,8 @@ def climb(cases: list[Case], device, job: Job = Job(), *, on_result=None) -> lis
 def skip_result(case: Case, device) -> Result | None:
     """The skipped row for a cell whose recipe does not apply to its model, mode or device; None otherwise."""
     shape, rec = case.shape, recipes.get(case.precision)
-    mod = models.get(shape["model"])
     why = rec.skip_reason(shape["mode"], device)
     if why is None:
         return None
-    result = _base(shape["model"], shape["mode"], rec, shape["batch"], mod, case.args.config)
+    result = _base(shape["model"], shape["mode"], rec, shape["batch"], models.get(shape["model"]), case.args.config)
     return result.replace(status="skipped", message=why)

@@ -4,10 +4,9 @@ advisor's shape lint checks against the Tensor Core rules (tcperf.advisor.lint).
 
     layers = record(model, args, kwargs)           # one forward, fp32; Layer(module='head', kind='gemm', ...)
 
-How: a `__torch_dispatch__` mode sees each aten op below autograd (aten.addmm for a Linear, aten.convolution,
-aten._scaled_dot_product_*_attention, ...) with its real operands; forward pre/post hooks on every submodule keep
-the stack of module names, so each op is owned by the innermost module that was running. FLOPs come from
-torch.utils.flop_counter's formulas.
+How: a `__torch_dispatch__` mode sees each aten op below autograd (aten.addmm for a Linear, aten.convolution, ...)
+with its real operands; forward pre/post hooks on every submodule keep the stack of module names, so each op is
+owned by the innermost module that was running. FLOPs come from torch.utils.flop_counter's formulas.
 """
 from __future__ import annotations
 

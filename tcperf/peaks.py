@@ -51,10 +51,9 @@ def percent_of(value: float | None, peak: float | None) -> float | None:
 
 
 def measure_now(device: torch.device, precision: str | None = None) -> dict:
-    """This GPU's copy bandwidth, and the Tensor Core ceiling at `precision` if given, timed now in this process
-    (a few hundred ms; tcperf.ops.case.measure_case checks each result before it times it): {precision: TFLOPS,
-    "bandwidth": GB/s, "from": ...}, a value None where its case failed. For the advisor's speed of light and
-    generate's byte limit where `tcperf ceilings` has not run."""
+    """This GPU's copy bandwidth, and the Tensor Core ceiling at `precision` if given, timed now (a few hundred ms,
+    each case checked first): {precision: TFLOPS, "bandwidth": GB/s, "from": ...}, a value None where its case
+    failed. For the advisor's speed of light and generate's byte limit where `tcperf ceilings` has not run."""
     from .ops.case import measure_case     # here: the ops import peaks' neighbours, not the other way round
     from .records import Case, Job
     copy = measure_case(Case("copy", {"n": QUICK_COPY}, "fp32", suite="quick"), device, Job())

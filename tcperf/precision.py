@@ -162,13 +162,10 @@ def apply(name: str | Precision, device_type: str = "cuda", *, benchmark_cudnn: 
 @contextlib.contextmanager
 def _no_autograd_cache():
     """AOTAutograd's on-disk cache off inside, as it was on exit: torch.compile compiles at a step's first call,
-    which runs in here.
-
-    Its key recorded whether autocast was on, not its dtype (fixed upstream in pytorch/pytorch#181564), so a graph
-    compiled under amp_fp16 by one worker was served to another compiling amp_bf16. Seen on an H200 with torch 2.11
-    (2026-11-24): awkward_mlp's amp_bf16 + compile reported amp_fp16's output error to the digit (0.00039 against
-    eager amp_bf16's 0.0031) and its Tensor Core share. Inductor's own FX graph cache stays on: its key is the
-    graph after autocast, casts included. Costs the AOT trace on a warm cache, a few seconds a compile."""
+    which runs in here. Its key recorded whether autocast was on, not its dtype (pytorch/pytorch#181564), so a graph
+    compiled under amp_fp16 was served to another worker compiling amp_bf16 (an H200, torch 2.11, 2026-11-24:
+    amp_bf16 + compile reported amp_fp16's output error to the digit). Inductor's FX graph cache stays on: its key
+    is the graph after autocast. Costs the AOT trace on a warm cache, a few seconds a compile."""
     import torch._functorch.config as functorch_config
     saved = functorch_config.enable_autograd_cache
     functorch_config.enable_autograd_cache = False

@@ -1,21 +1,17 @@
 """Which GPU kernels a call launched, and whether they ran on Tensor Cores.
 
-torch.profiler records the kernel names; `classify` reads the markers NVIDIA's libraries put in them, in this
-order (the first rule that matches decides):
+torch.profiler records the kernel names; `classify` reads the markers NVIDIA's libraries put in them (_RULES, in
+order: the first rule that matches decides):
 
-1. CUDA-core math, named: `ffma`/`dfma`/`hfma2` (xmma kernels say which instruction they use), `simt`,
-   `scudnn`/`dcudnn` (cuDNN's single/double SIMT kernels), `implicit_convolve_sgemm`, CUTLASS `OpClassSimt`,
-   and the helpers around attention kernels (`flash_bwd_dot_do_o`, `flash_bwd_convert_dq`,
-   `flash_fwd_splitkv_combine`, ...). -> not TC
-2. Tensor Core instructions or tiles, named: `wgmma`/`gmma` (Hopper), `hmma`/`imma`/`dmma`/`wmma`/`mma_sync`,
-   `tensorop`, `tensor16x8x16`-style xmma tiles, `sptensor`, `s16816`/`h884`/`i16832`-style cuBLAS/CUTLASS
-   tile names, `warpgroupsize` (sm90 xmma), `nvjet` (cuBLAS's Hopper/Blackwell kernels, wgmma/tcgen05),
-   `cutlass3x_sm90`, flash / memory-efficient / cuDNN attention (`flash_fwd`, `flash_bwd`, `fmha_`,
-   `sdpa_..._flash`), and cuDNN's persistent RNN kernels with `_HMMA`. -> TC
-3. xmma kernels by their operand types: `f16`, `bf16`, `tf32`, `i8`, `e4m3`, `e5m2`, `f64` -> TC
-   (fp64 runs on sm80+/sm90 DMMA); all-`f32` -> not TC.
-4. Everything else (elementwise, reductions, copies, layout transposes, `gemv`, `sgemm`, `gemmSN`,
-   `splitKreduce`, softmax, cuDNN RNN kernels without `_HMMA`) -> not TC.
+1. CUDA-core math, named: `ffma`/`dfma`/`hfma2`, `simt`, cuDNN's SIMT kernels (`scudnn`/`dcudnn`,
+   `implicit_convolve_sgemm`), CUTLASS `OpClassSimt`, the helpers around attention kernels. -> not TC
+2. Tensor Core instructions or tiles, named: `wgmma`/`gmma`, `hmma`/`imma`/`dmma`/`wmma`, `tensorop`, xmma and
+   cuBLAS/CUTLASS tiles (`tensor16x8x16`, `s16816`, `warpgroupsize`), `nvjet`, `cutlass3x_sm90`, flash /
+   memory-efficient / cuDNN attention, cuDNN's persistent RNN kernels with `_HMMA`. -> TC
+3. xmma kernels by their operand types: `f16`, `bf16`, `tf32`, `i8`, `e4m3`, `e5m2`, `f64` (sm80+ DMMA) -> TC;
+   all-`f32` -> not TC.
+4. Everything else (elementwise, reductions, copies, `gemv`, `sgemm`, softmax, cuDNN RNN kernels without `_HMMA`)
+   -> not TC.
 
 The tests (tests/test_kernels.py) check it against names from public sm80/sm90 profiles and against 246 names
 profiled on an H200 with torch 2.11 (tests/data/kernels_h200.tsv, 2026-11-22).
@@ -58,11 +54,10 @@ def classify(name: str) -> tuple[bool, str]:
 
 _MATMUL = re.compile(r"gemm|gemv|conv|cudnn|cutlass|xmma|nvjet|flash|fmha|attention|rnn|lstm", re.IGNORECASE)
 
-# What a kernel does, by its name: the first kind whose pattern matches decides. Library kernels say it in their
-# names (cuDNN's bn_bw_*, ATen's cunn_SoftMaxBackward, multi_tensor_apply's FusedAdamMathFunctor); Inductor's say
-# which operations they fused (triton_poi_fused_add_max_pool2d_with_indices_backward_63), so its kernels are read
-# by those words alone: "convolution" in a pointwise kernel's name is the bias or ReLU fused after one, not the
-# convolution (only templates, triton_tem_*, are matmuls; a one-row `mm` decomposed into a reduction is one too).
+# What a kernel does, by its name: the first kind whose pattern matches decides. Library kernels say it (cuDNN's
+# bn_bw_*, ATen's cunn_SoftMaxBackward); Inductor's name the operations they fused, so they are read by those words
+# alone: "convolution" in a pointwise kernel's name is the bias or ReLU fused after one (only templates,
+# triton_tem_*, are matmuls; so is a one-row `mm` decomposed into a reduction).
 KINDS = ("matmul", "attention", "normalization", "pooling", "softmax/loss", "optimizer", "copies", "elementwise",
          "reductions", "communication", "other")
 _KIND_RULES = (   # a kernel that fused a matmul with a norm (bf16 decode: add_mean_mm_mul_pow_rsqrt) is the matmul's
@@ -138,17 +133,12 @@ def is_tensor_core(name: str) -> bool:
 
 def detach_after_profiling() -> None:
     """Have Kineto finalize CUPTI when a profile ends (TEARDOWN_CUPTI=1), unless this process already says otherwise
-    (torch.compile with CUDA graphs, mode="reduce-overhead", sets 0 when it is called: CUDA before 12.6 crashed
-    re-attaching CUPTI after a teardown there). Left attached, CUPTI slows every later kernel launch
-    (pytorch/pytorch#144455): BERT-base's eager step on a stream read 5.90 and 5.92 ms a batch after one empty
-    profile, 5.32 and 5.41 with teardown, 5.31 and 5.38 with no profile (an H100, 2026-11-26, alternating
-    processes); the advisor, which profiles in the workers it times, read eager 1.2-1.6x slower than a hand loop and
-    advised compiling where eager was the faster job. Called by the processes that time again after a profile
-    (tcperf.worker's sessions); a teardown a profile costs a re-init at the next (heavy, says Kineto), so not
-    everywhere. One profile a process after this: five profiles of one matmul in a row listed 2, 0, 2, 0, 2 kernels
-    (H100, torch 2.11, 2026-11-27), after which the run hung (120 s limit); a process that profiled again after
-    each empty profile did not finish in 150 s. A session profiles its pick once;
-    benchmarks/bn_relu_probe.py, which profiles many, leaves CUPTI attached."""
+    (torch.compile with mode="reduce-overhead" sets 0: CUDA before 12.6 crashed re-attaching CUPTI after a teardown).
+    Left attached, CUPTI slows every later kernel launch (pytorch/pytorch#144455): BERT-base's eager step read 5.90
+    ms a batch after one empty profile, 5.32 with teardown, 5.31 with none (an H100, 2026-11-26). Called by the
+    processes that time again after a profile (tcperf.worker's sessions), not everywhere: a teardown costs a heavy
+    re-init at the next profile, and after it a process profiles once (H100, 2026-11-27: five profiles of one matmul
+    in a row listed 2, 0, 2, 0, 2 kernels, then the run hung)."""
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 
@@ -229,10 +219,9 @@ TOP = 5
 
 
 def profile(fn, device: torch.device, calls: int = 3) -> dict:
-    """The one Tensor Core share measurement: fn run a few times under the profiler -> {tc_share (of kernel time),
-    top (the TOP longest kernels: name, time_us, tensor_core), kernel_ms and matmul_ms (a call's kernel time, all
-    and matrix-multiply only), kinds (a call's ms in each kind of kernel, by_kind), leaders (each kind's longest
-    kernels, leaders)}. Kernel benchmarks and model steps (tcperf.worker, tcperf.engine) both take it."""
+    """The one Tensor Core share measurement, for kernel cases and model steps alike: fn run a few times under the
+    profiler -> {tc_share (of kernel time), top (the TOP longest kernels), kernel_ms and matmul_ms (a call's kernel
+    time, all and matrix-multiply only), kinds (by_kind), leaders (leaders)}."""
     kernels = profile_kernels(fn, device, calls=calls)
     top = [{"name": k["name"][:160], "time_us": round(k["time_us"], 1), "tensor_core": k["tensor_core"]}
            for k in kernels[:TOP]]

@@ -6,10 +6,9 @@ that puts them in place of nn.Linear layers:
     swapped, kept = swap_linears(model, Int8Linear, lambda lin: lin.in_features % 8 == 0, refuse=MyError)
     check_layers(model)        # {"passed": True, "rel_error": 0.0021, "layer": "layers.3.w2", ...}
 
-Each layer can give its weight dequantised (`dequantized()`, float32 (N, K)) and what its forward should return
-computed from it in float32 (`reference(x)`): check_layers runs every quantized layer of a model on random inputs
-against that, to a tolerance a kernel either meets or is wrong by far (a scale read from the wrong group, a packing
-off by a nibble). It says nothing about how much quantization costs a model's accuracy: that is the model's check.
+check_layers runs every quantized layer of a model on random inputs against its own dequantised weights in float32
+(`reference(x)`): a kernel either meets its tolerance or is wrong by far (a scale read from the wrong group, a packing
+off by a nibble). What quantization costs a model's accuracy is the model's check.
 
 Which layers a feature takes, and how it words what it kept, stay with the feature: this module imports none.
 """
@@ -110,9 +109,8 @@ class Fp8Linear(QuantLinear):
 class Int8Linear(QuantLinear):
     """y = x W^T + b with int8 weights (one scale per output channel) and int8 activations (one scale per row,
     taken at every call), int32 accumulation through torch._int_mm, bf16 out. W is stored (N, K) row-major, so W^T
-    is column-major: with a row-major B, _int_mm runs an sm80 WMMA kernel (129 TOPS at 8192^3 on an H200, against
-    922 column-major), and the advisor's int8 decoder step took 10.8 ms against bf16's 2.4. _int_mm needs M > 16:
-    smaller calls fall back to the dequantized weight."""
+    is column-major: with a row-major B, _int_mm runs an sm80 WMMA kernel (an H200: 129 TOPS at 8192^3 against
+    922). _int_mm needs M > 16: smaller calls fall back to the dequantized weight."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__(linear)
@@ -160,12 +158,9 @@ def _kernel(kernel: str, choices: tuple) -> str:
 
 def apart(x: torch.Tensor) -> torch.Tensor:
     """x as a GEMV's input under torch.compile: stored where it is made (Inductor's force_stride_order realises it,
-    no copy), so the GEMV after it reads it instead of recomputing its producer. Left alone, Inductor pulls the
-    producer (RMSNorm, SiLU(gate) x up) into a one-row matmul's reduction, where every program recomputes it over all
-    of K: Llama-3.1-8B's int8 weight-only decode at batch 1 on an H100 (2026-11-26) ran at 180-223 tokens/s fused and
-    237-249 with the input copied apart by an opaque op (one more kernel a layer); Llama-3.2-1B's bf16 down projection
-    fused with SiLU x up read its weights at 58% of the copy bandwidth (2026-11-27). Eager, and under autograd (the
-    op has no derivative), x itself."""
+    no copy), so the GEMV after it reads it instead of recomputing its producer (RMSNorm, SiLU(gate) x up) over all
+    of K in every program: Llama-3.1-8B's int8 weight-only decode at batch 1 on an H100 (2026-11-26) ran at 180-223
+    tokens/s fused and 237-249 with the input apart. Eager, and under autograd (no derivative), x itself."""
     if not torch.compiler.is_compiling() or torch.is_grad_enabled():
         return x
     from torch._inductor import inductor_prims     # registers the op; imported when first compiled, not before
@@ -173,14 +168,10 @@ def apart(x: torch.Tensor) -> torch.Tensor:
 
 
 class Int8WeightOnlyLinear(QuantLinear):
-    """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2. kernel="inductor": the widening to bf16
-    and the scale are fused into the matmul by torch.compile (eager widens the whole weight first: compile it);
-    kernel="triton": tcperf.kernels.gemv's int8 kernel, the same in eager and compiled (benchmarks/gemv_gpu.py on an H100,
-    2026-11-26 night, Llama-3.1-8B's decode layers against bf16's time: Inductor's 0.55 at batch 1 and 2.5 from
-    batch 2, in the dynamic-batch graph a sweep compiles; tcperf.kernels.gemv's 0.57 at batch 1, 0.74 at 4; which a decode
-    takes is tcperf.generate.quant.KERNELS's choice). Inductor's GEMV takes its input
-    through apart(), so that it reads it instead of recomputing its producer. The int8 values are
-    `w8`; `weight` is QuantLinear's stand-in."""
+    """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2, the int8 values in `w8`. kernel="inductor":
+    the widening to bf16 and the scale fused into the matmul by torch.compile (eager widens the whole weight first),
+    its input through apart(); kernel="triton": tcperf.kernels.gemv's int8 kernel, the same in eager and compiled
+    (which a decode takes is tcperf.generate.quant.KERNELS's choice, measured there)."""
 
     def __init__(self, linear: nn.Linear, kernel: str = "inductor"):
         super().__init__(linear)
@@ -246,13 +237,11 @@ def int4_pack(q: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 class Int4WeightOnlyLinear(QuantLinear):
-    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group.
-
-    kernel="tinygemm": torch._weight_int4pack_mm on tinygemm's layout (`packed`, `scales_and_zeros`); the values,
-    scales and zeros are also kept plainly in host memory (`plain`, no buffer: a decode step never reads them), so
-    that dequantized() does not go through the layout it checks. kernel="triton": tcperf.kernels.gemv's int4 kernel reads
-    the plain layout itself, so it is the device's only copy (buffers `q4`, `scales`, `zeros`) and `plain` names
-    those buffers: dequantized() unpacks them in torch, apart from the kernel's own unpacking it checks."""
+    """gpt-fast's WeightOnlyInt4Linear: half a byte a weight plus a bf16 scale and zero per group. kernel="tinygemm":
+    torch._weight_int4pack_mm on tinygemm's layout (`packed`, `scales_and_zeros`), with the values, scales and zeros
+    also kept plainly in host memory (`plain`: a decode step never reads them), so that dequantized() does not go
+    through the layout it checks. kernel="triton": tcperf.kernels.gemv's int4 kernel reads the plain layout itself
+    (buffers `q4`, `scales`, `zeros`, which `plain` names); dequantized() unpacks them in torch."""
 
     def __init__(self, linear: nn.Linear, group: int, kernel: str = "tinygemm"):
         super().__init__(linear)

@@ -1,34 +1,23 @@
 """The model ladder's recipes as data, and `prepare()`, which turns a model and a recipe into the step to time.
 
-A recipe is one `Recipe` entry in RECIPES (adding one is one entry): a base precision from tcperf.precision
-(fp32 strict, tf32, amp_fp16 with GradScaler, amp_bf16, or weights cast to fp16/bf16 for inference), plus
-channels_last, torch.compile, CUDA graphs, fp8 or int8 Linear layers, the modes it applies to, what the model must
-have for it to help (2-D convolutions for channels_last; nn.Linear layers carrying enough of the FLOPs for fp8 and
-int8: tcperf.engine decides that from the model itself), and the accuracy it must keep against fp32 strict.
-LADDER is the climb's order, each rung adding one thing to the one before (the default climb: all of it but
-NAMED_ONLY):
+A recipe is one `Recipe` entry in RECIPES (adding one is one entry): a base precision (tcperf.precision) plus what it
+turns on (channels_last, torch.compile, CUDA graphs, fp8 or int8 Linear layers, ...), the modes it applies to, what
+the model must have for it to help (tcperf.engine decides that from the model) and the accuracy it must keep against
+fp32 strict; its `about` says what it does. LADDER is the climb's order, each rung adding one thing to the one
+before (the default climb: all of it but NAMED_ONLY):
 
     fp32 -> tf32 -> amp_fp16 -> amp_bf16 -> fp16, bf16 weights (inference) -> channels_last (convolutions)
          -> compile -> fused optimizer (training) -> a CUDA graph of the whole step (training)
-         -> rungs past a hand loop, each one thing on top of the whole-step graph (training): autotune
-            (max-autotune's options, convolutions left to cuDNN), chunked_ce (the vocabulary head's cross-entropy
-            in chunks, tcperf.kernels.cross_entropy), pool_kernel (3x3 stride-2 max-pools on tcperf's Triton kernels,
-            tcperf.kernels.maxpool) and on top of it bn_relu_pool (a batch norm -> ReLU -> such a pool as one) and bn_relu
-            (every batch norm -> ReLU as one: tcperf.kernels.fusions; NAMED_ONLY, climbed where named: it was slower),
-            batch (the batch with the most items a second, tcperf.ladder's search)
-         -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 (torchao float8 training / torch._scaled_mm
-            inference) -> int8 (inference)
+         -> rungs past a hand loop, each one thing on top of the whole-step graph (training): autotune, chunked_ce,
+            pool_kernel, bn_relu_pool, bn_relu (NAMED_ONLY), batch
+         -> cuda_graphs (compile's mode="reduce-overhead") -> fp8 -> int8 (inference)
 
 Below the fused rung the optimizer is the model's as given (the ladder's models: AdamW as users write it, foreach).
 
-compile and CUDA graphs also sit on top of any other recipe by name: "bf16+compile", "tf32+cuda_graphs",
-"amp_fp16+compile", "fp8+cuda_graphs" (`on_top`). For a workload of varying shapes (tcperf.workload), "@SHAPES" says
-how a recipe meets them (SHAPES): "bf16+compile@dynamic", "bf16+cuda_graphs@pad64"; without it, compile is
-static (dynamic=False: a new shape compiles again). "compile" and "cuda_graphs" are amp_bf16's (with channels_last for
-convolutions). For training, "X+step_graph" compiles X and captures the whole step, optimizer included, in one CUDA
-graph (torch.cuda.graphs' whole-network capture: no Python and no launches between replays), with the optimizer's
-fused kernel where its class has one. "X+autotune" compiles a compiled recipe X with max-autotune's options
-("pool_kernel+autotune": the two searches past the hand loop together).
+Any recipe takes more on top by name (`get`): "X+compile", "X+cuda_graphs", "X+step_graph" (training: the whole step,
+optimizer included, in one CUDA graph), "X+autotune", "X+channels_last", "X+cudnn_benchmark"; "X@SHAPES" says how it
+meets a workload's varying shapes ("bf16+compile@dynamic", "bf16+cuda_graphs@pad64"; without it, compile is static).
+"compile" and "cuda_graphs" alone are amp_bf16's (with channels_last for convolutions).
 
     step = prepare(model, "compile", "train", (images,), "cuda", loss_fn=F.cross_entropy, targets=labels)
     loss = step()          # forward, loss, backward, optimizer step; the model is a deep copy
@@ -82,13 +71,10 @@ class Recipe:
     cuda_graphs: bool = False           # torch.compile(mode="reduce-overhead"): the step replays a CUDA graph
     step_graph: bool = False            # training: the whole step (optimizer included) captured in one CUDA graph
     fused: bool = False                 # training: the optimizer's fused kernel (fused=True), one launch a step
-    autotune: bool = False              # torch.compile(options=AUTOTUNE): Inductor times GEMM templates and tunes
-                                        # its own kernels while compiling (a longer compile; CUDA graphs stay apart)
+    autotune: bool = False              # torch.compile(options=AUTOTUNE): GEMM templates timed while compiling
     chunked_ce: bool = False            # training: lm_head + cross-entropy in chunks of the tokens, no whole logits
-    fastest_batch: bool = False         # the cell at the batch with the most items a second (tcperf.ladder), not
-                                        # the model's own
-    over: str | None = None             # the rung this one adds its one thing to (the ladder's speedup_prev is
-                                        # against it); None: the rung before
+    fastest_batch: bool = False         # at the batch with the most items a second (tcperf.ladder), not the model's
+    over: str | None = None             # the rung it adds its one thing to (speedup_prev's); None: the rung before
     fp8: bool = False                   # nn.Linear -> fp8 (torchao float8 training; torch._scaled_mm inference)
     int8: bool = False                  # nn.Linear -> int8 weights and activations through torch._int_mm
     weights: str | None = None          # inference: the model cast to this dtype ("bfloat16" | "float16")
@@ -97,8 +83,7 @@ class Recipe:
     tolerance: float = 0.1              # output rel. error (infer) / share of fp32's loss fall lost (train)
     transform: Callable | None = None   # function(model, mode) -> notes, applied to the copy (tcperf.kernels.fusions)
     shapes: str = "static"              # a key of SHAPES: how varying input shapes are met
-    cudnn_benchmark: bool = False       # cuDNN times its algorithms for each new input shape and keeps the fastest
-                                        # (off as PyTorch ships it: on a stream of many shapes each one pays it)
+    cudnn_benchmark: bool = False       # cuDNN times its algorithms at each new shape (off as shipped: each pays it)
     about: str = ""
 
     @property
@@ -222,8 +207,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
 LADDER: list[str] = ["fp32", "tf32", "amp_fp16", "amp_bf16", "fp16", "bf16", "channels_last", "compile", "fused",
                      "step_graph", "autotune", "chunked_ce", "pool_kernel", "bn_relu_pool", "bn_relu", "batch",
                      "cuda_graphs", "fp8", "int8"]
-# rungs in LADDER's order but climbed only where named: measured slower than the rung below them on the model they
-# were written for (bn_relu: ResNet-50 on an H200, 2026-11-27, 0.96x bn_relu_pool and 0.99x the whole-step graph)
+# rungs climbed only where named: slower than the rung below on their own model (bn_relu: ResNet-50, H200, 2026-11-27)
 NAMED_ONLY: frozenset[str] = frozenset({"bn_relu"})
 
 
@@ -256,9 +240,8 @@ def on_top(base: str, extra: str) -> str:
 
 
 def with_cudnn_benchmark(rec: Recipe) -> Recipe:
-    """The recipe with cuDNN's autotuning on, as careful hand loops of a fixed shape run it (the model ladder's and
-    train-to-target's, benchmarks/hand_loops.py: every rung of theirs has it, so their rows keep the recipe's name
-    and description)."""
+    """The recipe with cuDNN's autotuning on, as careful hand loops of a fixed shape run every rung (the ladder's and
+    train-to-target's, benchmarks/hand_loops.py); the row keeps the recipe's name and description."""
     return rec if rec.cudnn_benchmark else dataclasses.replace(rec, cudnn_benchmark=True)
 
 
@@ -292,8 +275,7 @@ def _on_top(base: Recipe, extra: str, name: str) -> Recipe:
 
 
 def _setting(base: Recipe, extra: str, name: str) -> Recipe:
-    """"X+channels_last", "X+cudnn_benchmark": recipe X with that setting on (the layout for 2-D convolutions; cuDNN
-    timing its algorithms at each new shape)."""
+    """"X+channels_last", "X+cudnn_benchmark": recipe X with that setting on."""
     if getattr(base, extra):
         raise UserError(f"recipe {name!r}: {base.name} has {extra} already")
     if base.compile and extra == "channels_last":
@@ -321,9 +303,8 @@ def default_climb() -> list[str]:
 
 
 def parse_list(text: str) -> list[str]:
-    """'ladder' | 'amp_bf16,fp32' -> recipe names in climbing order (LADDER's, others after it, as given), so
-    that fp32 comes first and each rung follows the one it builds on ('ladder': default_climb()); UserError naming
-    the valid choices."""
+    """'ladder' | 'amp_bf16,fp32' -> recipe names in climbing order (LADDER's, others after it, as given), so that
+    each rung follows the one it builds on ('ladder': default_climb()); UserError naming the valid choices."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UserError(f"no recipe given; choose from: ladder, {', '.join(RECIPES)}")
@@ -437,13 +418,11 @@ def prepare(model: nn.Module, recipe: str | Recipe, mode: str, example_inputs, d
     except GradScaler's own). The model is deep-copied, so recipes never contaminate each other.
 
     example_inputs: a tensor or a tuple of positional inputs (moved to `device`; NHWC under channels_last).
-    loss_fn: default cross-entropy when targets are class indices, else the mean square of the outputs.
     optimizer: None (AdamW, lr 1e-3, fused on CUDA), a callable params -> optimizer, or an optimizer whose class
     and defaults are reused for the copy's parameters (a recipe with `fused` rebuilds it with fused=True).
-    wrap: applied to the copy before torch.compile and the optimizer see it (tcperf.distributed.parallel:
-    DistributedDataParallel, FSDP2's fully_shard). varying, tensor_names: a workload's varying dimensions and
-    input names (tcperf.workload), for the recipes that pad or mark them (SHAPES); step.call(tensors) runs the step on
-    other inputs. Raises NotApplicable when the recipe finds nothing to do."""
+    wrap: DDP or fully_shard around the copy before torch.compile and the optimizer see it. varying, tensor_names:
+    a workload's varying dimensions and input names (tcperf.workload), for the recipes that pad or mark them;
+    step.call(tensors) runs the step on other inputs. Raises NotApplicable when the recipe finds nothing to do."""
     recipe, device = get(recipe), torch.device(device)
     if mode not in MODES:
         raise choices("mode", mode, MODES)
@@ -510,9 +489,8 @@ def _adapter(recipe: Recipe, device: torch.device):
 
 
 def _shape_call(core, recipe: Recipe, varying: dict, tensor_names: list[str]):
-    """core(tensors) meeting varying shapes as the recipe says: the varying dimensions marked dynamic for
-    torch.compile ("marked"), padded to buckets first (outputs cut back to the real positions; marked too where
-    compiled); else core itself."""
+    """core(tensors) meeting varying shapes as the recipe says: the varying dimensions marked dynamic ("marked"), or
+    padded to buckets (outputs cut back to the real positions; marked too where compiled); else core itself."""
     if not varying:
         return core
     marked = _marked(core, varying) if recipe.compile and (recipe.shapes == "marked" or recipe.pad_to) else core

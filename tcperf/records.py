@@ -1,10 +1,6 @@
 """The records that cross a module or a process boundary, with named fields, from the command line to the store:
-
-    Source   where a worker finds the user's model (a factory to call again, a pickled spec, files to import)
-    Case     one thing to measure: its identity in the store (op, suite, shape, precision) and the function that
-             measures it, with that function's own record of arguments
-    Job      how a run measures all its cases: timing, profiling, padding, repeats, ceilings
-    Result   one measured row, in the store's columns; `metrics` holds everything else (Metrics names the keys)
+Source (where a worker finds the user's model), Case (one thing to measure and the function that measures it), Job
+(what a run's cases share) and Result (one measured row, in the store's columns).
 
 They become plain data only at the pipe to a worker and at the store: `to_wire` turns a record, and any record or
 function inside it, into JSON-ready data (a function or class by module and qualified name); `from_wire` makes the
@@ -27,10 +23,9 @@ STATUSES = ("ok", "wrong", "skipped", "error", "oom", "timeout")
 
 @dataclass(frozen=True)
 class Source:
-    """The user's model as a worker loads it (tcperf.source.load_source): the factory `target` called again with
-    the parent's weights and inputs read from `state`; or the whole spec unpickled from `pickle` (its classes
-    imported from `files` as the pickle names them); or, with neither, only `files` to import ahead (the model is
-    not saved yet)."""
+    """The user's model as a worker loads it (tcperf.source.load_source): the factory `target` called again with the
+    parent's weights and inputs from `state`; or the spec unpickled from `pickle` (its classes imported from `files`
+    as the pickle names them); or, with neither, only `files` to import ahead (the model is not saved yet)."""
     target: str | None = None        # 'path/to/file.py:factory'
     state: str | None = None         # torch.save'd weights, inputs, targets and workload of the parent's spec
     pickle: str | None = None        # torch.save'd spec

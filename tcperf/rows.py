@@ -54,10 +54,9 @@ def headline(row: dict) -> Figure:
 
 # --- a case timed more than once in a run ----------------------------------------------------------------------
 def merge_repeats(results: list[dict]) -> list[dict]:
-    """One row a kernel case (case_key), in first-appearance order. A case timed more than once in a run (a CPU
-    `tcperf run` times its suite twice) becomes one row of all its samples, each timing kept in metrics["timings"]:
-    a claim (tcperf.compare.claim) must hold in each. Where a repeat failed, the failure is the row. Rows of other
-    kinds stay as they are."""
+    """One row a kernel case (case_key), in first-appearance order: a case timed more than once in a run becomes one
+    row of all its samples, each timing kept in metrics["timings"] (tcperf.compare.claim must hold in each); where a
+    repeat failed, the failure is the row. Rows of other kinds stay as they are."""
     groups: dict[str | int, list[dict]] = {}
     for r in results:
         groups.setdefault((kind(r) == "kernel" and r.get("case_key")) or id(r), []).append(r)

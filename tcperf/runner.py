@@ -3,13 +3,9 @@
 A Worker is one `python -m tcperf.worker` process (tcperf.worker): its calls are sent in order and answered in
 order, each under a timeout; a hang or a death comes back as a Result with status timeout / error / oom (named by
 the signal, with the worker's last line), and every later call answers the same at once. InProcess answers the
-same calls in this process, for a model no worker can receive. Every feature measures through these two: a run of
-cases (run_cases), a recipe kept alive for the advisor (a held object: `hold=True`, then its methods), a spare
-started before its case is known (Spares), a rank of many (tcperf.distributed.launch).
-
-run_cases records a crash, an out-of-memory or a hang for the case it happened in and gives the rest of the group
-to a fresh worker; each result reaches `on_result` the moment it arrives, so the caller can store it at once. The
-parent never spins: it blocks on a queue fed by a reader thread, with the call's timeout.
+same calls in this process. Every feature measures through these two: a run of cases (run_cases), a recipe kept
+alive for the advisor (`hold=True`, then its methods), a spare (Spares), a rank of many (tcperf.distributed.launch).
+The parent never spins: it blocks on a queue fed by a reader thread, with the call's timeout.
 
     results = run_cases(cases, torch.device("cuda"), Job(profile=True), on_result=store_it)
 
@@ -85,22 +81,18 @@ def group_key(case: Case) -> tuple:
 
 def task_key(case: Case):
     """Cases that may share a worker whatever their precision: the same task. For kernel cases (`tcperf run`)
-    precision.apply sets and restores every global flag a kernel reads (TF32 for matmul and cuDNN, cuDNN autotune),
-    cuDNN's autotune cache keys hold the TF32 flag, and nothing compiles; one worker then pays the CUDA start-up
-    (context, cuBLAS, cuDNN, the profiler) once instead of once a precision. With a worker a precision, a `tcperf
-    run` on an H100 spent 7.7-8.3 s on tf32, bf16 and int8 against 0.8-2.8 s on the others with as many cases: the
-    next worker was still starting while the previous precision measured (2026-11-25, 39 s inside, 46 s wall)."""
+    precision.apply sets and restores every global flag a kernel reads, and nothing compiles; one worker then pays
+    the CUDA start-up once instead of once a precision (an H100, 2026-11-25: with a worker a precision, tf32, bf16
+    and int8 took 7.7-8.3 s against 0.8-2.8 s for the others, the next worker still starting)."""
     return case.task
 
 
 def run_cases(cases: list[Case], device, job: Job = Job(), *, on_result=None, group_by=group_key) -> list[Result]:
-    """Measure every case; returns the results in the order they finished. group_by: which cases share a worker
-    (group_key: a worker a precision; task_key: one worker a task). A case with a `known` row (a skip its caller
-    decided without a worker) is reported first, as it is, and starts no worker.
-
-    While one group measures, the next group's worker is already importing torch and preloading (it is sent its
-    first case only when the group before has finished), so a suite of many precisions does not pay the start-up
-    once per group."""
+    """Measure every case; returns the results in the order they finished, each handed to `on_result` as it
+    arrives. A crash, an out-of-memory or a hang is recorded for its case and the rest of the group goes to a fresh
+    worker. group_by: which cases share a worker (group_key: a worker a precision; task_key: one worker a task). A
+    case with a `known` row (a skip its caller decided) is reported first, as it is, and starts no worker. While one
+    group measures, the next group's worker is already starting and preloading."""
     device, rows = torch.device(device), Rows(on_result)
     for case in cases:
         if case.known is not None:
@@ -201,8 +193,7 @@ class Worker:
         self.where = ""                       # the last beat it sent
         self.waiting: collections.deque = collections.deque()      # for each call sent: is its answer wanted?
         threading.Thread(target=self._read, daemon=True).start()
-        sys_path = [p for p in sys.path if p]
-        self._write({"device": str(self.device), "sys_path": sys_path, "profiler": profiler})
+        self._write({"device": str(self.device), "sys_path": [p for p in sys.path if p], "profiler": profiler})
 
     # sending and answering
     def send(self, target, *args, hold: bool = False, quiet: bool = False, **kwargs) -> None:
@@ -311,8 +302,7 @@ class Worker:
         if self.stderr.closed:
             return ""
         self.stderr.seek(0, os.SEEK_END)
-        size = self.stderr.tell()
-        self.stderr.seek(max(0, size - chars))
+        self.stderr.seek(max(0, self.stderr.tell() - chars))
         return self.stderr.read()
 
     def signal(self, sig) -> None:
@@ -387,11 +377,7 @@ class InProcess:
     def pause(self) -> None:
         pass
 
-    def resume(self) -> None:
-        pass
-
-    def kill(self) -> None:
-        pass
+    resume = kill = pause
 
     def close(self) -> None:
         self.held.clear()
@@ -401,11 +387,8 @@ class InProcess:
 class Spares:
     """Workers started ahead of need: each imports torch and makes its CUDA context at once, loads the model into host
     memory when told its case (preload), and is handed out the moment a case needs a worker; every one taken is
-    replaced. They do not start the profiler ahead (tcperf.worker.ready_device's warm-up): a profile leaves CUPTI
-    attached where torch does not tear it down, and the eager steps these workers time ran 10-20% slower after one
-    (tcperf.profiler.detach_after_profiling); a recipe's own profile comes after its timing. On an H200 a worker
-    took 16-19 s from its start to its first command while eight others compiled (the advisor, 2026-11-24): this
-    takes that off the path of every recipe.
+    replaced (an H200, 2026-11-24: a worker took 16-19 s to its first command while eight others compiled). They do
+    not start the profiler ahead: eager steps ran 10-20% slower after one (tcperf.profiler.detach_after_profiling).
 
         spares = Spares(device, 8, env)
         spares.preload(case)                 # the model's source: the spares load it now

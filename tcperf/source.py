@@ -7,11 +7,9 @@ Sources:
                                                  or a function, or from `model.example_inputs`)
         (model, example_inputs)
         {"model": ..., "inputs": ..., "loss_fn": ..., "metric_fn": ..., "targets": ..., "workload": ...}
-                                                (all but model optional; "workload": a list of per-step inputs
-                                                 or workload(step) -> inputs, tcperf.workload)
+                                                (all but model optional; "workload": tcperf.workload)
     a built-in ladder model      builtin("gpt2", "small", batch=2, seed=0, device="cpu")
-    a transformers config        load_config("gpt2") (a local folder, the hub's cache, then the hub if it can be
-                                 reached; nothing but the config is read)
+    a transformers config        load_config("gpt2")
 
 Example inputs are a tensor, a tuple/list of positional arguments, or a dict of keyword arguments.
 loss_fn(outputs) -> scalar (training mode), or loss_fn(outputs, targets) when the dict gives "targets";
@@ -195,8 +193,7 @@ def check(spec: Spec, mode: str) -> Any:
         if fn is None:
             continue
         try:
-            value = fn(out, spec.targets) if fn_name == "loss_fn" and spec.targets is not None else fn(out)
-            value = float(value)
+            value = float(fn(out, spec.targets) if fn_name == "loss_fn" and spec.targets is not None else fn(out))
         except Exception as e:
             raise UserError(f"{fn_name}(outputs) failed: {one_line(e)}; it must return a number") from None
         if not math.isfinite(value):
@@ -235,10 +232,9 @@ def builtin(name: str, config: str, batch: int, seed: int, device) -> Spec:
 
 # --- the same spec in a worker --------------------------------------------------------------------------------------
 def save_source(spec: Spec, folder, target: str | None = None) -> Source:
-    """What a worker needs to rebuild `spec`: the factory target (its functions come back by calling it again) plus
-    the parent's weights and inputs, so that every worker measures the very same model; without a target, the whole
-    spec pickled (cloudpickle where installed). Raises when the spec cannot be pickled (without cloudpickle: a
-    lambda, a class defined in a function)."""
+    """What a worker needs to rebuild `spec`: the factory target (called again) plus the parent's weights and inputs,
+    so that every worker measures the very same model; without a target, the whole spec pickled (_pickler), which
+    raises where it cannot be (without cloudpickle: a lambda, a class defined in a function)."""
     folder = Path(folder)
     if target:
         path = folder / "spec-state.pt"
@@ -315,10 +311,9 @@ def import_files(files) -> None:
 
 # --- transformers ---------------------------------------------------------------------------------------------------
 def load_config(name: str, known=()):
-    """A transformers config by name or local folder (only the config: no weights are read). A local folder or the
-    hub's local cache answers first; the hub is asked only when it can be reached (hub_reachable), so an offline
-    machine answers at once. UserError when no config is found; known: the other names the caller takes, listed
-    in the message ("choose from: llama-1b, ..., or a local transformers folder")."""
+    """A transformers config (no weights) by name or local folder: a local folder or the hub's cache first, the hub
+    only when it can be reached (hub_reachable), so an offline machine answers at once. UserError when none is
+    found, listing `known`, the other names the caller takes."""
     from transformers import AutoConfig
     try:
         return AutoConfig.from_pretrained(name, local_files_only=True)

@@ -83,10 +83,6 @@ def to_device(x, device):
     return map_tensors(lambda t: t.to(device), x)
 
 
-def detach_clone(x):
-    return map_tensors(lambda t: t.detach().clone(), x)
-
-
 class Bound(torch.nn.Module):
     """The model called with the spec's inputs, taking only their top-level tensors positionally (what
     recipes.prepare passes): keyword inputs and non-tensor arguments are bound here."""

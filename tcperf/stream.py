@@ -6,10 +6,8 @@ CUDA graph recordings are counted, and the seconds they took summed, from Dynamo
 (torch._dynamo.callback_handler: a start and an end around each compile and each recording). It stops early, and
 says why, when
     - a compiled recipe compiled again at each of the first RECOMPILE_STOP new shapes: it recompiles per shape (a
-      varying workload would pay a compile for every shape it meets, up to Dynamo's recompile limit, and then runs
-      that code eagerly); such a recipe is never advised for a varying workload;
-    - the job's own arithmetic says it cannot win (Limit: its warm-up so far plus the job's remaining steps at the
-      speed of light cost more than the cheapest job measured), or the advice's --budget has run out. Nothing else
+      compile for every shape it meets, up to Dynamo's recompile limit); such a recipe is never advised;
+    - the job's own arithmetic says it cannot win (Limit), or the advice's --budget has run out. Nothing else
       stops a warm-up: no cap in seconds.
 A second pass follows, on the wall clock too: CUDA graph trees (mode="reduce-overhead") run a shape's first call
 as a warm-up and record its graph at the second, so their one-time cost ends only there; the one-time cost is
@@ -31,11 +29,9 @@ from . import accuracy
 from .workload import CHECK_STEPS, shape_key
 
 RECOMPILE_STOP = 3        # automatic dynamic compiles again at the first new shape (symbolic), and may once more
-                          # where a guard on the symbolic size's range fails (on an H100, Inductor's pad_mm
-                          # guarded 2 <= L <= 7 on a tiny encoder and compiled a third time at L = 28, then no
-                          # more); marked and padded ones never: three in a row tell a recompile per shape from
-                          # them (a static compile, known to recompile per shape, is stopped at its first:
-                          # tcperf.engine)
+                          # where a guard on the symbolic size's range fails (an H100: Inductor's pad_mm guarded
+                          # 2 <= L <= 7 on a tiny encoder, compiled again at L = 28, then no more): three in a row
+                          # tell a recompile per shape from it
 PASSES = 5             # a host-bound eager step's passes spread widely (BERT-base on an H100: 5.9-7.4 ms a batch)
 
 
@@ -132,9 +128,8 @@ def first_pass(call, stream: list[tuple], device, *, limit: Limit = Limit(), key
                per_shape: int = RECOMPILE_STOP, clock=time.perf_counter) -> FirstPass:
     """Every step of the stream once, from cold. key(tensors): what makes a new shape for the compiled code (a
     padded recipe's bucket); per_shape: stop a recipe once it has compiled again at this many new shapes in a
-    row (or buckets: a padded recipe marks its padded dimensions dynamic, one compile for all); 1 for a recipe
-    compiled static (dynamic=False cannot make a symbolic graph: its first recompile proves a compile a shape), 0
-    never (an eager recipe). limit: when the job's arithmetic or the budget stops it (Limit)."""
+    row; 1 for a recipe compiled static (dynamic=False cannot make a symbolic graph: its first recompile proves a
+    compile a shape), 0 never (an eager recipe). limit: when the job's arithmetic or the budget stops it."""
     device = torch.device(device)
     outputs, seen, in_a_row, stopped = [], set(), 0, ""
     with Compiles() as watch:
@@ -193,10 +188,7 @@ def summary(times: list[float], length: int) -> dict:
 
 def _one_pass(call, stream: list[tuple], device: torch.device) -> float:
     if device.type != "cuda":
-        t0 = time.perf_counter()
-        for x in stream:
-            call(x)
-        return (time.perf_counter() - t0) * 1e3
+        return wall_pass(call, stream, device) * 1e3
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for x in stream:

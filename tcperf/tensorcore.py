@@ -6,10 +6,8 @@ multiples of 8; torch._scaled_mm (fp8) needs K and N multiples of 16. Strict fp3
 
     gemm_verdict(8191, 8191, 8191, "bf16", sm_count=132)["fix"]   # 'pad m 8191->8192, n 8191->8192, k 8191->8192'
 
-The same rules per operation: conv_verdict (channels C and K, NCHW vs NHWC, the implicit GEMM's waves),
-attention_verdict (head_dim, the sequence against 128-row blocks), rnn_verdict (hidden, input, batch),
-sparse_verdict (the 2:4 backend's minimum tile). describe() turns a verdict into the lines `tcperf lint` prints;
-padding_note() words the measured fix ("pad m 8191->8192: 5.1x faster", or that padding costs more).
+The same rules per operation (conv_verdict, attention_verdict, rnn_verdict, sparse_verdict); describe() turns a
+verdict into the lines `tcperf lint` prints, padding_note() words the measured fix.
 """
 from __future__ import annotations
 

@@ -99,10 +99,9 @@ def beat(label: str) -> None:
 
 
 def ready_device(device, profiler: bool = False):
-    """Before the first call, while another worker measures: create the CUDA context and the cuBLAS handle, and
-    (profiler) start the profiler once, so that the first case does not pay for them (on an H200 the first case of
-    each `tcperf run` group took 4-5 s, the others under a second). None of these launches a kernel, so the worker
-    measuring now is not disturbed. The device, with its index."""
+    """Before the first call, while another worker measures (none of this launches a kernel): the CUDA context, the
+    cuBLAS handle and (profiler) the profiler started once, so that the first case does not pay for them (an H200:
+    a `tcperf run` group's first case took 4-5 s, the others under a second). The device, with its index."""
     import torch
     if device.type != "cuda":
         return device
@@ -118,10 +117,9 @@ def ready_device(device, profiler: bool = False):
 
 def _end_with_parent() -> None:
     """A thread that ends this worker (and so its compile workers) once the process that started it has gone: a
-    parent killed by a time limit leaves no orphan compiling or holding the GPU for the next command. Polled, not
-    PR_SET_PDEATHSIG, which fires when the parent's *thread* that started us ends (the advisor opens workers from
-    short-lived threads). The runner names its pid in TCPERF_PARENT: a parent gone before this line ran is
-    noticed too."""
+    parent killed by a time limit leaves no orphan holding the GPU. Polled, not PR_SET_PDEATHSIG, which fires when
+    the parent's *thread* that started us ends (the advisor opens workers from short-lived threads); TCPERF_PARENT
+    names the parent, so one gone before this line ran is noticed too."""
     parent = int(os.environ.get("TCPERF_PARENT") or os.getppid())
 
     def watch() -> None:

@@ -1,13 +1,11 @@
 """A workload: the inputs a job feeds its model step after step, where they are not one tensor (a classifier or an
 encoder served batches of varying length, a decoder's prefill, a language model's data loader).
 
-The user's factory gives, beside or instead of `inputs`, a `workload`: a list of per-step inputs (each shaped as
-`inputs` would be: a tensor, a tuple of positional arguments or a dict of keyword arguments) or a callable
-`workload(step) -> inputs`. tcperf draws a seeded stream of STREAM_STEPS steps from it once, where the factory runs
-(tcperf.source), checks that every step has the structure of the first (the same arguments, tensors of the same
-dtype and rank), and times every recipe on that stream (tcperf.stream). A padded recipe ("...@pad64") pads the
-dimensions that vary across the stream up to a multiple, so that one compiled graph serves each bucket; its
-outputs are sliced back to the real positions, and it is accepted only where those match fp32 on the unpadded
+The user's factory gives, beside or instead of `inputs`, a `workload`: a list of per-step inputs (each as `inputs`
+would be: INPUTS) or a callable `workload(step) -> inputs`. tcperf draws a seeded stream from it once, where the
+factory runs (tcperf.source), and times every recipe on that stream (tcperf.stream). A padded recipe ("...@pad64")
+pads the dimensions that vary across the stream up to a multiple, so that one compiled graph serves each bucket;
+its outputs are sliced back to the real positions, and it is accepted only where those match fp32 on the unpadded
 inputs (tcperf.engine checks the first CHECK_STEPS steps).
 
     steps = draw(workload, where="model.py:factory()")      # [(args, kwargs)], UserError naming a bad step
@@ -132,10 +130,9 @@ def shape_key(tensors: tuple) -> tuple:
 
 def unpaddable(inputs: list[tuple], outputs: list[tuple]) -> str | None:
     """Why padding cannot be undone on this model's outputs, or None: the shapes of its inputs (shape_key) and of
-    its outputs at each distinct input shape. Padded outputs are cut back (unpad) along the dimensions that follow an
-    input's varying dimension; an output dimension that varies without following one (a model that subsamples time
-    by 4 gives T/4 for T) leaves no way to tell its padded positions from the real ones, nor do two lengths that
-    vary apart (an encoder-decoder's source and target: padded to one bucket, unpad could not tell them apart)."""
+    its outputs at each distinct input shape. unpad cuts back the dimensions that follow an input's varying one; an
+    output dimension that varies without following one (a model that subsamples time by 4 gives T/4 for T), or two
+    lengths that vary apart (an encoder-decoder's source and target), leave it no way to tell padding from data."""
     if len({len(o) for o in outputs}) > 1 or len({tuple(len(t) for t in o) for o in outputs}) > 1:
         return "the outputs' number or rank changes with the input shape"
     follow = [[shape[i][d] for shape in inputs] for i in range(len(inputs[0])) for d in range(len(inputs[0][i]))]

@@ -1,14 +1,10 @@
 """The results store: a SQLite file (the default) or a shared PostgreSQL database, one transaction per write.
 
 Every measured case is written the moment it finishes, so a run killed with SIGKILL or Ctrl-C keeps every case it
-completed (finished stays NULL; the run reads 'incomplete' once its writer, recorded as host and pid, is gone);
-many processes, on one host or many, may write to one store at once. The schema is schema.py (SQLAlchemy Core); migrations/ upgrades older stores (Alembic).
-
-Where: --db PATH_OR_URL, else $TCPERF_DB, else $XDG_DATA_HOME/tcperf/results.db (~/.local/share/tcperf/results.db).
-A path is SQLite (WAL); a URL such as postgresql+psycopg://ann@db.lab/tcperf is a server (pip install
-'tcperf[postgres]'). Passwords are masked in stored command lines and in every message. A SQLite file this process
-may not write (a read-only mount, another user's file) is opened read-only: runs, show, export and report read it,
-and a command that would write says so in one line before it measures.
+completed (the run reads 'incomplete' once its writer, recorded as host and pid, is gone); many processes, on one
+host or many, may write to one store at once. Where: --db PATH_OR_URL (a path is SQLite, a URL such as
+postgresql+psycopg://ann@db.lab/tcperf a server), else $TCPERF_DB, else $XDG_DATA_HOME/tcperf/results.db. A SQLite
+file this process may not write is opened read-only: a command that would write says so before it measures.
 
     store = Store.open()                  # default place
     run_id = store.start_run("bench", "tcperf bench ...", env)

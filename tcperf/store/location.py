@@ -81,10 +81,9 @@ def _make_folder(url: URL) -> None:
 
 def read_only_engines(url: URL) -> list[Engine]:
     """Engines that read a SQLite file this process may not write (a read-only mount, another user's file), best
-    first; [] for a file it may write or one that is not there. mode=ro still sees what writers elsewhere add, but
-    SQLite opens a WAL file so only where it can make or read the -shm file beside it. immutable=1 reads a file on
-    read-only media without the -shm file (nor locks); it would not see results still in a -wal file, so it is
-    offered only where there is none."""
+    first; [] for a file it may write or one that is not there. mode=ro sees what writers elsewhere add, but opens a
+    WAL file only where it can make or read the -shm file beside it; immutable=1 needs no -shm file (nor locks) but
+    would not see results still in a -wal file, so it is offered only where there is none."""
     path = Path(url.database)
     if url.get_backend_name() != "sqlite" or not path.is_file() or _writable(path):
         return []
