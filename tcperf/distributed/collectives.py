@@ -148,8 +148,7 @@ def label(size: int) -> str:
     size = int(size)
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if size >= scale:
-            whole = size % scale == 0
-            return f"{size // scale} {unit}" if whole else f"{size / scale:.1f} {unit}"
+            return f"{size // scale} {unit}" if size % scale == 0 else f"{size / scale:.1f} {unit}"
     return f"{size} B"
 
 
@@ -232,9 +231,7 @@ def _error(prep: Prepared, dtype: str) -> float:
 
 
 def _time_into(row: Result, run, coll: Collective, size: int, n: int, device, job: Job) -> None:
-    """Time `run` as nccl-tests does (tcperf.timing.time_loop: a warm-up, then `iters` calls between two events,
-    the mean), REPEATS times; each repeat's time is the slowest rank's. The median of the repeats sets the bandwidth,
-    their spread is reported beside it."""
+    """Time `run` as nccl-tests does (the module's doc says how) into the row: times, bandwidths, spread."""
     from ..timing import Measurement, time_loop
     iters = _iters(run, device, job.timing.rep_ms)
     mine = [time_loop(run, device, iters=iters, warmup=WARMUP) for _ in range(REPEATS)]

@@ -2,14 +2,10 @@
 
 Each case runs on every rank (its task, called as task(case, device, job) in the world the ranks joined); rank 0's
 row is the case's result. With `nproc` on one host, the ranks are tcperf workers (tcperf.runner.Worker, one a rank,
-one GPU a rank: NCCL on GPUs, gloo on the CPU), their answers and beats read from one queue:
-
-- a rank that raises or dies: its case is recorded (error, or oom) with the rank and its last line, every rank is
-  killed, and fresh ranks take the remaining cases;
-- a rank that makes no progress for `timeout` seconds: the case is recorded as timeout, naming the ranks that were
-  behind (ranks beat at each stage of a case, so the ones that waited in a collective are told from the one that
-  hung), and every rank is killed;
-- ranks end with the process that started them (tcperf.worker watches its parent): nothing is left running.
+one GPU a rank: NCCL on GPUs, gloo on the CPU), their answers and beats read from one queue. A rank that raises or
+dies (the case recorded as error or oom, naming it), or no word from any rank for `timeout` seconds (timeout, naming
+the ranks behind: those with the fewest beats), kills every rank, and fresh ranks take the remaining cases; ranks
+end with the process that started them (tcperf.worker watches its parent): nothing is left running.
 
 Under an outer `torchrun --nnodes ... tcperf ...` (RANK and WORLD_SIZE set) the cases run in this process as one
 rank of that world and rank 0 keeps the rows; torchrun stops the others when one fails.
@@ -229,8 +225,7 @@ def free_port() -> int:
 # --- on a rank ------------------------------------------------------------------------------------------------------
 def rank_case(case: Case, device_type: str, job: Job) -> Result:
     """What each rank's worker runs: the case's task, in the world (joined at the first case)."""
-    device = join_world(device_type, job.timeout + STARTUP_S)
-    return case.task(case, device, job)
+    return case.task(case, join_world(device_type, job.timeout + STARTUP_S), job)
 
 
 def leave_world() -> None:

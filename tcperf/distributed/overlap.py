@@ -63,10 +63,9 @@ def exposed(comm, other) -> float:
 
 
 def exposed_share(kernels: list[Kernel], steps: int, step_ms: float | None) -> dict:
-    """Per step: communication time (comm_ms), the part of it no other kernel overlaps (exposed_comm_ms), and that
-    over the step time (exposed_comm_share, None without a step time), from the kernels of `steps` steps; and the
-    time any computation kernel runs (compute_ms): a step whose computation and exposed communication together fall
-    well short of the step waits on the host."""
+    """Per step, from the kernels of `steps` steps: communication time (comm_ms), the part no other kernel overlaps
+    (exposed_comm_ms) and its share of step_ms (None without one), and computation time (compute_ms): a step whose
+    computation and exposed communication fall well short of it waits on the host."""
     comm = [(k.start_us, k.end_us) for k in kernels if is_comm(k.name)]
     other = [(k.start_us, k.end_us) for k in kernels if not is_comm(k.name)]
     comm_ms, exposed_ms = total(union(comm)) / 1e3 / steps, exposed(comm, other) / 1e3 / steps

@@ -1,13 +1,6 @@
 """The model ladder on many GPUs (`tcperf models --nproc N`): each training cell is measured on one GPU, as the
-ladder always does, and then on N ranks under each way of PARALLELS that applies:
-
-    ddp               DistributedDataParallel(gradient_as_bucket_view=True, bucket_cap_mb=25, static_graph=True
-                      unless compiled: torch.compile's DDPOptimizer does not take it)
-    fsdp2             FSDP2 as torchtitan applies it: fully_shard on every block of the model's ModuleLists, the
-                      root last, MixedPrecisionPolicy(param_dtype = the recipe's autocast dtype (bf16 for amp_bf16,
-                      fp16 for amp_fp16, none for fp32/tf32), reduce_dtype = float32), every block but the last
-                      resharded after forward; transformer models only
-    fsdp2_no_reshard  the same, the gathered parameters kept from forward to backward
+ladder always does, and then on N ranks under each way of PARALLELS that applies: DDP, and FSDP2 as torchtitan
+applies it (transformer models only), resharding after forward or not (docs/many-gpus.md has the options).
 
 The options each cell ran with are stored with its row (metrics.parallel_options). The N-rank cell runs through
 the same engine as every other cell (tcperf.engine.measure), with `wrap` putting DDP or fully_shard around the
@@ -19,9 +12,7 @@ collectives); the slowest rank's mean sets the step time, and
     total throughput   = N x items a step / step time
     scaling efficiency = total throughput / (N x the same recipe's throughput on one GPU)
     exposed comm share = time a communication kernel runs while no other kernel does, per step, over the step
-                         time (tcperf.distributed.overlap), from torch.profiler's GPU kernels over PROFILED_STEPS
-                         steps after WARM_PROFILED unrecorded ones, averaged over the ranks (on a CPU, gloo works
-                         on threads of its own and the figure only reflects the profiler's CPU events)
+                         time (exposed_comm; on a CPU gloo works on threads of its own: the profiler's CPU events)
 
 On 2 x H200 (NVLink, torch 2.11), ResNet-50 bf16 + channels_last, batch 256 a GPU, DDP: 4,641 img/s on one GPU,
 9,254 on two (issue 14: efficiency 0.997).
@@ -194,11 +185,10 @@ def _totals(row: Result, items: int | None, device) -> None:
 
 # --- exposed communication ------------------------------------------------------------------------------------------
 def exposed_comm(row: Result, step, device) -> None:
-    """engine.measure's probe: the step under torch.profiler (WARM_PROFILED steps, then PROFILED_STEPS recorded),
-    the exposed communication of tcperf.distributed.overlap averaged over those steps and over the ranks. Ranks that
-    communicate and show no communication kernel in the profile leave the figures unmeasured (None, with the
-    reason): 0.0 would claim a step that waits on nothing. gpu_busy (GPUs only): the share of a step in which some
-    kernel runs, computation or exposed communication; the rest the GPU waits on the host."""
+    """engine.measure's probe: the exposed communication (tcperf.distributed.overlap) of the profiled steps, averaged
+    over the steps and the ranks. Ranks that communicate and show no communication kernel in the profile leave the
+    figures unmeasured (None, with the reason): 0.0 would claim a step that waits on nothing. gpu_busy (GPUs only):
+    the share of a step in which some kernel runs (computation or exposed communication); the rest waits on the host."""
     kernels = profiled_kernels(step, device)
     figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.mean_ms)
     seen = sum(overlap.is_comm(k.name) for k in kernels)

@@ -48,9 +48,7 @@ def weight_bytes(model: nn.Module, batch: int) -> int:
 
 def _embedding(model: nn.Module):
     get = getattr(model, "get_input_embeddings", None)
-    if get is not None:
-        return get()
-    return getattr(model, "tok_embeddings", None)
+    return get() if get is not None else getattr(model, "tok_embeddings", None)
 
 
 def _tied(model: nn.Module, embedding: nn.Module) -> bool:
@@ -149,12 +147,11 @@ def model_dims(model: nn.Module, args, kv_element_bytes: int) -> dict:
     """The numbers the formulas above need, read off a built (and quantized) model. args: n_layer, n_head,
     n_kv_head, head_dim."""
     return {"weight_bytes_0": weight_bytes(model, 0), "weight_bytes_1": weight_bytes(model, 1),
-            "linear_weights": linear_weights(model), "output_weights": args.vocab * args.dim,
-            "layers": args.n_layer, "heads": args.n_head,
-            "kv_heads": args.n_kv_head, "head_dim": args.head_dim, "kv_element_bytes": kv_element_bytes}
+            "linear_weights": linear_weights(model), "output_weights": args.vocab * args.dim, "layers": args.n_layer,
+            "heads": args.n_head, "kv_heads": args.n_kv_head, "head_dim": args.head_dim,
+            "kv_element_bytes": kv_element_bytes}
 
 
 def at_batch(dims: dict, batch: int) -> dict:
     """dims with weight_bytes for this batch (the embedding rows it reads)."""
-    per_row = dims["weight_bytes_1"] - dims["weight_bytes_0"]
-    return {**dims, "weight_bytes": dims["weight_bytes_0"] + batch * per_row}
+    return {**dims, "weight_bytes": dims["weight_bytes_0"] + batch * (dims["weight_bytes_1"] - dims["weight_bytes_0"])}

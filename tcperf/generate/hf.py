@@ -1,14 +1,11 @@
 """The models `tcperf generate` takes besides its built-ins, and transformers' own generation loop.
 
-MODEL is a built-in name (tcperf.generate.model.CONFIGS; `stdlib`, the model tcperf trains, tcperf.generate.trained),
-a transformers config name or folder, or `file.py:factory` returning a causal LM: a transformers model (its
-`generate` is the hf loop) or a tcperf.generate.model.Transformer (the plain loop). Nothing is downloaded but a
-config: a hub name or a config-only folder runs random weights; a local folder holding weights (save_pretrained's
-*.safetensors or pytorch_model*.bin) runs its own, read from disk, and with a tokenizer there `--text FILE` judges
-them on the user's text (text_tokens). The plain loop runs any Llama-shaped model (a built-in, a Llama config; a
-Llama folder's weights mapped into tcperf's decoder by load_plain, where plain_mismatch finds nothing it lacks); the
-hf loop any transformers causal LM (a built-in becomes a LlamaForCausalLM of the same shape). source() checks that
-the model is causal (check_causal; a config on a one-layer model of it, check_config) before anything runs.
+MODEL is a built-in name (tcperf.generate.model.CONFIGS; `stdlib`, tcperf.generate.trained), a transformers config
+name or folder, or `file.py:factory` returning a causal LM (source() checks that it is causal before anything runs).
+Nothing is downloaded but a config: a hub name or a config-only folder runs random weights; a local folder holding
+weights runs its own, and with a tokenizer there `--text FILE` judges them on the user's text (text_tokens). The
+plain loop runs any Llama-shaped model (a Llama folder's weights mapped into tcperf's decoder by load_plain); the hf
+loop any transformers causal LM (a built-in becomes a LlamaForCausalLM of the same shape).
 
 The hf loop is what a user of transformers writes: generate(..., cache_implementation="static"), which on a GPU
 compiles the decode forward with mode="reduce-overhead" by itself. Its steps are timed from the streamer's put()
@@ -233,9 +230,8 @@ def llama_config(a: plain.ModelArgs):
 
 
 def build_hf(src: dict, device, dtype: torch.dtype, seed: int = 0, small: bool = False):
-    """The source as a transformers (or factory) causal LM on `device` in `dtype`, random weights at `seed` (a
-    folder's own weights where it has them);
-    small: a config's model cut to one layer and a small vocabulary (small_config, for check_config)."""
+    """The source as a transformers (or factory) causal LM on `device` in `dtype`: random weights at `seed`, or a
+    folder's own; small: a config's model cut to one layer and a small vocabulary (small_config, for check_config)."""
     torch.manual_seed(seed)
     if src["kind"] == "factory":
         lm = load_factory(src["name"], seed)

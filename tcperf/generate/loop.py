@@ -5,10 +5,6 @@ CUDA events around `prefill` and `decode_one_token`, and the command puts the st
     model.setup_caches(max_batch=B, max_seq=P + N)
     step = compiled_step(model, device)                 # torch.compile with CUDA graphs on a GPU
     tokens = generate(model, prompt, N, step)           # (B, N) new tokens
-
-On a GPU the decode step is compiled as mode="reduce-overhead" does (Inductor's kernels replayed from CUDA graphs)
-with coordinate-descent tuning, as gpt-fast does; `compile=False` captures the eager step in a CUDA graph by hand instead (no compile time; the
-int8 weight-only layers then widen their weights in a separate kernel, so they are slower).
 """
 from __future__ import annotations
 
@@ -33,17 +29,16 @@ def decode_one_token(model, token: torch.Tensor, input_pos: torch.Tensor) -> tor
     return greedy(model(token, input_pos))
 
 
-# mode="reduce-overhead" (CUDA graphs) plus gpt-fast's coordinate-descent tuning of Inductor's kernels. Measured on an
-# H200 (2026-11-24), one int8 weight-only Linear at batch 1, 128256 x 2048: 1.18 ms untuned, 0.074 ms tuned (bf16
-# cuBLAS: 0.126 ms); 8192 x 2048: 0.106 ms untuned, 0.014 ms tuned. The dequantising GEMV is a reduction kernel
-# whose default tiling reads the int8 weight at 5% of the copy bandwidth.
+# mode="reduce-overhead" (CUDA graphs) plus gpt-fast's coordinate-descent tuning of Inductor's kernels: on an H200
+# (2026-11-24) one int8 weight-only Linear at batch 1, 128256 x 2048, took 1.18 ms untuned, 0.074 ms tuned (bf16
+# cuBLAS: 0.126 ms); the dequantising GEMV's default tiling read the int8 weight at 5% of the copy bandwidth.
 GPU_OPTIONS = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
 
 
 def compiled_step(model, device, compile: bool | None = None):
     """The decode step as the loop calls it: step(token, input_pos) -> next token. On a GPU: torch.compile with
-    GPU_OPTIONS (compile=None or True), or the eager step captured in a CUDA graph (compile=False); on a
-    CPU: eager unless compile=True."""
+    GPU_OPTIONS (compile=None or True), or the eager step captured in a CUDA graph (compile=False: no compile time, but
+    int8 weight-only layers then widen their weights in a kernel of their own); on a CPU: eager unless compile=True."""
     device = torch.device(device)
     if compile or (compile is None and device.type == "cuda"):
         torch._dynamo.reset()     # a new model each precision: Dynamo's recompile limit would end a long sweep

@@ -1,20 +1,16 @@
 """Where a decode step's time goes: the step run a few times under the profiler (tcperf.profiler.profile_kernels, the
 one profiling mechanism), each kernel sorted into one of three parts by its name, beside the step's own time:
 
-    linear      the weight matmuls: cuBLAS GEMV/GEMM (nvjet, xmma, cutlass, gemv), tinygemm's int4 kernels,
-                tcperf.kernels.gemv's (int8_kernel, int4_kernel), Inductor's kernels that fused an `mm` (its fused
-                dequantising GEMV for int8 weight-only)
+    linear      the weight matmuls: cuBLAS, tinygemm, tcperf.kernels.gemv's, Inductor's kernels that fused an `mm`
     attention   SDPA's kernels (flash, memory-efficient, cuDNN) or what Inductor made of them (bmm, softmax)
     other       norms, rotary embedding, residual adds, the KV cache's writes, sampling
-    gaps        the step's time less its kernels' time: launches and host work between kernels (a CUDA graph
-                leaves only the gaps between its nodes)
+    gaps        the step's time less its kernels' time: launches and host work between kernels (or graph nodes)
 
 The floor beside it is what the bytes allow: the weights one step reads at the measured copy bandwidth. The linear
 kernels' share of that bandwidth says how near the weight-only kernels run to it; the rest of the step is what a
 decode step spends beyond its matmuls.
 
-    parts_of(profiler.profile_kernels(lambda: step(tok, pos), device, calls=CALLS), CALLS, step_ms=1.43,
-             weight_bytes=2.47e9, bandwidth_gbs=3000)
+    profile_step(step, tok, pos, device, step_ms=1.43, weight_bytes=2.47e9, bandwidth_gbs=3000)
     # Llama-3.2-1B bf16 on an H100 (2026-11-26): {"linear_ms": 1.27, "attention_ms": 0.13, "other_ms": 0.013,
     #  "gaps_ms": 0.01, "floor_ms": 0.824, "linear_bw_share": 0.65, ...}
 """
@@ -33,17 +29,15 @@ _INDUCTOR_ATTENTION = re.compile(r"softmax|(?<![a-z])bmm(?![a-z])", re.IGNORECAS
 
 
 def part(name: str) -> str:
-    """The part a kernel's time counts in, from its kind (tcperf.profiler.kind, the one reading of kernel names):
-    attention (and, in a decode step, the softmax and batched matmuls Inductor makes of it), linear (every other
-    matmul: cuBLAS, tinygemm, tcperf.kernels.gemv's, Inductor's one-row `mm`), other."""
+    """The part (PARTS, the module's doc says what each holds) a kernel's time counts in, from its kind
+    (tcperf.profiler.kind, the one reading of kernel names) and, for attention, the names Inductor gives it."""
     k = profiler.kind(name)
     if k == "attention" or _INDUCTOR_ATTENTION.search(name):
         return "attention"
     return "linear" if k == "matmul" else "other"
 
 
-def parts_of(found: list[dict], calls: int, step_ms: float, weight_bytes: float,
-             bandwidth_gbs: float | None) -> dict:
+def parts_of(found: list[dict], calls: int, step_ms: float, weight_bytes: float, bandwidth_gbs: float | None) -> dict:
     """profile_kernels' kernels over `calls` steps -> a step's ms in each part, the gaps, the byte floor, and the
     TOP longest kernels (name, us a step, launches a step, part, launch: its grid, block and registers)."""
     ms = dict.fromkeys(PARTS, 0.0)

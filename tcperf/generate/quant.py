@@ -6,15 +6,13 @@ run them on PyTorch's own kernels (torchao's, where it is installed and asked fo
                         activation's taken at every call, through torch._scaled_mm, bf16 out
     int8wo              int8 weights, one scale per output channel, bf16 activations: gpt-fast's
                         `F.linear(x, W.to(bf16)) * scales`, which torch.compile fuses into one kernel
-    int4wo-32/-128      4-bit weights in groups of 32 (128) along K with a bf16 scale and zero each, packed by
-                        torch._convert_weight_to_int4pack and multiplied by torch._weight_int4pack_mm (tinygemm),
-                        as gpt-fast does; on a CPU the _for_cpu twins of both
+    int4wo-32/-128      4-bit weights in groups of 32 (128) along K, a bf16 scale and zero each, on tinygemm
+                        (torch._weight_int4pack_mm) as gpt-fast does; on a CPU the _for_cpu twins
     ao-int8wo, ao-int4wo-128, ao-fp8-row   the same through torchao.quantization.quantize_ (optional)
 
 Any of them with `+kvfp8`: the KV cache in float8_e4m3fn instead of the activation dtype. The weight-only recipes
-run on another kernel with kernel="triton" (KERNELS): tcperf.kernels.gemv's Triton kernels in place of Inductor's fused
-GEMV (int8wo) and tinygemm (int4wo), or kernel="auto" (int8wo on tcperf.kernels.gemv's, the fastest at every batch on
-Llama-3.2-1B's layers; int4wo on tinygemm); the other recipes have one kernel each and ignore it.
+run on tcperf.kernels.gemv's Triton kernels with kernel="triton", or on the fastest for their format with
+kernel="auto" (KERNELS); the other recipes have one kernel each and ignore it.
 
     recipe = get("int4wo-128+kvfp8")
     notes = quantize(model, recipe)                     # swaps the eligible nn.Linear layers in place
@@ -22,7 +20,7 @@ Llama-3.2-1B's layers; int4wo on tinygemm); the other recipes have one kernel ea
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -56,10 +54,9 @@ class GenRecipe:
         return F8 if self.kv == "fp8" else self.act
 
 
-# Perplexity limits: what published round-to-nearest quantization costs a trained LLM, on wikitext (torchao's
-# quantization README, Llama-3.1-8B on an H100: bf16 7.54, int8wo 7.56 (+0.3%), float8 per row 7.61 (+0.9%), per
-# tensor 7.62 (+1.1%), int4wo-64 8.44 (+12%); Llama-2-7B on an A100: bf16 12.21, int4wo-64 12.84 (+5%); AWQ's
-# calibrated int4 in groups of 128 on Llama-3-8B-Instruct: +4.3%). Each limit sits just above its figure.
+# Perplexity limits: what published round-to-nearest quantization costs a trained LLM, on wikitext (PERPLEXITY_BASIS;
+# besides it, Llama-2-7B on an A100: int4wo-64 +5%; AWQ's calibrated int4 in groups of 128 on Llama-3-8B-Instruct:
+# +4.3%). Each limit sits just above its figure.
 PERPLEXITY_BASIS = ("limits from torchao's README (Llama-3.1-8B, wikitext): int8wo +0.3%, fp8 +0.9 to 1.1%, "
                     "int4wo-64 round-to-nearest +12%")
 RECIPES: dict[str, GenRecipe] = {r.name: r for r in (
@@ -88,8 +85,7 @@ KERNELS = {  # --kernel -> the weight-only layers' kernel= by weight format (tcp
     "default": {"int8": None, "int4": None},
     "triton": {"int8": "triton", "int4": "triton"},
     # the fastest by format in benchmarks/gemv_gpu.py on Llama-3.2-1B's layers (H100, 2026-11-26 night): int8 on
-    # tcperf.kernels.gemv's kernel at every batch (0.58 of bf16's time at one row, Inductor's 0.65), int4 on tinygemm (0.48,
-    # tcperf.kernels.gemv's int4 1.19)
+    # tcperf.kernels.gemv's at every batch (0.58 of bf16's time at one row), int4 on tinygemm (0.48; gemv's 1.19)
     "auto": {"int8": "triton", "int4": None},
 }
 
@@ -101,10 +97,7 @@ def get(name: str) -> GenRecipe:
         raise UserError(f"unknown precision {name!r}; choose from: {', '.join(RECIPES)} "
                         f"(any of them with {KV_FP8}: the KV cache in fp8)")
     r = RECIPES[base]
-    if kv == "act":
-        return r
-    return GenRecipe(**{**r.__dict__, "name": name, "kv": "fp8",
-                          "perplexity_limit": r.perplexity_limit + KV_LIMIT})
+    return r if kv == "act" else replace(r, name=name, kv="fp8", perplexity_limit=r.perplexity_limit + KV_LIMIT)
 
 
 def parse_list(precisions: str, kv: str) -> list[GenRecipe]:
@@ -177,8 +170,7 @@ def _maker(r: GenRecipe, kernel: str):
     if r.weights == "int4":
         return (lambda lin: Int4WeightOnlyLinear(lin, r.group, **({"kernel": chosen} if chosen else {})),
                 lambda lin: lin.in_features % r.group == 0 and lin.in_features % 32 == 0 and lin.out_features % 8 == 0)
-    return (lambda lin: Fp8Linear(lin, r.rowwise),
-            lambda lin: lin.in_features % 16 == 0 and lin.out_features % 16 == 0)
+    return (lambda lin: Fp8Linear(lin, r.rowwise), lambda lin: lin.in_features % 16 == 0 and lin.out_features % 16 == 0)
 
 
 def quantize(model: nn.Module, r: GenRecipe, kernel: str | None = None) -> list[str]:
@@ -198,8 +190,7 @@ def quantize(model: nn.Module, r: GenRecipe, kernel: str | None = None) -> list[
 
 
 def _quantize_torchao(model: nn.Module, r: GenRecipe) -> list[str]:
-    """torchao's quantize_ with the config matching the recipe (its newer *Config classes, else the older
-    functions)."""
+    """torchao's quantize_ with the config matching the recipe (its newer *Config classes, else the older functions)."""
     q = _torchao()
     if r.weights == "int8":
         config = q.Int8WeightOnlyConfig() if hasattr(q, "Int8WeightOnlyConfig") else q.int8_weight_only()

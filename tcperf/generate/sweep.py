@@ -1,26 +1,20 @@
 """One `tcperf generate` row: a model at a precision, decoded by one loop at one batch size, timed and accounted.
 
-The task a worker runs (task(case, device, job)): the first case of a (model, precision, loop) in a
-worker builds the model (random weights, trained ones, or a folder's own), checks its accuracy against bf16 and
-allocates the static KV cache for the largest batch of the sweep; every case then times whole generations at its
-batch: the prefill (time to first token) and each decode step (inter-token latency) with CUDA events around the
-loop's calls (perf_counter on a CPU), a warm-up generation first (it holds torch.compile's time, reported as
-compile_s, and whether the compile cache beside the store served it, compile_cache: tcperf.compile_cache). A batch
-that runs out of memory is recorded as "oom" and ends the sweep: the batches after it are not tried.
+The task a worker runs (task(case, device, job)): the first case of a (model, precision, loop) in a worker builds
+the model (random weights, trained ones, or a folder's own), checks its accuracy against bf16 and allocates the
+static KV cache for the largest batch of the sweep; every case then times whole generations at its batch: the
+prefill (time to first token) and each decode step (inter-token latency) with CUDA events around the loop's calls
+(perf_counter on a CPU), a warm-up generation first (it holds torch.compile's time, compile_s, and whether the
+compile cache beside the store served it). A batch that runs out of memory is recorded as "oom" and ends the sweep.
 
-Two accuracy checks, each meaning one thing. The kernel check (tcperf.quant.check_layers) runs every quantized
-layer on random inputs against its own dequantised weights, on every run before anything is timed: a failure is a
-bug, the case is not timed, it is stored as "wrong" with "kernel bug" and the command exits 1. The model check runs
-only on weights that mean something, with text to judge them on: `stdlib` (tcperf.generate.trained) on its
-held-out bytes, or a local transformers folder's own weights on the user's --text (at most hf.TEXT_ROWS windows of
-hf.TEXT_TOKENS tokens): perplexity against bf16's, within the recipe's perplexity_limit (published practice,
-quant.PERPLEXITY_BASIS), and the share of positions whose top-1 token agrees with bf16's; a recipe outside its limit
-is timed all the same and stored as "wrong". On random weights only the kernel check runs: the rows say "model
-accuracy: not judged on random weights".
+Two accuracy checks, each meaning one thing (docs/generate.md, "What a row holds"). The kernel check
+(tcperf.quant.check_layers) holds every quantized layer against its own dequantised weights before anything is
+timed: a failure is a bug, stored as "wrong" with "kernel bug", not timed, and the command exits 1. The model check
+runs only on weights that mean something, with text to judge them on (`stdlib`'s held-out bytes, a local folder's
+own weights on --text): perplexity against bf16's within the recipe's perplexity_limit, and top-1 agreement; a
+recipe outside its limit is timed all the same and stored as "wrong".
 
-On a GPU each plain-loop row also says where its decode step goes (metrics["parts"], tcperf.generate.parts): the
-warm step profiled, its kernels' time in the linear layers, attention and the rest, the gaps between them, beside
-the time the weights alone take at the copy bandwidth.
+On a GPU each plain-loop row also says where its decode step goes (metrics["parts"], tcperf.generate.parts).
 """
 from __future__ import annotations
 
@@ -48,9 +42,8 @@ _COPY: dict = {}                               # the copy bandwidth this worker 
 
 @dataclass(frozen=True)
 class GenerateArgs:
-    """What a row needs beyond its shape and precision: the model's source (tcperf generate's: builtin, trained,
-    config or factory), the largest batch of its sweep (the KV cache is made for it), torch.compile on or off (None:
-    the loop's default), the prompts' seed and (CPU tests) a batch above which memory runs out."""
+    """What a row needs beyond its shape and precision: the model's source (hf.source's), the sweep's largest batch
+    (its KV cache's size), compile (None: the loop's default) and (CPU tests) the batch above which memory runs out."""
     source: dict
     max_batch: int
     compile: bool | None = None
@@ -70,8 +63,7 @@ def task(case: Case, device, job: Job) -> Result:
     """One row, in a worker: the session of its model, precision and loop (made at its first batch), timed."""
     r = quant.get(case.precision)
     row = _base(case, r)
-    why = quant.unsupported(r, device) or loop_reason(case, r) or quant.kernel_reason(case.shape.get("kernel"),
-                                                                                     device)
+    why = quant.unsupported(r, device) or loop_reason(case, r) or quant.kernel_reason(case.shape.get("kernel"), device)
     if why:
         return skipped_row(case, why)
     ceilings = _ceilings(job.ceilings or {}, device)      # before the session takes the GPU's memory
@@ -129,8 +121,7 @@ def loop_reason(case: Case, r: quant.GenRecipe) -> str | None:
 
 
 def skipped_row(case: Case, why: str) -> Result:
-    """The row of a case that cannot run here, and why (the parent makes it without a worker: a case's `known`
-    row)."""
+    """The row of a case that cannot run here, and why (the parent makes it without a worker: a case's `known` row)."""
     return _base(case, quant.get(case.precision)).replace(status="skipped", message=why)
 
 
@@ -148,8 +139,7 @@ def _session(case: Case, r: quant.GenRecipe, device) -> "Session":
         _SESSIONS.clear()                       # one model in memory at a time
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        make = PlainSession if s["loop"] == "plain" else HfSession
-        _SESSIONS[key] = make(case, r, device)
+        _SESSIONS[key] = (PlainSession if s["loop"] == "plain" else HfSession)(case, r, device)
     return _SESSIONS[key]
 
 
@@ -174,8 +164,7 @@ def model_accuracy(logits: torch.Tensor, ref: torch.Tensor, tokens: torch.Tensor
 
 def _prompts(rows: int, length: int, vocab: int, device, seed: int) -> torch.Tensor:
     """Random token ids (never the pad id 0), the same for every precision at the same seed."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(1, vocab, (rows, length), generator=g).to(device)
+    return torch.randint(1, vocab, (rows, length), generator=torch.Generator().manual_seed(seed)).to(device)
 
 
 # --- sessions: one model, one recipe, one loop, in one worker -----------------------------------------------------
@@ -241,9 +230,8 @@ class Session:
         """The largest batch <= wanted whose cache and activations fit in MEMORY_SHARE of the free memory."""
         if self.device.type != "cuda":
             return wanted
-        free = torch.cuda.mem_get_info(self.device)[0]
-        self.free_bytes = free
-        return max(0, min(wanted, int(free * MEMORY_SHARE / self.row_bytes())))
+        self.free_bytes = torch.cuda.mem_get_info(self.device)[0]
+        return max(0, min(wanted, int(self.free_bytes * MEMORY_SHARE / self.row_bytes())))
 
     def no_room(self, batch: int) -> str:
         return (f"not tried: batch {batch} needs ~{batch * self.row_bytes() / 2**30:.1f} GiB for its KV cache and "
@@ -305,7 +293,8 @@ class PlainSession(Session):
         args = hf.args_of(self.src) if self.src["kind"] != "factory" else None
         if args is not None:
             return plain.build(args, self.device, dtype, self.seed)
-        return _factory_transformer(self.src, self.device, dtype)
+        lm = hf.load_factory(self.src["name"])      # a tcperf Transformer: loop_reason skipped the others
+        return lm.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
 
     @staticmethod
     def logits(model, tokens: torch.Tensor, kv_dtype) -> torch.Tensor:
@@ -363,11 +352,6 @@ class HfSession(Session):
     def generation(self, prompt: torch.Tensor) -> tuple[float, list[float]]:
         with torch.no_grad():
             return hf.timed_generate(self.model, prompt, self.output, self.compile)
-
-
-def _factory_transformer(src: dict, device, dtype) -> plain.Transformer:
-    lm = hf.load_factory(src["name"])           # a tcperf Transformer: loop_reason skipped the others
-    return lm.to(device=device, dtype=dtype).eval().requires_grad_(False)
 
 
 class Marks:
@@ -428,8 +412,7 @@ def figures(row: Result, s: Session, batch: int, t: dict, ceilings: dict, device
               "bandwidth_source": bw_source},
         roofline_batch=accounting.roofline_batch(s.dims, context, peak, bandwidth) if peak and bandwidth else None,
         dims=s.dims, compile_s=t["compile_s"], compile_cache=t["compile_cache"], peak_mem_gib=t["peak_mem_gib"],
-        generations=t["generations"],
-        kernel=s.kernel, accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s",
+        generations=t["generations"], kernel=s.kernel, accuracy=s.accuracy, notes=list(s.notes), unit="tokens/s",
         throughput=batch * 1e3 / itl.mean_ms)
     if not ceilings.get("bandwidth"):
         m["notes"].append("no copy bandwidth (none stored, none measured here): no bandwidth share")

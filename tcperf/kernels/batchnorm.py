@@ -2,13 +2,11 @@
 input, and fuse_batch_norm_relu, which puts it into a model (the ladder's bn_relu rung, tcperf.kernels.fusions).
 
 Why: in ResNet-50's whole-step graph the batch norms are half the kernel time (H200, 2026-11-27: 17.4 ms of 36.5 ms
-a step), all of it memory-bound, about 12 passes over their bf16 inputs a step. In the graph AOTAutograd hands
-Inductor, ReLU's backward is threshold_backward(grad, relu_output): the batch norm's backward kernels then read the
-incoming gradient, the ReLU's output (for the mask) and the batch norm's input (for x-hat), three tensors of the
-same size in the reduction and again in the gradient's pass. Here the mask is recomputed from the batch norm's
-input, which both passes read anyway: two reads a pass instead of three, about 2 of the 12 passes for each batch
-norm followed by a ReLU (in ResNet-50 33 of its 53), with the same saved tensors (the ReLU's output is saved for
-the next convolution's weight gradient either way).
+a step), all of it memory-bound. In the graph AOTAutograd hands Inductor, ReLU's backward is threshold_backward(grad,
+relu_output): both of the batch norm's backward passes then read the incoming gradient, the ReLU's output (for the
+mask) and the batch norm's input (for x-hat). Here the mask is recomputed from the batch norm's input: two reads a
+pass instead of three for each batch norm followed by a ReLU (33 of ResNet-50's 53), with the same saved tensors
+(the ReLU's output is saved for the next convolution's weight gradient either way).
 
     z, mean, var = _BatchNormRelu.apply(y, weight, bias, eps)       # z = relu(batch_norm(y)), batch statistics
     fuse_batch_norm_relu(model)   # each batch norm whose only user is a ReLU computes both (ReLU node removed)
@@ -17,17 +15,14 @@ The arithmetic is batch norm's (statistics in fp32 as Inductor's, fp64 in a floa
 nn.BatchNorm2d updates them); `affine_grads` is the part of its backward that tcperf.kernels.maxpool's fused stem
 shares.
 
-Measured, and slower: in ResNet-50's whole-step graph on an H200 (2026-11-27, edc4066, bf16, batch 256) 6,665
-img/s against the whole-step graph's 6,724 (0.99x), and on top of the fused stem 6,663 against 6,937 (0.96x). By
-the profile the kernels filed under normalization fell from 17.5 to 12.2 ms a step, but its passes that end in a
-cast to bf16 (Inductor names them _to_copy_..., the profile files them under copies) took 6.5 ms where Inductor's
-own took 0.4: normalization and copies 18.7 ms against 17.9. So the ladder climbs it only where named
-(recipes.NAMED_ONLY). Why, one pair at a time (benchmarks/bn_relu_probe.py, H100, 2026-11-27, batch 256): its
-forward is as fast as Inductor's, but its backward, by the kernels' names, writes the masked gradient `g` below
-and reads it back for the sums and for dy, three passes where Inductor's two recompute the mask: 0.72-0.77x of
-Inductor's kernel time a pair. Recomputing the mask inside both passes is the next thing to try.
+Measured, and slower: in ResNet-50's whole-step graph on an H200 (2026-11-27, edc4066, bf16, batch 256) 0.99x the
+whole-step graph and 0.96x on top of the fused stem, its backward writing the masked gradient `g` below and reading
+it back, a pass more than Inductor's (benchmarks/bn_relu_probe.py; docs/training.md): so the ladder climbs it only
+where named (recipes.NAMED_ONLY). Recomputing the mask inside both passes is the next thing to try.
 """
 from __future__ import annotations
+
+from collections import Counter
 
 import torch
 import torch.fx
@@ -109,8 +104,7 @@ class FusedBatchNorm2d(nn.BatchNorm2d):
     def weight_bias(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.affine:
             return self.weight, self.bias
-        return (y.new_ones(self.num_features, dtype=torch.float32),
-                y.new_zeros(self.num_features, dtype=torch.float32))
+        return (y.new_ones(self.num_features, dtype=torch.float32), y.new_zeros(self.num_features, dtype=torch.float32))
 
     def update_running(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
         """nn.BatchNorm2d's update in training: momentum toward the batch's mean and unbiased variance."""
@@ -140,9 +134,7 @@ def fuse_batch_norm_relu(model: nn.Module) -> list[str]:
     GraphModule of its trace with the ReLU node removed and the batch norm's class made BatchNormRelu2d: a ReLU
     module called again elsewhere (torchvision's Bottleneck calls one three times) stays for its other calls.
     Deepest modules first. -> the fused batch norms' names."""
-    held = {}
-    for _, m in model.named_modules(remove_duplicate=False):
-        held[id(m)] = held.get(id(m), 0) + 1
+    held = Counter(id(m) for _, m in model.named_modules(remove_duplicate=False))
     order = {name: i for i, (name, _) in enumerate(model.named_modules())}
     fused = []
     for name, module in reversed(list(model.named_modules())):

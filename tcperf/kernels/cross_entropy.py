@@ -4,10 +4,9 @@ cross-entropy, written in PyTorch), so that the (tokens, vocabulary) logits, the
 never exist whole. For GPT-2 small at 16 x 1024 tokens that is 16,384 x 50,304: 3.3 GB in fp32, and the ladder's
 profile (H200, 2026-11-25) shows a 2.5 ms copy kernel a step on it.
 
-The ladder's `chunked_ce` rung swaps a model's `lm_head` for a `DeferredHead`: in training it hands the loss the
-hidden states and the head's weight (HeadInput) instead of logits, and `token_loss` (the language models' loss)
-computes the chunked loss from them; in eval it is the plain head. The result is the same arithmetic as
-F.cross_entropy on the logits (bf16 head matmul under autocast, log-softmax in fp32), checked exactly on a CPU.
+The ladder's `chunked_ce` rung swaps a model's `lm_head` for a DeferredHead, whose HeadInput `token_loss` (the
+language models' loss) turns into the chunked loss: the same arithmetic as F.cross_entropy on the logits (bf16
+head matmul under autocast, log-softmax in fp32), checked exactly on a CPU.
 
     model.lm_head = DeferredHead(model.lm_head)
     loss = token_loss(model(idx), targets)          # (B, T, V) logits never made
@@ -42,16 +41,13 @@ class DeferredHead(nn.Module):
         self.fused = fused
 
     def forward(self, x: torch.Tensor):
-        if self.training:
-            return HeadInput(x, self.linear.weight, self.linear.bias, self.fused)
-        return self.linear(x)
+        return HeadInput(x, self.linear.weight, self.linear.bias, self.fused) if self.training else self.linear(x)
 
 
 def defer_head(model: nn.Module, fused: bool = False) -> list[str]:
     """The model's `lm_head` (the name nanoGPT and Hugging Face give the vocabulary head) made a DeferredHead;
-    returns notes. fused: each chunk's softmax work compiled (a compiled recipe's: the loss runs outside the
-    compiled model, so without it the chunks would be as many eager kernels as the plain loss). Raises LookupError
-    when the model has no nn.Linear `lm_head`."""
+    returns notes. fused: each chunk's softmax work compiled (a compiled recipe's: the loss runs outside the compiled
+    model, so without it the chunks would be as many eager kernels as the plain loss)."""
     head = getattr(model, "lm_head", None)
     if not isinstance(head, nn.Linear):
         raise LookupError(f"{type(model).__name__} has no nn.Linear lm_head for the chunked cross-entropy to take")
@@ -114,11 +110,10 @@ def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
 
 def _chunk(h, w, b, t, count):
     """One chunk: (summed loss, d loss / d logits in the matmul's dtype); its logits made here, dropped on return.
-    Written so that torch.compile fuses all of it: the row reductions (the log-sum-exp and the target's logit,
-    picked by comparing a column index, not gathered) and the gradient (softmax minus the one-hot, scaled and cast
-    in the same expression; scatter_add_ is a mutation Inductor does not fuse). On an H100 (2026-11-27) the version
-    with gather and scatter_add_ spent 5.3 ms of a GPT-2 step in two kernels and an fp32 copy; this one is one
-    kernel of 2.34 ms."""
+    Written so that torch.compile fuses all of it: the row reductions (the log-sum-exp and the target's logit, picked by
+    comparing a column index, not gathered) and the gradient (softmax minus the one-hot, scaled and cast in the same
+    expression; scatter_add_ is a mutation Inductor does not fuse). On an H100 (2026-11-27) the version with gather and
+    scatter_add_ spent 5.3 ms of a GPT-2 step in two kernels and an fp32 copy; this one is one kernel of 2.34 ms."""
     wide = F.linear(h, w, b)                              # (c, V): bf16 under autocast, as the plain head's
     wide = wide.to(torch.promote_types(wide.dtype, torch.float32))   # log-softmax in fp32, as autocast does it
     valid = (t != IGNORE).to(wide.dtype)

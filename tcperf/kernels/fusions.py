@@ -29,8 +29,7 @@ def pool_kernel(model: nn.Module, mode: str = "train") -> list[str]:
 
 
 def bn_relu_pool(model: nn.Module, mode: str = "train") -> list[str]:
-    """Each batch norm -> ReLU -> nn.MaxPool2d(3, 2, 1) chain (its links used once each) becomes one
-    BatchNormReluPool2d, then every other such pool MaxPool3s2."""
+    """Each batch norm -> ReLU -> such a pool chain becomes a BatchNormReluPool2d, then pool_kernel on the rest."""
     from .maxpool import fuse_batch_norm_relu_pool
     fused = fuse_batch_norm_relu_pool(model)
     if not fused:
@@ -41,8 +40,7 @@ def bn_relu_pool(model: nn.Module, mode: str = "train") -> list[str]:
 
 
 def bn_relu(model: nn.Module, mode: str = "train") -> list[str]:
-    """bn_relu_pool where the model has such a chain, then each other batch norm whose only user is a ReLU fused
-    with it."""
+    """bn_relu_pool (or pool_kernel) where they apply, then each other batch norm -> ReLU pair as one."""
     from .batchnorm import fuse_batch_norm_relu
     notes = _optional(bn_relu_pool, model, mode) or _optional(pool_kernel, model, mode)
     fused = fuse_batch_norm_relu(model)

@@ -9,26 +9,21 @@ Both are torch.library.triton_op's (torch.ops.tcperf.*), so torch.compile(fullgr
 CUDA graphs capture them; tcperf.quant's weight-only layers run them with kernel="triton".
 
 The kernels. int8 at M = 1 (the decode GEMV, int8_gemv_kernel): each program owns BLOCK_N weight rows and walks K
-in BLOCK_K steps: one load of the weight tile, widened and multiplied by x elementwise into a (BLOCK_N, BLOCK_K)
-fp32 accumulator; the row sums are taken once, after the loop (summing every step costs a cross-thread reduction
-per step: the first version, which did, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). int8 above
+in BLOCK_K steps into a (BLOCK_N, BLOCK_K) fp32 accumulator, the row sums taken once, after the loop (summing every
+step, a cross-thread reduction a step, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). int8 above
 one row (int8_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as the left operand (W x^T: the
 weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
 
 int4 at every M (int4_kernel): one group of K a step, the tile dequantised to bf16 eight weights a 32-bit word
-(DEQUANT_ASM: a LOP3 with the magic number of 128.0 makes two nibbles bf16 at once, packed FMAs take 136 off and
-scale and shift), then a Tensor Core tl.dot, M padded to 16 at one row. The first int4 GEMV widened each nibble to
-fp32 and multiplied on the CUDA cores: 19-25 instructions a weight byte in its loop (SASS for sm_90), issue-bound
-at 36-57% of the copy bandwidth; this loop is 6.6-10.2 at 16 rows (the int8 GEMV's, which reaches 87-96% on wide
-layers: 4.2-5.4; scripts/sass_loop.py counts them). The int4 loop is not issue-bound: on an H100 its tl.dot path,
-not the dequantising, holds it at a third of the copy bandwidth (benchmarks/int4_probe.py). Narrow layers split K
-over SPLIT programs (split_k), whose fp32 sums torch adds.
+(DEQUANT_ASM), then a Tensor Core tl.dot, M padded to 16 at one row: 6.6-10.2 instructions a weight byte in its loop
+at 16 rows (SASS for sm_90, scripts/sass_loop.py), where widening each nibble to fp32 on the CUDA cores took 19-25
+and was issue-bound. On an H100 its tl.dot path, not the dequantising, holds it at a third of the copy bandwidth
+(benchmarks/int4_probe.py). Narrow layers split K over SPLIT programs (split_k), whose fp32 sums torch adds.
 
-BLOCK_M comes from M (1, 16, 32, 64: the "M bucket"); N and K (and BLOCK_M above one row) key triton.autotune over
-a few configurations (GEMV_CONFIGS at M = 1: 6; MM_CONFIGS: 4; INT4_CONFIGS: 4; ~1 s of compiling each), each
-timed briefly (AUTOTUNE_MS) so that a benchmark tuning 40 shapes stays within seconds. In the Triton interpreter
-(TRITON_INTERPRET=1 before this module is imported, CPU tensors) one small configuration runs untuned, in fp32 (the
-interpreter multiplies bf16 as raw bits and runs no PTX).
+BLOCK_M is the "M bucket" of M (block_m); N and K (and the bucket) key triton.autotune over a few configurations
+(~1 s of compiling each), each timed briefly (AUTOTUNE_MS) so that a benchmark tuning 40 shapes stays within
+seconds. In the Triton interpreter (TRITON_INTERPRET=1 before this module is imported, CPU tensors) one small
+configuration runs untuned, in fp32 (the interpreter multiplies bf16 as raw bits and runs no PTX).
 
 Speeds on an H100 against cuBLAS bf16, tinygemm and Inductor's fused GEMV: benchmarks/gemv_gpu.py.
 """
@@ -48,17 +43,14 @@ AUTOTUNE_MS = (5, 20)                  # warm-up and timing budget per configura
 MAX_BLOCK_M = 64                       # rows of x a program holds; more rows take more programs along M
 
 
-def _configs(blocks: tuple, warps: int, stages: int) -> list[triton.Config]:
-    return [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=warps, num_stages=stages) for n, k in blocks]
-
-
 # (BLOCK_N, BLOCK_K). int8 GEMV: few rows a program, long K steps, 2-4 KiB of weight a step; the accumulator is
 # BLOCK_N x BLOCK_K fp32, 16-32 registers a thread. MM: the Tensor Core path, whose tl.dot wants BLOCK_N >= 16 and
 # whose accumulator grows with BLOCK_M. int4: BLOCK_N >= 64 takes Hopper's wgmma (64 rows a warp group) with the
 # dequantised tile in registers; a step is one group.
 GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
                 for n, k, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 256, 4), (16, 256, 8))]
-MM_CONFIGS = _configs(((16, 256), (32, 128), (64, 128), (128, 128)), warps=4, stages=3)
+MM_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=4, num_stages=3)
+              for n, k in ((16, 256), (32, 128), (64, 128), (128, 128))]
 INT4_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=1) for n, w in ((64, 4), (128, 4), (128, 8),
                                                                                      (256, 8))]
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 32}     # every path, M = 1 included: small awkward shapes
@@ -110,8 +102,7 @@ def int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, strid
 
 
 @triton.jit
-def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y (N,) = (w8 (N, K) @ x (K,)) * scales: products summed elementwise per step, the rows summed once."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -254,23 +245,19 @@ KERNELS = {  # (name, "gemv" at one row or "mm" above) -> (the kernel as written
 def block_m(m) -> int:
     """The M bucket: 1 (the GEMV), else the power of two >= m from 16 (tl.dot's least) to MAX_BLOCK_M. Comparisons
     only: under a dynamic batch m is symbolic, and each comparison becomes a guard (a graph a bucket)."""
-    if m == 1:
-        return 1
-    return next(b for b in (16, 32, MAX_BLOCK_M) if m <= b or b == MAX_BLOCK_M)
+    return 1 if m == 1 else next(b for b in (16, 32, MAX_BLOCK_M) if m <= b or b == MAX_BLOCK_M)
 
 
 def _launch(name: str, args: tuple, gemv_args: tuple, m: int, n: int, **constexprs) -> None:
     """One row: the GEMV kernel on gemv_args, a program per BLOCK_N columns; more: the Tensor Core kernel on args,
     a program per BLOCK_N columns and BLOCK_M rows. Autotuned on a GPU, a fixed small block interpreted."""
     bm = block_m(m)
-    path = "gemv" if bm == 1 else "mm"
-    plain, tuned = KERNELS[name, path]
+    plain, tuned = KERNELS[name, "gemv" if bm == 1 else "mm"]
     batched = {} if bm == 1 else {"BLOCK_M": bm, "UPCAST": INTERPRETING}
     grid = lambda meta: (triton.cdiv(n, meta["BLOCK_N"]), triton.cdiv(m, bm))
-    if INTERPRETING:
-        launchable(plain)[grid](*(gemv_args if bm == 1 else args), **batched, **INTERPRETER_CONFIG, **constexprs)
-    else:
-        launchable(tuned)[grid](*(gemv_args if bm == 1 else args), **batched, **constexprs)
+    fixed = INTERPRETER_CONFIG if INTERPRETING else {}
+    launchable(plain if INTERPRETING else tuned)[grid](*(gemv_args if bm == 1 else args), **batched, **fixed,
+                                                       **constexprs)
 
 
 def split_k(n: int, groups: int, sms: int) -> int:
@@ -283,16 +270,11 @@ def split_k(n: int, groups: int, sms: int) -> int:
     return split
 
 
-def _multiprocessors(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
-
 def int4_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group: int,
             split: int | None = None) -> torch.Tensor:
     """int4_weight_mm's body (tests pass `split`; by default split_k's): a program per BLOCK_N columns, share of K
     and BLOCK_M rows (16 at least: one decode row is a padded MMA); with SPLIT > 1 the shares' fp32 sums are added
-    here, in torch (one more kernel in eager mode; under torch.compile Inductor may fuse it with the next one: not
-    yet checked in a profile)."""
+    here, in torch (one more kernel in eager mode)."""
     n, k, m = q4.shape[0], 2 * q4.shape[1], x.shape[0]
     _check(x, (n, k), k)
     if k % 8 or k % group or group % 8 or scales.dtype != torch.bfloat16 or zeros.dtype != torch.bfloat16:
@@ -300,7 +282,8 @@ def int4_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torc
                          f"scales and zeros: K {k}, group {group}, {scales.dtype} and {zeros.dtype}")
     x, scales, zeros = x.contiguous(), scales.contiguous(), zeros.contiguous()
     words = q4.contiguous().view(torch.int32)                       # (N, K/8): eight nibbles a word
-    split = split or split_k(n, k // group, _multiprocessors(x.device))
+    sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda" else 132
+    split = split or split_k(n, k // group, sms)
     y = torch.empty((split, m, n) if split > 1 else (m, n), dtype=torch.float32 if split > 1 else x.dtype,
                     device=x.device)
     bm = max(16, block_m(m))
@@ -308,10 +291,8 @@ def int4_mm(x: torch.Tensor, q4: torch.Tensor, scales: torch.Tensor, zeros: torc
     args = (x, words, scales, zeros, y, m, n, k, x.stride(0), words.stride(0), scales.stride(0), y.stride(-2),
             y.stride(0) if split > 1 else 0)
     plain, tuned = KERNELS["int4", "mm"]
-    if INTERPRETING:
-        launchable(plain)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=True, BLOCK_N=16)
-    else:
-        launchable(tuned)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, UPCAST=False)
+    fixed = {"UPCAST": True, "BLOCK_N": 16} if INTERPRETING else {"UPCAST": False}
+    launchable(plain if INTERPRETING else tuned)[grid](*args, GROUP=group, SPLIT=split, BLOCK_M=bm, **fixed)
     return y.sum(0).to(x.dtype) if split > 1 else y
 
 

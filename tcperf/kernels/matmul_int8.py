@@ -7,9 +7,8 @@ stores it, W [N, K], so both operands are K-major in memory, the layout 8-bit Te
 directly; the kernel computes C = A @ W^T.
 
 The library baseline is `torch._int_mm(A, W.t())` (cuBLASLt, B column-major). On an H200 (2026-11-22, 8192^3)
-it ran at 923 TOPS and this kernel at 1130 (1.22x). The 126 TOPS of anchors.md is `torch._int_mm` with B
-row-major, where cuBLAS falls back to an sm80 WMMA kernel (tcperf's GEMM suite: 128 TOPS): the layout, not the
-library, is what costs 7x there.
+it ran at 923 TOPS and this kernel at 1130 (1.22x); with B row-major cuBLAS falls back to an sm80 WMMA kernel at
+126 TOPS (anchors.md): the layout, not the library, costs 7x there.
 
     python -m tcperf lab --kernels matmul_int8 --sizes 4096,8192
 """

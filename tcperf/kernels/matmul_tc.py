@@ -87,9 +87,8 @@ def launch(kernel, tuned, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *ex
 def chosen_config(tuned) -> str | None:
     """The configuration the autotuner kept for the last shape it ran (None before any run)."""
     cfg = getattr(tuned, "best_config", None)
-    if cfg is None:
-        return None
-    return " ".join(f"{k}={v}" for k, v in cfg.kwargs.items()) + f" warps={cfg.num_warps} stages={cfg.num_stages}"
+    return None if cfg is None else (" ".join(f"{k}={v}" for k, v in cfg.kwargs.items())
+                                     + f" warps={cfg.num_warps} stages={cfg.num_stages}")
 
 
 def triton_fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

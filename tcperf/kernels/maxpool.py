@@ -3,9 +3,8 @@ the channels-last layout; a batch norm -> ReLU -> that pool computed as one on t
 torch.fx search that finds such chains in a model (the ladder's pool_kernel and bn_relu_pool rungs: tcperf.kernels.fusions).
 
 Why: in ResNet-50's whole-step graph (H200, 2026-11-27, c41fb7d) Inductor's stem pooling was the step's largest
-memory-bound kernel, its backward 1.48 ms a step, and the forward and backward together (benchmarks/maxpool_probe.py,
-batch 256 x 64 x 112 x 112 bf16) ran at 14% of the copy bandwidth: 1.88 ms, where ATen's NHWC kernels took 2.85.
-Its backward gathers each input pixel's windows in an order the channels-last layout does not read contiguously.
+memory-bound kernel, at 14% of the copy bandwidth: its backward gathers each input pixel's windows in an order the
+channels-last layout does not read contiguously.
 
 Here the forward keeps, for each output, the offset (0-8) of its window's maximum as int8, a quarter of the
 output's bytes in bf16 against the input's 4x that a recomputing backward reads; the backward visits each input
@@ -14,21 +13,10 @@ Both read and write channels contiguously (a program is BLOCK_P pixels x BLOCK_C
 strides, so contiguous tensors give the same numbers, more slowly. The arithmetic is ATen's: the first maximum in
 the window's row-major order wins (a NaN wins and stays), and the backward adds in fp32.
 
-On an H200 (2026-11-27, a6968ae, one fixed tile of 32 pixels x 64 channels, 4 warps, now autotuned):
-benchmarks/maxpool_probe.py at batch 256, forward + backward 0.971 ms against Inductor's 1.882 (1.94x, 28% of the
-copy bandwidth); in ResNet-50's whole-step graph the pool kernels ran 7,033 and 6,667 img/s in two calls against
-the whole-step graph's 6,949 and 6,585 (1.012x both times), the training check passing. Less than the pooling's
-1.1 ms saved: the stem's batch norm + ReLU, which Inductor fused into its pooling, then wrote its whole output for
-these kernels (normalization +0.5 ms a step), and the add of the two incoming gradients became a kernel.
-
-Hence BatchNormReluPool2d (_BatchNormReluPool says how): in training a batch norm's affine map keeps a window's
-maximum where it is, so the stem pools the batch norm's input and normalizes the pooled quarter; the normalized
-tensor and its gradient never exist whole, and the backward writes the input's gradient in one pass. On an H200
-(2026-11-27, edc4066, bf16) it ran ResNet-50 at 6,937, 6,877 and 6,944 img/s in three calls, 1.03-1.04x the
-whole-step graph and 1.046-1.054x the hand loop in 8 interleaved rounds each (the pooling 1.84 -> 0.75 ms a step,
-normalization 17.5 -> 16.5). Its compiled float32 gradient was zero in torch 2.11 until batchnorm.as_dtype (see
-there); in Triton's interpreter it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in float32 to 1e-7, gradients
-and running statistics included.
+BatchNormReluPool2d (_BatchNormReluPool says how) keeps the stem's batch norm and ReLU, which Inductor had fused into
+its pooling, in the same pass: on an H200 (2026-11-27, edc4066, bf16) it ran ResNet-50 at 1.046-1.054x the hand loop in
+8 interleaved rounds each, the pooling 1.84 -> 0.75 ms a step (docs/training.md has the story). In Triton's interpreter
+it equals nn.BatchNorm2d -> nn.ReLU -> nn.MaxPool2d in float32 to 1e-7, gradients and running statistics included.
 
     fuse_batch_norm_relu_pool(model) # bn -> ReLU -> max-pool chains fused (tcperf.kernels.fusions: the ladder's rungs)
     out, offsets = torch.ops.tcperf.max_pool_3s2(x)          # (N, C, H, W) -> (N, C, ceil(H/2), ceil(W/2))
@@ -38,6 +26,7 @@ imported (the tests run the kernels in Triton's interpreter that way).
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Optional  # triton_op's schema inference reads Optional[Tensor] in every torch it runs on
 
 import torch
@@ -145,10 +134,8 @@ def _launch(name: str, pixels: int, channels: int, *args, **flags) -> None:
     block_c = min(64, triton.next_power_of_2(channels))
     grid = lambda meta: (triton.cdiv(pixels, meta["BLOCK_P"]), triton.cdiv(channels, block_c))
     plain, autotuned = KERNELS[name]
-    if INTERPRETING:
-        launchable(plain)[grid](*args, **flags, BLOCK_P=BLOCK_P, BLOCK_C=block_c)
-    else:
-        launchable(autotuned)[grid](*args, **flags, BLOCK_C=block_c)
+    fixed = {"BLOCK_P": BLOCK_P} if INTERPRETING else {}
+    launchable(plain if INTERPRETING else autotuned)[grid](*args, **flags, **fixed, BLOCK_C=block_c)
 
 
 @triton_op("tcperf::max_pool_3s2", mutates_args=())
@@ -268,19 +255,15 @@ def fuse_batch_norm_relu_pool(model: nn.Module) -> list[str]:
 
 
 def chains(model: nn.Module) -> list[tuple[str, str | None, str]]:
-    """(batch norm, ReLU module or None for a functional relu, pool) names of each nn.BatchNorm2d whose only user is
-    a ReLU whose only user is an nn.MaxPool2d(3, 2, 1) (past nn.Identity modules: batchnorm.bn_relu_pairs), each
-    module called once in the model's forward, read from torch.fx's trace of it; none where the model does not
-    trace."""
+    """(batch norm, ReLU module or None for a functional relu, pool) names of each nn.BatchNorm2d whose only user is a
+    ReLU whose only user is an nn.MaxPool2d(3, 2, 1) (past nn.Identity modules: batchnorm.bn_relu_pairs), each module
+    called once in the model's forward, read from torch.fx's trace of it; none where the model does not trace."""
     try:
         graph = torch.fx.symbolic_trace(model).graph
     except Exception:                        # control flow on values, unsupported calls: no fusion, plain pools
         return []
     modules = dict(model.named_modules())
-    calls = {}
-    for node in graph.nodes:
-        if node.op == "call_module":
-            calls[node.target] = calls.get(node.target, 0) + 1
+    calls = Counter(node.target for node in graph.nodes if node.op == "call_module")
     found = []
     for bn, relu in bn_relu_pairs(graph, modules):
         pool = only_user(relu, modules)

@@ -5,13 +5,12 @@ One case is one kernel at one size and precision. `measure_case` is the tcperf w
 (docs/design.md, "a case and a result"), in this order:
 
 1. inputs made on the host (seeded per case, random, non-zero), as a program would have them;
-2. the kernel's output checked against its NumPy version computed in float64 on the same operands; a case that
-   does not match is stored as `wrong` and not timed;
+2. the kernel's output checked against its NumPy version in float64 on the same operands (`wrong`, not timed, if not);
 3. NumPy on the CPU (all cores: BLAS is multi-threaded, NumPy's elementwise operations use one core);
 4. the kernel alone on the GPU (`tcperf.timing.time_fn`: CUDA events, L2 flushed, median and IQR);
 5. the torch equivalent on the GPU (cuBLAS for the matmuls);
-6. end to end: inputs copied host -> device, the kernel, the output copied back, from pageable and from pinned
-   host memory (a host clock around the whole round trip, which ends in a synchronize).
+6. end to end: the copies in, the kernel, the copy out, from pageable and from pinned host memory (a host clock
+   around the whole round trip, which ends in a synchronize).
 
 The stored row: `median_ms` and its spread are the kernel's, `tflops` / `gbps` its rate; `metrics` holds
 numpy_ms, torch_ms, e2e_pageable_ms, e2e_pinned_ms, the ceiling the rate is held against and its percentage.
@@ -97,12 +96,8 @@ class LabArgs:
 def cases(kernels: list[str], sizes: list[int] | None, interpreted: bool, quick: bool = False,
           args: LabArgs = LabArgs({})) -> list[Case]:
     """One case per kernel, precision and size, in the tutorial's order."""
-    out = []
-    for name in kernels:
-        for prec in lab.get(name).precisions:
-            for n in sizes or default_sizes(name, interpreted, quick):
-                out.append(Case(f"lab.{name}", {"n": n}, prec, measure_case, suite="lab", args=args))
-    return out
+    return [Case(f"lab.{name}", {"n": n}, prec, measure_case, suite="lab", args=args) for name in kernels
+            for prec in lab.get(name).precisions for n in sizes or default_sizes(name, interpreted, quick)]
 
 
 @contextlib.contextmanager

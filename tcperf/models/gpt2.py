@@ -1,8 +1,7 @@
 """GPT-2 small (124M) decoder written nanoGPT-style: 12 layers, d=768, 12 heads, seq 1024, vocab 50304 (50257
 padded to a multiple of 64, as nanoGPT does), tied input/output embeddings, causal SDPA attention.
 
-Training step: next-token cross-entropy on random tokens, AdamW (fused from the ladder's fused rung on).
-Inference: logits (B, T, V).
+Training step: next-token cross-entropy on random tokens, AdamW (fused from the fused rung on). Inference: logits.
 On an H200 (hand-written loop, anchors.md): batch 16 x 1024, training fp32 54k tokens/s, amp_bf16 326k.
 
     tcperf models gpt2 --mode train --batch 16

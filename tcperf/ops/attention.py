@@ -4,9 +4,8 @@ backend that ran it.
 Shape keys: batch, heads, seq, head_dim, causal (true | false), pass (fwd | bwd). q, k, v: batch x heads x seq x
 head_dim, self-attention (one sequence length), default scale 1/sqrt(head_dim).
 
-Backend: tried in the order flash, efficient (memory-efficient), cudnn, math, each alone under
-torch.nn.attention.sdpa_kernel; the first that runs this case is the one timed (every call is made inside the
-same sdpa_kernel context) and is stored as metrics["backend"].
+Backend: the first of BACKENDS (flash, memory-efficient, cudnn, math), each tried alone under sdpa_kernel, that
+runs this case; every timed call is made in its context, and it is stored as metrics["backend"].
 
 FLOPs, the algorithm's matmuls (as torch.utils.flop_counter counts them):
     fwd = 4 * batch * heads * seq^2 * head_dim      (QK^T and PV, 2 * seq^2 * head_dim each)
@@ -121,8 +120,7 @@ def _prepare_backward(q, k, v, causal, gen) -> Prepared:
     name, backend = pick_backend(forward_backward)
     o = _sdpa(backend, q, k, v, causal)         # one forward with its graph kept; the backward is what is timed
     run = lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
-    ref = lambda: reference(q, k, v, causal, do)
-    return Prepared(run=run, reference=ref, compare=flat, info={"backend": name})
+    return Prepared(run=run, reference=lambda: reference(q, k, v, causal, do), compare=flat, info={"backend": name})
 
 
 def _attend(q, k, v, causal):

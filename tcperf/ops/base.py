@@ -101,8 +101,7 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref|| in float64; inf for NaN/inf or a shape mismatch, so NaN never passes."""
     if out.shape != ref.shape:
         return float("inf")
-    out = out.detach().to(torch.float64)
-    ref = ref.detach().to(torch.float64)
+    out, ref = out.detach().to(torch.float64), ref.detach().to(torch.float64)
     if not torch.isfinite(out).all():
         return float("inf")
     denom = torch.linalg.vector_norm(ref).item()

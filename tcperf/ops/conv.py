@@ -6,8 +6,7 @@ layout (NCHW | NHWC), pass (fwd | bwd_data | bwd_weight). Output P = (H + 2*pad_
 FLOPs, every pass: 2 * N * K * P * Q * C * R * S (each output element of the forward pass is a C*R*S-term dot
 product; backward-data and backward-weight are the same multiply-adds regrouped, as DeepBench counts them).
 Bytes: input N*C*H*W + filter K*C*R*S + output N*K*P*Q elements, each read or written once (the same three
-tensors in every pass). Backward passes go through torch.ops.aten.convolution_backward (what autograd calls),
-with only the asked gradient requested. The float64 reference runs the same call on NCHW float64 copies.
+tensors in every pass). The float64 reference runs the same call (_CALLS) on NCHW float64 copies.
 
     tcperf bench --suite resnet50 --precision tf32,bf16 --filter pass=fwd
 On an H200 (anchors.md): 3x3 64->64 at 56x56, N=64: fp16 NCHW 119 TFLOPS, fp16 NHWC 254.

@@ -46,8 +46,7 @@ class Gemm(Op):
 
     def padded(self, shape: dict, prec: Precision) -> dict | None:
         from ..tensorcore import pad_to
-        a = prec.align
-        new = {**shape, **{d: pad_to(shape[d], a) for d in ("m", "n", "k")}}
+        new = {**shape, **{d: pad_to(shape[d], prec.align) for d in ("m", "n", "k")}}
         return None if new == shape or prec.name in ("fp32", "fp64") else new
 
     def prepare(self, shape: dict, prec: Precision, device: torch.device, seed: int = 0) -> Prepared:
@@ -60,8 +59,7 @@ class Gemm(Op):
         a = _operand(shape["m"], shape["k"], shape.get("a_t", "N"), make)
         b = _operand(shape["k"], shape["n"], shape.get("b_t", "N"), make)
         c = torch.empty(shape["m"], shape["n"], dtype=prec.dtype, device=device)
-        return Prepared(run=lambda: torch.matmul(a, b, out=c),
-                        reference=lambda: a.double() @ b.double(), out=c)
+        return Prepared(run=lambda: torch.matmul(a, b, out=c), reference=lambda: a.double() @ b.double(), out=c)
 
 
 def _operand(rows: int, cols: int, trans: str, make) -> torch.Tensor:

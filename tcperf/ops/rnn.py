@@ -89,8 +89,7 @@ class Rnn(Op):
         if d["pass"] == "fwd":
             layer.eval()
             twin.eval()
-            run = lambda: _no_grad(layer, x)
-            return Prepared(run=run, reference=lambda: _no_grad(twin, x.double()), info=info)
+            return Prepared(run=lambda: _no_grad(layer, x), reference=lambda: _no_grad(twin, x.double()), info=info)
         return _prepare_backward(layer, twin, x, gen, info)
 
 

@@ -10,12 +10,11 @@ FLOPs: 2*m*n*k for both formats: dense-equivalent, so a 2:4 kernel twice as fast
 value (m*k/2 elements + m*k/8 bytes), B and writes C; dense reads A and B and writes C.
 
 DeepBench's sparse table (deepbench-sparse) is about unstructured sparsity at 90 and 95 % (density 0.10 / 0.05),
-for which no Tensor Core kernel exists: tcperf runs each of its shapes as 2:4 (50 % sparsity, what the hardware
-accelerates) and as dense, and keeps DeepBench's density only as a tag. Where the shape does not tile by the
-backend's minimum block (cuSPARSELt fp16/bf16 16x16, CUTLASS 32x64; e.g. DeepBench's m=7860) the 2:4 case is
-skipped with that reason rather than padded silently. The dense operand B is padded to a multiple of 8 columns
-once, before timing (n = 1, 2, 4 in DeepBench's table); newer torch pads it inside every call, older cuSPARSELt
-paths reject it.
+for which no Tensor Core kernel exists: tcperf runs each of its shapes as 2:4 (what the hardware accelerates) and
+as dense, keeping DeepBench's density as a tag. A shape that does not tile by the backend's minimum block (min_tile;
+e.g. DeepBench's m=7860) is skipped with that reason rather than padded silently. The dense operand B is padded to
+DENSE_COLS columns once, before timing (n = 1, 2, 4 in DeepBench's table): newer torch pads it inside every call,
+older cuSPARSELt paths reject it.
 
     tcperf bench --suite deepbench-sparse --precision fp16
 On an H200 (anchors.md): fp16 8192^3 2:4 ~ 747 dense-equivalent TFLOPS, no gain over dense.

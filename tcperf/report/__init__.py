@@ -2,10 +2,8 @@
 formats share.
 
 A stored result row is one of five kinds, told apart by its `op` (docs/design.md, tcperf.rows):
-kernel (gemm, conv, ...), `ceiling`, `model` (the ladder), `lab.<kernel>` and `advise.<what>`.
-What the report's modules share (row names, the runs as read, HTML tables) is report/common.py; charts live in
-report/charts.py, the opening findings in report/findings.py, warnings and the environment in report/notes.py,
-the page in report/html.py. This package module stays light: no submodule imports it back.
+kernel (gemm, conv, ...), `ceiling`, `model` (the ladder), `lab.<kernel>` and `advise.<what>`. This package
+module stays light: no submodule imports it back.
 
     tcperf report 12 13 --out report.html --png charts/     # the command (tcperf/commands/report.py)
     build(Store.open(), [12, 13]).html                      # the same from Python

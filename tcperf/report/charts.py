@@ -1,6 +1,5 @@
-"""The report's charts: one function a chart, each taking stored result rows and returning PNG bytes (or None
-when the rows hold nothing to draw). matplotlib's object API on the Agg canvas: no pyplot, no global state, no
-display needed.
+"""The report's charts: one function a chart, each taking stored result rows and returning PNG bytes (or None when the
+rows hold nothing to draw). matplotlib's object API on the Agg canvas: no pyplot, no global state, no display needed.
 
     png = suite_chart(rows, ceilings={"bf16": 744.0}, sheet=peaks.datasheet("NVIDIA H200"), title="quick")
 """
@@ -27,12 +26,10 @@ def figure(width: float, height: float, panels: int = 1, ratios=None):
     """A figure and its `panels` axes side by side, drawn without pyplot (no global state, no window)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, panels, squeeze=False, width_ratios=ratios)[0]
-    return fig, list(axes)
+    return fig, list(fig.subplots(1, panels, squeeze=False, width_ratios=ratios)[0])
 
 
 def png(fig) -> bytes:
-    """The figure as PNG bytes."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
@@ -111,7 +108,8 @@ def roofline_chart(rows: list[dict], ceilings: dict, sheet: dict, title: str) ->
     if not points:
         return None
     fig, (ax,) = figure(10, 5.8)
-    span = _intensity_span(points)
+    values = [intensity(r) for r in points]
+    span = min(values) / 2, max(values) * 2
     bandwidth = _measured_or_sheet(ceilings, sheet, None)
     for colour, precision in zip(COLOURS, _precision_order({r["precision"] for r in points})):
         roof = _measured_or_sheet(ceilings, sheet, precision)
@@ -139,11 +137,6 @@ def intensity(row: dict) -> float:
 
 def misses_alignment(row: dict) -> bool:
     return ((row.get("metrics") or {}).get("verdict") or {}).get("aligned") is False
-
-
-def _intensity_span(points: list[dict]) -> tuple[float, float]:
-    values = [intensity(r) for r in points]
-    return min(values) / 2, max(values) * 2
 
 
 def _measured_or_sheet(ceilings: dict, sheet: dict, precision: str | None) -> tuple[float | None, bool]:

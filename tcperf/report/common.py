@@ -55,9 +55,7 @@ def advice_summary(row: dict) -> str:
 
 def relative_spread(row: dict) -> float | None:
     """IQR / median of the timed samples (tcperf.timing flags it above 10%)."""
-    if row.get("median_ms") and row.get("iqr_ms") is not None:
-        return row["iqr_ms"] / row["median_ms"]
-    return None
+    return row["iqr_ms"] / row["median_ms"] if row.get("median_ms") and row.get("iqr_ms") is not None else None
 
 
 def lab_size(shape: dict):

@@ -59,7 +59,6 @@ def section(rd, page) -> str:
 
 
 def _cells(row: dict) -> list:
-    """A recipe's summary row as table cells."""
     m = row.get("metrics") or {}
     split = m.get("split") or {}
     return [row["precision"], row["status"], f"{m.get('reached', 0)}/{m.get('runs', 0)}",

@@ -90,8 +90,7 @@ def _beats_fp32(r: dict, rows: list[dict]) -> bool:
     """r is fp32 itself, or faster than the fp32 row of its model, mode and batch beyond the spread."""
     if r["precision"] == "fp32":
         return True
-    fp32 = next((x for x in rows if x["precision"] == "fp32" and x["shape"] == r["shape"] and x.get("median_ms")),
-                None)
+    fp32 = next((x for x in rows if x["precision"] == "fp32" and x["shape"] == r["shape"] and x.get("median_ms")), None)
     return fp32 is None or claim(r, fp32)[0]
 
 
@@ -110,10 +109,9 @@ def padding_lines(runs: list[RunData]) -> list[Finding]:
             if r["status"] == "ok" and padded and not r["metrics"].get("quantised_ms") and \
                     padded["gain"] > best.get(r["case_key"], (0,))[0]:
                 best[r["case_key"]] = (padded["gain"], r, rd.run["id"])
-    top = sorted(best.values(), key=lambda b: -b[0])[:TOP]
     return [Finding(f"{r['precision']} {label(r)}: {r['metrics']['verdict'].get('fix') or 'padded'} "
                     f"is {gain:.2f}x faster (run {run_id})", anchor("alignment", run_id))
-            for gain, r, run_id in top if gain > 1]
+            for gain, r, run_id in sorted(best.values(), key=lambda b: -b[0])[:TOP] if gain > 1]
 
 
 def layout_lines(runs: list[RunData]) -> list[Finding]:
@@ -123,10 +121,9 @@ def layout_lines(runs: list[RunData]) -> list[Finding]:
         for key, (gain, fast, slow) in layout_pairs(rd.of_kind("kernel")).items():
             if gain > best.get(key, (0,))[0]:
                 best[key] = (gain, fast, slow, rd.run["id"])
-    top = sorted(best.values(), key=lambda b: -b[0])[:TOP]
     return [Finding(f"{fast['precision']} {label(fast)}: {_layout(fast)} is {gain:.2f}x faster than {_layout(slow)} "
                     f"(run {run_id})", anchor("suite", run_id, fast.get("suite") or "(no suite)"))
-            for gain, fast, slow, run_id in top if gain > 1]
+            for gain, fast, slow, run_id in sorted(best.values(), key=lambda b: -b[0])[:TOP] if gain > 1]
 
 
 def layout_pairs(rows: list[dict]) -> dict[tuple, tuple[float, dict, dict]]:

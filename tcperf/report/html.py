@@ -1,11 +1,10 @@
 """The report page: one self-contained HTML file (charts inline as base64 PNG, CSS and a few lines of JS inline,
 nothing fetched from the network), readable in any browser and printable.
 
-It reads top to bottom: the findings (written from the data, each linking to its section), the roofline of each
-device, the warnings counted by kind and folded, then per run the model ladder, the alignment cliff, the advisor,
-each suite (speed-up over fp32, rates, the table), the measured ceilings and the lab, and last the environment
-(what all runs share once, what differs per run). Each section only when its data is present; tables longer than a
-screenful are folded, and every table sorts by a click on its header.
+It reads top to bottom (render): the findings (written from the data, each linking to its section), the roofline of
+each device, the warnings counted by kind and folded, then per run each of SECTIONS whose data is present, and last
+the environment (what all runs share once, what differs per run). Tables longer than a screenful are folded, and
+every table sorts by a click on its header.
 
     render(report.load(store, [12]))     # -> Report(html, charts, sections)
 """
@@ -102,10 +101,9 @@ def roofline_html(runs: list[RunData], page: Page) -> str:
 # --- warnings and the environment ------------------------------------------------------------------------------
 def warnings_html(runs: list[RunData]) -> str:
     """One line a kind: its count and what it means for the numbers; the list folded beneath."""
-    parts = [f'<details><summary><b>{escape(k.name)}</b> ({len(k.items)}): {escape(k.meaning)}.</summary><ul>'
-             + "".join(f"<li>{escape(i.text)}</li>" for i in k.items) + "</ul></details>"
-             for k in warning_kinds(runs)]
-    return "".join(parts)
+    return "".join(f'<details><summary><b>{escape(k.name)}</b> ({len(k.items)}): {escape(k.meaning)}.</summary><ul>'
+                   + "".join(f"<li>{escape(i.text)}</li>" for i in k.items) + "</ul></details>"
+                   for k in warning_kinds(runs))
 
 
 def environment_html(runs: list[RunData]) -> str:
@@ -182,8 +180,7 @@ def ceilings_html(rd: RunData, page: Page) -> str:
         return ""
     png = ch.suite_chart(rows, {}, _sheet(rd), f"measured ceilings · {rd.name}")
     return (f'<h3 id="{anchor("ceilings", rd.run["id"])}">{escape(rd.name)}</h3>'
-            + page.chart(f"run{rd.run['id']}-ceilings", png,
-                                                    "Measured ceilings; dashed: datasheet peak.")
+            + page.chart(f"run{rd.run['id']}-ceilings", png, "Measured ceilings; dashed: datasheet peak.")
             + kernel_table(rows, rd))
 
 

@@ -158,5 +158,4 @@ def environment(runs: list[RunData]) -> tuple[list[tuple[str, str]], list[tuple[
 
 
 def result_counts(results: list[dict]) -> str:
-    counts = Counter(r["status"] for r in results)
-    return ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    return ", ".join(f"{n} {s}" for s, n in Counter(r["status"] for r in results).most_common())

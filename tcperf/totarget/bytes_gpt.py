@@ -1,6 +1,6 @@
 """The default workload, offline everywhere: a byte-level GPT (tcperf.models.gpt2's decoder, vocabulary 256)
 trained on the running Python's own standard-library source until the validation loss reaches a target in bits
-per byte. The files (sorted, tests and site-packages left out, up to MAX_BYTES) and their SHA-256 are recorded:
+per byte. The files (sorted, tests and site-packages left out, up to max_bytes) and their SHA-256 are recorded:
 a different Python is different data, and the checksum says so.
 
 The last VALIDATION share of the bytes (whole files at the end of the sorted list) is held out; the metric is the
@@ -9,21 +9,12 @@ mean next-byte cross-entropy over a fixed set of validation windows, in bits (na
     tcperf train-to-target                               # this, with the configuration the device calls for
     tcperf train-to-target bytes-gpt --target bpb=2.2 --recipe fp32,amp_bf16,compile --runs 3
 
-Sizes (SIZES): "gpu" (6 layers, d=768, 256-byte windows, batch 64: the default on a GPU), "gpu-narrow" (the earlier
-default, 6 layers, d=384: on an H200, 2026-11-23, docs/results/, it reached bpb 1.4 in 1,800 steps, amp_bf16 +
-compile in 23.2 s against fp32 strict's 1.5 in 37.8 s, 2.5x a step at best; on an H100 compile was 24.7 s of
-compile's 55.9 s and fp32 strict took 58.7 s: 1.05x) and "small" (2 layers, d=64, 64-byte windows, batch 16, for
-CPUs: reaches bpb 3.4 in about 250 steps, 5-20 s on 2 cores).
-
-Why "gpu" is d=768: at d=384 the bf16 step is mostly memory-bound work (layer norms, GELU, attention at T=256), so
-no recipe can be more than 2.5x fp32 strict a step, and a one-time compile of 25 s eats what is left. At d=768 the
-layers' matmuls are GPT-2 small's (16,384 tokens x 768 x 2,304 / 3,072), where the ladder measured 7.6x a step
-(H200, 2026-11-25: fp32 strict 299.7 ms, amp_bf16 44.9, + compile 39.3). Estimate for this size: 4.4 TFLOP a step
-(6 x 42.7M parameters x 16,384 tokens + attention), fp32 strict at GPT-2's 46 TFLOPS ~96 ms a step, amp_bf16 +
-compile ~15 ms on an H200 and ~20 on an H100 (4.5-6x a step); with ~1,200 steps to bpb 1.4 (fewer than d=384's
-1,800: a wider model learns more a step), fp32 strict ~2 minutes a run and the best recipe ~25-35 s with its
-compile, >= 3x at the median. Six layers, not twelve: compile time grows with the layers, the per-step ratio with
-the width. Not measured yet on a GPU (benchmarks/train_to_target_gpu.py measures it).
+Sizes (SIZES): "gpu" (the default on a GPU), "gpu-narrow" (the earlier default, d=384) and "small" (for CPUs:
+reaches bpb 3.4 in about 250 steps, 5-20 s on 2 cores). Why "gpu" is d=768: at d=384 the bf16 step is mostly
+memory-bound work (layer norms, GELU, attention at T=256), so no recipe can be more than 2.5x fp32 strict a step, and
+a one-time compile of 25 s eats what is left; at d=768 the layers' matmuls are GPT-2 small's. Six layers, not
+twelve: compile time grows with the layers, the per-step ratio with the width. On an H100 (2026-11-25, 07e9441) it
+reached bpb 1.4 in 31.4 s with amp_bf16 + compile against 149.4 s in fp32 strict (4.76x; docs/train-to-target.md).
 """
 from __future__ import annotations
 

@@ -37,8 +37,7 @@ _TEST = re.compile(r"test_batch(\.bin)?$")
 
 def build(options: dict, device):
     path = need_data(options, "PATH (the official cifar-10-python.tar.gz or cifar-10-binary.tar.gz, or unpacked)")
-    data = load(path)
-    return images.task("cifar10", data, device, classes=10, batch=options.get("batch") or BATCH, target=TARGET,
+    return images.task("cifar10", load(path), device, classes=10, batch=options.get("batch") or BATCH, target=TARGET,
                        sgd_epochs=options.get("epochs") or EPOCHS, info={"data": str(path)})
 
 

@@ -1,14 +1,8 @@
-"""What the clock counts: three named policies, the figures of the communities that use them. A run records each
-part apart (data preparation, warm-up steps with compilation, steady training steps, evaluations), so the time to
-target under every policy comes from the same run, and compile time is always shown, never hidden in a total.
-
-    train      training steps only, after the warm-up steps (whose time, compilation included, is shown apart);
-               data preparation and evaluation off the clock. hlb-CIFAR10 and airbench time this way.
-    dawnbench  data preparation and every training step, warm-up and compilation included; evaluation off the
-               clock. DAWNBench's time to accuracy.
-    mlperf     everything after initialisation (building the model; reading the data into memory): every training
-               step, warm-up and compilation included, and every evaluation up to the one that reached the
-               target. MLPerf Training's time to train.
+"""What the clock counts: three named policies (CLOCKS), the figures of the communities that use them: `train`
+(hlb-CIFAR10, airbench), `dawnbench` (DAWNBench's time to accuracy) and `mlperf` (MLPerf Training's time to train:
+all after initialisation, which builds the model and reads the data into memory). A run records each part apart
+(data preparation, warm-up steps with compilation, steady training steps, evaluations), so the time to target under
+every policy comes from the same run, and compile time is always shown, never hidden in a total.
 
     CLOCKS["dawnbench"].elapsed(point, prep_s=3.1)       # seconds on that clock at a trace point
 """

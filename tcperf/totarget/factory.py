@@ -22,8 +22,7 @@ from . import folder, need_data, npz
 def build(options: dict, device):
     spec = load_spec(options["workload"], fallback_inputs=())     # the data brings the inputs
     path = need_data(options, "DIR or FILE.npz (the classification data the model trains on)")
-    loader = folder if path.is_dir() else npz
-    task = loader.build(options, device, model=_maker(spec.model))
+    task = (folder if path.is_dir() else npz).build(options, device, model=_maker(spec.model))
     _check_output(task, spec.model)
     task.info["factory"] = options["workload"]
     return task

@@ -39,16 +39,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)    # sync point: the host clock reads finished GPU work
 
 
-def _feed(step: recipes.Step, targets: torch.Tensor, batch) -> None:
-    step.inputs[0].copy_(batch[0])
-    targets.copy_(batch[1])
-
-
 def _steps(step, targets, task, gen, sched, n: int, feed_first: bool):
     loss = None
     for i in range(n):
         if feed_first or i:
-            _feed(step, targets, task.batch(gen))
+            x, y = task.batch(gen)
+            step.inputs[0].copy_(x)
+            targets.copy_(y)
         loss = step()
         if sched is not None:
             sched.step()
@@ -80,8 +77,7 @@ def prepare(task, rec: recipes.Recipe, device: torch.device, seed: int):
     why = engine.skip_reason(rec, Spec(model.to(device), (x,)), "train", device)
     if why:
         return why
-    step = recipes.prepare(model, rec, "train", (x,), device, loss_fn=task.loss_fn, optimizer=task.optimizer,
-                           targets=y)
+    step = recipes.prepare(model, rec, "train", (x,), device, loss_fn=task.loss_fn, optimizer=task.optimizer, targets=y)
     sched = torch.optim.lr_scheduler.LambdaLR(step.optimizer, task.lr_at) if task.lr_at else None
     return step, y, gen, sched
 

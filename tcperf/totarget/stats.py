@@ -1,9 +1,7 @@
 """Time to target over N seeded runs, as the anchors report it: DAWNBench takes the first evaluation at the target;
-airbench reports the mean and spread over many runs and checks that the mean reaches the target. Per recipe: the
-median time to target and its spread (IQR, min-max) over the runs that reached it, the share that reached it,
-steps and epochs to target, the final metric, throughput, warm-up and compile time, cost, and the split of the
-time to target into data preparation, warm-up (compilation), training and evaluation, whichever the clock counts.
-Whether two recipes can be told apart is tcperf.compare's Mann-Whitney test on their times (it needs
+airbench reports the mean and spread over many runs and checks that the mean reaches the target. Per recipe (summarize):
+the median time to target and its spread over the runs that reached it, the share that reached it, and where the time
+went (split). Whether two recipes can be told apart is tcperf.compare's Mann-Whitney test on their times (it needs
 compare.MIN_SAMPLES runs a side).
 
     rows = [store rows of one recipe's runs]
@@ -145,6 +143,4 @@ def summary_row(recipe: str, rows: list[dict], shape: dict, clock: Clock, target
 def tell_apart(a: list[float], b: list[float]) -> str:
     """Can two recipes' times to target be told apart? tcperf.compare's test, in words."""
     significant, p, why = compare.significance(a, b)
-    if p is None:
-        return f"N too small to tell apart: {why}"
-    return why
+    return f"N too small to tell apart: {why}" if p is None else why
