@@ -5,7 +5,6 @@ Every model module has the same small shape (synthetic data only, random initial
 
     KIND        "cnn" | "transformer" | "rnn"     (which recipes apply: channels_last needs convolutions, ...)
     UNIT        "img/s" | "tokens/s" | "samples/s"
-    CLASSIFIER  True when the outputs are class logits (the accuracy check then reports top-1 agreement)
     CONFIGS     {"full": {...}, "small": {...}}  each with the default "batch"; small runs on a CPU in milliseconds
     OPTIMIZER   AdamW hyper-parameters (plain AdamW; the ladder's fused rung makes it fused)
     build(cfg) -> nn.Module                          random init at the caller's seed, on the default device

@@ -19,7 +19,6 @@ from .transformer import Block, init_weights, token_batch, token_loss
 
 KIND = "transformer"
 UNIT = "samples/s"
-CLASSIFIER = True          # per-token logits
 OPTIMIZER = {"lr": 1e-4}
 CONFIGS = {
     "full": {"layers": 12, "dim": 768, "heads": 12, "ff": 3072, "seq": 128, "vocab": 30522, "batch": 32},

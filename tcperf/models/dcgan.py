@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 KIND = "cnn"
 UNIT = "img/s"
-CLASSIFIER = False
 OPTIMIZER = {"lr": 2e-4, "betas": (0.5, 0.999)}
 CONFIGS = {
     "full": {"nz": 100, "ngf": 64, "ndf": 64, "batch": 128},

@@ -17,7 +17,6 @@ from .transformer import Block, init_weights, token_batch, token_loss, tokens_pe
 
 KIND = "transformer"
 UNIT = "tokens/s"
-CLASSIFIER = True          # next-token logits
 OPTIMIZER = {"lr": 6e-4, "betas": (0.9, 0.95)}
 CONFIGS = {
     "full": {"layers": 12, "dim": 768, "heads": 12, "seq": 1024, "vocab": 50304, "batch": 16},

@@ -16,7 +16,6 @@ from .transformer import token_batch, token_loss, tokens_per_batch
 
 KIND = "rnn"
 UNIT = "tokens/s"
-CLASSIFIER = True
 OPTIMIZER = {"lr": 1e-3}
 CONFIGS = {
     "full": {"layers": 2, "emb": 1024, "hidden": 1024, "seq": 100, "vocab": 33278, "batch": 64},

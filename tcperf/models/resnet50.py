@@ -15,7 +15,6 @@ from torchvision.models.resnet import Bottleneck, ResNet
 
 KIND = "cnn"
 UNIT = "img/s"
-CLASSIFIER = True
 OPTIMIZER = {"lr": 1e-3}
 CONFIGS = {
     "full": {"layers": (3, 4, 6, 3), "image": 224, "classes": 1000, "batch": 256},
