@@ -59,7 +59,6 @@ def add_parser(sub) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

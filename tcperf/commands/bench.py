@@ -38,7 +38,6 @@ def add_parser(sub) -> None:
     p.add_argument("--sort", default="order", choices=tuple(SORTS), help="order of the printed table")
     p.add_argument("--no-profile", action="store_true", help="skip recording the kernels that ran (faster)")
     add_measuring(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
                    help="GEMM m = n = k, one size (default 4096 and 8192 on a GPU, 512 on the CPU)")
     p.add_argument("--copy-elements", type=int, default=None, help="fp32 elements copied (default 2^28 on a GPU)")
     add_measuring(p)
-    p.set_defaults(func=main, rep_ms=300.0)
+    p.set_defaults(rep_ms=300.0)
 
 
 def main(args) -> int:

@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main, no_flush_l2=True, graph=False)
+    p.set_defaults(no_flush_l2=True, graph=False)
 
 
 def plan(args, device, nproc: int, where: dict | None = None) -> list:

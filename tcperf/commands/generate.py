@@ -92,7 +92,7 @@ def add_parser(sub) -> None:
                         f"judged against the limits the trained model gets (at most {hf.TEXT_ROWS} windows of "
                         f"{hf.TEXT_TOKENS} tokens)")
     add_measuring(p)
-    p.set_defaults(func=main, rep_ms=1000.0, timeout=900.0)
+    p.set_defaults(rep_ms=1000.0, timeout=900.0)
 
 
 def ints(text: str, what: str) -> list[int]:

@@ -33,7 +33,6 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a shorter default sweep: vectors to 1e7, matrices to 4096")
     add_measuring(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
                    help="change the configuration's sizes, e.g. dim=2048,heads=16,layers=4 for a wider, shallower "
                         "GPT-2 (where fp8 starts to pay); the keys are the model's own")
     add_measuring(p)
-    p.set_defaults(func=main, rep_ms=1000.0, timeout=600.0)
+    p.set_defaults(rep_ms=1000.0, timeout=600.0)
 
 
 def parse_batches(text: str | None) -> list | None:

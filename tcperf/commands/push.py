@@ -24,7 +24,6 @@ def add_parser(sub) -> None:
     p.add_argument("--to", required=True, metavar="URL", help="the target store: a SQLAlchemy URL or a path")
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run")
     add_measuring(p)
     add_verbose(p)
-    p.set_defaults(func=main, rep_ms=50.0)
+    p.set_defaults(rep_ms=50.0)
 
 
 def main(args) -> int:

@@ -21,7 +21,6 @@ def add_parser(sub) -> None:
     add_db(p)
     add_json(p)
     add_verbose(p)
-    p.set_defaults(func=main)
 
 
 def add_verbose(p) -> None:

@@ -61,7 +61,6 @@ def add_parser(sub) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def options_of(args, device) -> dict:
