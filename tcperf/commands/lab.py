@@ -68,8 +68,7 @@ def measure(args) -> tuple[Store, int, list[dict]]:
 
 def _tutorial_order(r: dict) -> tuple:
     name = r["op"][4:]
-    entry = lab.get(name)
-    return lab.names().index(name), entry.precisions.index(r["precision"]), r["shape"].get("n", 0)
+    return lab.names().index(name), lab.get(name).precisions.index(r["precision"]), r["shape"].get("n", 0)
 
 
 def _ceilings(args, device: torch.device) -> dict:

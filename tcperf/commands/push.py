@@ -30,8 +30,7 @@ def main(args) -> int:
     source, target = Store.open(args.db), Store.open(args.to)
     if source.url == target.url:
         raise UserError(f"--to names the store being read ({source.where}): nothing to push")
-    ids = args.runs or source.run_ids()
-    copies = [push_run(source, target, run_id) for run_id in ids]
+    copies = [push_run(source, target, run_id) for run_id in args.runs or source.run_ids()]
     counts = Counter(c["action"] for c in copies)
     if args.json:
         print_json({"to": target.where, "runs": copies, "counts": counts})
