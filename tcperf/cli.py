@@ -68,27 +68,29 @@ def build_parser(only: str | None = None) -> Parser:
     parser.add_argument("--version", action="version", version=f"tcperf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (module, help_text) in COMMANDS.items():
-        listed = _Listed(sub, help_text)
         if only is not None and name != only:
-            listed.add_parser(name)                   # in the listing; its arguments are not needed
+            sub.add_parser(name, help=help_text)     # in the listing; its arguments are not needed
             continue
         try:
             mod = importlib.import_module(module)
         except ImportError as e:      # a missing library or a broken install: listed, and the others still work
             sub.add_parser(name, help="unavailable: run it to see why", unavailable=f"importing {module} failed: {e}")
             continue
-        mod.add_parser(listed)
+        mod.add_parser(_Listed(sub, help_text, getattr(mod, "main", None)))
     return parser
 
 
 class _Listed:
-    """The subparsers as a command module sees them: add_parser gives its line in the listing from COMMANDS."""
+    """The subparsers as a command module sees them: add_parser lists it (its line in COMMANDS), main() its func."""
 
-    def __init__(self, sub, help_text: str):
-        self.sub, self.help_text = sub, help_text
+    def __init__(self, sub, help_text: str, main=None):
+        self.sub, self.help_text, self.main = sub, help_text, main
 
     def add_parser(self, name: str, **kwargs):
-        return self.sub.add_parser(name, help=self.help_text, **kwargs)
+        p = self.sub.add_parser(name, help=self.help_text, **kwargs)
+        if self.main is not None:
+            p.set_defaults(func=self.main)
+        return p
 
 
 def _command_in(argv: list[str]) -> str:

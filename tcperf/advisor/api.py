@@ -1,22 +1,18 @@
-"""`tcperf.advise(model, example_inputs, ...)`: the whole advice for one model.
+"""`tcperf.advise(model, example_inputs, ...)`: the whole advice for one model, in six steps.
 
-1. the probe, in a worker under --timeout (tcperf.advisor.probe): the factory, one fp32 forward, the shape lint
-   (every GEMM-like op with its module and shapes), which recipes apply, the fp32 reference;
-2. the search (tcperf.advisor.search): every base recipe that applies (fp32 strict, tf32, amp, fp16/bf16 weights,
-   channels_last, fp8/int8) in a worker of its own, checked against fp32 strict and (GPU) timed and profiled; for
-   a 16-bit recipe that misses the tolerance, the modules that cause it and the recipe with those kept in fp32;
-   torch.compile, CUDA graphs (and, training, a CUDA graph of the whole step) on top of every passing recipe that
-   the measured kernel times leave a chance, compiled in parallel workers while the GPU times others;
+1. the probe, in a worker under --timeout (tcperf.advisor.probe): the factory, one fp32 forward, the shape lint,
+   which recipes apply, the fp32 reference;
+2. the search (tcperf.advisor.search): every base recipe that applies, each in a worker, checked against fp32 strict
+   and (GPU) timed; for a 16-bit recipe that misses the tolerance, the modules that cause it kept in fp32
+   (find_sensitive); torch.compile and CUDA graphs on top of each passing recipe the kernel times leave a chance;
 3. the runoff (tcperf.advisor.runoff): the leaders re-timed interleaved; the pick and its margin with its spread;
-4. with a workload (the factory's `workload`, tcperf.workload): the ways of meeting its varying shapes at the
-   pick's precision, each timed on the workload's stream from cold (tcperf.advisor.streams);
+4. with a workload (the factory's `workload`, tcperf.workload): the leading recipes and the ways of meeting its
+   varying shapes, each timed on the workload's stream from cold (tcperf.advisor.streams);
 5. on a GPU, the cost of each misaligned GEMM at the pick's precision (its shape against the padded shape);
-6. the verdict: the cheapest job of `steps` steps (one-time cost + steps x step; tcperf.advisor.job), its
-   distance from the speed of light (tcperf.advisor.limit), and the code to paste.
+6. the verdict: the cheapest job of `steps` steps (tcperf.advisor.job), its distance from the speed of light
+   (tcperf.advisor.limit), and the code to paste.
 A stage that fails after the probe is a note in the advice; what the stages before it measured stands (and, from the
 command, is already in the store: each recipe's row is stored as it arrives).
-
-    advice = tcperf.advise(model, x, mode="infer")       # Advice; print(advice), advice.to_json(), advice.save()
 """
 from __future__ import annotations
 
@@ -35,15 +31,14 @@ from ..recipes import get as get_recipe
 from .. import source
 from . import limit, lint, sensitive, streams, trials, verdict
 from .result import Advice
-from .search import Search, default_jobs
+from .search import TIERS, Search, default_jobs, tier_of
 
 MODES = ("infer", "train")
 WORKLOAD_BUDGET_S = 150.0   # --budget's default with a workload (issue 57's target for a model of up to 150M
 #                             parameters on one H100); None on one input
 MAX_KEPT = 16           # more culprits than this and keeping them in fp32 is not a mixed recipe any more
 SPARES_PER_JOB = 2      # workers started ahead of the recipes, per parallel job: two waves (on an H200 with 8 jobs,
-#                         those replacing the eager wave's took 16 s to be ready beside the compiles; the compiled
-#                         tiers waited for them)
+#                         one wave's replacements took 16 s to be ready, and the compiled tiers waited for them)
 
 
 def advise(model, example_inputs=None, *, loss_fn=None, metric_fn=None, workload=None, mode: str = "infer",
@@ -79,7 +74,7 @@ def check_args(mode: str, tolerance, recipes, check_steps: int = trials.TRAIN_ST
     if jobs is not None and not (isinstance(jobs, int) and jobs >= 1):
         raise UserError(f"jobs must be a whole number >= 1, not {jobs!r}")
     for name in recipes or ():
-        trials.recipes_module().get(name)          # UserError naming the valid recipes
+        get_recipe(name)    # UserError naming the valid recipes
     return float(tolerance) if tolerance is not None else trials.DEFAULT_TOLERANCE[mode]
 
 
@@ -88,10 +83,10 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         timeout: float = trials.DEFAULT_TIMEOUT, target: str | None = None, isolate: bool = True, on_result=None,
         budget=None, jobs=None, ceilings=None, progress=None) -> Advice:
     """The advice on a model given as a spec in memory or as a factory `target` ('file.py:factory': then nothing of
-    the user's runs in this process). on_result(RecipeResult) sees each recipe as it is measured;
-    progress(done, total, seconds_left, recipe) after each; budget: seconds the advice may take (None: no limit on
-    one input, WORKLOAD_BUDGET_S with a workload); ceilings: this
-    GPU's measured ceilings (tcperf.peaks.measured), else the speed of light measures its own."""
+    the user's runs in this process). on_result(RecipeResult) sees each recipe as it is measured; progress(done,
+    total, seconds_left, recipe) after each; budget: seconds the advice may take (None: no limit on one input,
+    WORKLOAD_BUDGET_S with a workload); ceilings: this GPU's measured ceilings (tcperf.peaks.measured), else the
+    speed of light measures its own."""
     started = time.perf_counter()
     tol = check_args(mode, tolerance, recipes, check_steps, timeout, budget, jobs, steps)
     device = device if isinstance(device, torch.device) else envmod.parse_device(device)
@@ -113,14 +108,13 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         facts = bench.probe([name for name, why in plan if not why])
         phases["probe_s"] = time.perf_counter() - started
         phases.update({f"probe_{stage}_s": s for stage, s in facts.times.items()})
-        notes = _notes(device) + bench.notes + facts.notes
+        notes = ([verdict.GPU_NEEDED] if device.type != "cuda" else []) + bench.notes + facts.notes
         layers = facts.layers
         lint.flag(layers, trials.lint_precisions(mode, recipes), _sm_count(device))
         budget = budget if budget is not None else WORKLOAD_BUDGET_S if facts.workload else None
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
                         grow=not recipes, layers=layers)
         found: dict = {}
-        items = _first(plan, facts, search)
 
         def sensitive_items(results):
             t0 = time.perf_counter()
@@ -129,7 +123,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
             phases["sensitive_s"] = time.perf_counter() - t0
             return more
 
-        results = _in_order(search.run(items, after_eager=sensitive_items), plan)
+        results = _in_order(search.run(_first(plan, facts, search), after_eager=sensitive_items), plan)
         phases.update(search.phases)
         trials.add_speedups(results)
         ceilings = dict(ceilings or {})     # the workload stage adds what it measures; the speed of light reuses it
@@ -141,9 +135,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
     fixes = _stage("the cost of misaligned shapes", notes, log,
                    lambda: _shape_costs(layers, chosen, results, device, mode), [])
     phases["shape_costs_s"] = time.perf_counter() - t0
-    varying = (facts.workload or {}).get("varying")
     v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary(), stream=streamed,
-                       steps=steps, varying=varying)
+                       steps=steps, varying=(facts.workload or {}).get("varying"))
     picked = next((r for r in streamed or results if r.recipe == v.get("recommended")), None)
     v["limit"] = _stage("the speed of light", notes, log,
                         lambda: _speed_of_light(picked, facts, mode, device, ceilings), None)
@@ -157,9 +150,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
 
 def _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings: dict,
                     deadline: float | None) -> list:
-    """With a workload: the leading recipes on its stream, each alone and cold (tcperf.advisor.streams; a stage
-    that fails is a note). Nothing without a workload, or where nothing passed. The workers the search kept are
-    closed first: nothing of tcperf's runs beside a recipe measured on the stream."""
+    """With a workload and a recipe that passed: the leading recipes on its stream, each alone and cold
+    (tcperf.advisor.streams), once the workers the search kept are closed."""
     if not facts.workload:
         return []
     if not any(r.passes for r in results):
@@ -184,9 +176,8 @@ def _workload_stage(bench, facts, results, steps, notes, log, progress, phases, 
 
 
 def _sol_of(facts, bench, ceilings: dict, notes: list, log):
-    """recipe -> the least ms a step of it can take on the stream (FLOPs at the measured ceiling of its precision,
-    bytes at the copy bandwidth: tcperf.advisor.limit), the ceilings measured once a precision where the store has
-    none (into `ceilings`)."""
+    """recipe -> the least ms a step of it can take on the stream (tcperf.advisor.limit.floor), the ceilings of its
+    precision measured once where the store has none (into `ceilings`)."""
     def sol_ms(name: str) -> float | None:
         ceilings.update(_stage("the ceilings", notes, log, lambda: _ceilings_for(name, bench.device, ceilings), {}))
         found = limit.floor(name, facts.workload.get("flops_per_step"), facts.params, bench.mode, ceilings)
@@ -226,7 +217,6 @@ def _first(plan, facts, search: Search) -> list[trials.Item]:
 
 def _in_order(results: list[trials.RecipeResult], plan) -> list[trials.RecipeResult]:
     """Tier by tier (eager, compile, CUDA graphs, ...), each in ladder order (mixed recipes after their base)."""
-    from .search import TIERS, tier_of
     order = [name for name, _ in plan]
 
     def key(r):
@@ -269,16 +259,11 @@ def _reference_notes(results: list[trials.RecipeResult]) -> list[str]:
 def _eager_ms(chosen, results) -> float | None:
     """The step time of the eager recipe at the chosen recipe's precision (the chosen one if none ran)."""
     eager = get_recipe(chosen.runs).precision
-    for r in results:
-        if r.recipe == eager and r.status == "ok" and r.step_ms:
-            return r.step_ms
-    return chosen.step_ms
+    return next((r.step_ms for r in results if r.recipe == eager and r.passes and r.step_ms), chosen.step_ms)
 
 
 def _with_baseline(recipes) -> list[str] | None:
-    if not recipes:
-        return None
-    return ["fp32", *[r for r in recipes if r != "fp32"]]
+    return ["fp32", *[r for r in recipes if r != "fp32"]] if recipes else None
 
 
 def _progress_line(r: trials.RecipeResult) -> str:
@@ -292,10 +277,6 @@ def _sm_count(device: torch.device) -> int | None:
 
 def _gpu_name(device: torch.device) -> str | None:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else None
-
-
-def _notes(device: torch.device) -> list[str]:
-    return [verdict.GPU_NEEDED] if device.type != "cuda" else []
 
 
 # --- step 3: sensitive modules ------------------------------------------------------------------------------------
@@ -358,8 +339,7 @@ def preload_sensitive(case: Case) -> None:
 def sensitive_task(case: Case, device, job: Job) -> Result:
     """The worker's side of the search: the spec rebuilt, the culprits found."""
     a = case.args
-    spec = engine.spec_of(a.recipe, device)
-    s = search(spec, a.recipe.mode, device, a.dtype, a.cast, a.tolerance)
+    s = search(engine.spec_of(a.recipe, device), a.recipe.mode, device, a.dtype, a.cast, a.tolerance)
     return Result(case.op, case.shape, case.precision, suite=case.suite, metrics={"sensitive": s})
 
 
@@ -396,11 +376,10 @@ def _forward(spec: source.Spec, mode: str):
 
 # --- step 5: what the misaligned shapes cost ----------------------------------------------------------------------
 def _shape_costs(layers, chosen, results, device: torch.device, mode: str) -> list:
-    """On a GPU, at the recommended recipe's GEMM precision: time the misaligned GEMMs at their shape and padded.
-
-    Their share is taken of the eager step at that precision (amp_bf16 for a compiled bf16 recipe): the GEMMs are
-    timed eagerly, and torch.compile may pad a misaligned GEMM itself (seen on an H200: inductor ran GPT-2-style
-    50257-wide heads at the aligned speed), so a compiled step is no fair denominator."""
+    """On a GPU, at the recommended recipe's GEMM precision: the misaligned GEMMs timed at their shape and padded,
+    as a share of the eager step at that precision (amp_bf16 for a compiled bf16 recipe): torch.compile may pad a
+    GEMM itself (on an H200 Inductor ran GPT-2's 50257-wide head at the aligned speed), so a compiled step is no
+    fair denominator."""
     if device.type != "cuda" or chosen is None:
         return []
     prec = trials.kernel_precision(chosen.runs)

@@ -5,8 +5,7 @@ steady step time, and the advice picks the cheapest job of N steps that passes t
                cold caches); on one input: the first call less one step (torch.compile's compile, with the caches
                the search shares between its workers, so a lower bound of a cold compile)
     step       on a workload: the steady passes' median over the stream's steps; on one input: the step time
-    job(N)     one-time + N x step; N None: a job long enough that one-time costs vanish (the default of
-               `tcperf advise`: serving and training jobs run far longer than a compile), so the fastest step wins
+    job(N)     one-time + N x step; N None: a job long enough that one-time costs vanish, so the fastest step wins
 
 Never picked on a varying workload: a recipe that compiled again at each new shape (tcperf.stream stops it and says
 so) or that did not finish warming up.
@@ -135,8 +134,7 @@ def sentence(job: dict) -> str | None:
     """One line on the job: the break-even of the pick's one-time cost and the short job's pick."""
     if not job.get("pick"):
         return None
-    rows = {row["recipe"]: row for row in job["rows"]}
-    pick_row = rows[job["pick"]]
+    pick_row = {row["recipe"]: row for row in job["rows"]}[job["pick"]]
     parts = []
     others = [t for t in job.get("tied", []) if t != job["pick"]]
     if others:

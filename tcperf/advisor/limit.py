@@ -11,12 +11,8 @@ the larger, so the sum would let a step beat its own limit. Ceilings come from t
 this GPU was measured, else a quick measurement here: one 8192^3 GEMM at the precision, one 1 GiB copy
 (tcperf.peaks.measure_now).
 
-Where the step goes, from the pick's profile: GEMM/convolution/attention kernels (and the share of the ceiling
-their FLOPs reach), other kernels (memory-bound: normalisation, elementwise, copies), and the host's gaps between
-kernels (step - kernel time).
-
-    found = of(pick, facts, mode, ceilings={"bf16": 744.0, "bandwidth": 4210.0})
-    found["share"]      # 0.83: the step runs at 83% of its speed of light
+    found = of(pick, flops, params, "infer", ceilings={"bf16": 744.0, "bandwidth": 4210.0})
+    found["share"]      # 0.83: the step runs at 83% of its speed of light; found["parts"]: where the step goes
 """
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
 
 
 def weights_bytes(params: int, name: str, mode: str) -> float:
-    """The parameters' bytes a step must move: read once (inference), or read, gradient written and the update
-    written (training); at the precision the recipe holds them in (autocast keeps fp32 weights)."""
+    """The parameters' bytes a step must move (the module's docstring); autocast keeps fp32 weights."""
     r = get_recipe(name)
     held = "bf16" if r.weights == "bfloat16" else "fp16" if r.weights == "float16" else \
         r.peak_precision if (r.fp8 or r.int8) and mode == "infer" else "fp32"
@@ -60,7 +55,8 @@ def of(pick, flops_forward: float | None, params: int, mode: str, ceilings: dict
 
 
 def parts(pick, flops: float, tflops: float) -> dict | None:
-    """Where the step goes (ms a step), from its profile: matmul kernels, other kernels, host gaps."""
+    """Where the step goes (ms a step), from its profile: GEMM/conv/attention kernels (and the share of the ceiling
+    their FLOPs reach), other kernels (memory-bound: normalisation, elementwise, copies), host gaps between kernels."""
     if pick.kernel_ms is None or pick.matmul_ms is None:
         return None
     step = pick.step_ms

@@ -8,7 +8,7 @@ shape and padded, through tcperf.ops) and its share of the model's step.
 """
 from __future__ import annotations
 
-
+from .. import precision as precmod
 from .. import tensorcore
 from ..layers import TOP_LEVEL, Layer, record  # noqa: F401  (the advisor's modules take them from here)
 
@@ -47,8 +47,7 @@ def _conv_issue(dims: dict, precision: str) -> dict:
 
 
 def _align(precision: str) -> int:
-    from ..precision import get
-    return get(precision).align
+    return precmod.get(precision).align
 
 
 def issues_for(layer: Layer, precision: str, sm_count: int | None = None) -> dict | None:
@@ -105,25 +104,21 @@ def _gemm_shapes(dims: dict, mode: str) -> list[dict]:
 
 
 def _time_gemm(shape: dict, precision: str, device) -> float:
-    from .. import precision as precmod
     from ..ops import gemm
     from ..timing import time_fn
     prec = precmod.get(precision)
     with precmod.apply(prec, device.type):
-        prep = gemm.OP.prepare(shape, prec, device)
-        return time_fn(prep.run, device, rep_ms=30, warmup_ms=10).median_ms
+        return time_fn(gemm.OP.prepare(shape, prec, device).run, device, rep_ms=30, warmup_ms=10).median_ms
 
 
 def gemm_cost(layer: Layer, precision: str, device, mode: str) -> dict:
     """Time the layer's GEMMs at their shapes and padded to the precision's alignment (one call each)."""
-    from .. import precision as precmod
     from ..ops import gemm
     prec = precmod.get(precision)
     ms = padded_ms = 0.0
     for shape in _gemm_shapes(layer.dims, mode):
-        padded = gemm.OP.padded(shape, prec) or shape
         ms += _time_gemm(shape, precision, device)
-        padded_ms += _time_gemm(padded, precision, device)
+        padded_ms += _time_gemm(gemm.OP.padded(shape, prec) or shape, precision, device)
     return {"precision": precision, "ms": ms, "padded_ms": padded_ms, "gain": ms / padded_ms if padded_ms else None}
 
 

@@ -38,9 +38,8 @@ class Timeline:
 
     def mark(self, label: str, stage: str, at: float | None = None) -> None:
         """`stage` reached now, or at the perf_counter time `at`."""
-        seconds = self.now() if at is None else round(at - self.started, 2)
         with self.lock:
-            self.events[label][stage] = seconds
+            self.events[label][stage] = self.now() if at is None else round(at - self.started, 2)
 
     def snapshot(self) -> dict[str, dict]:
         with self.lock:
@@ -92,8 +91,7 @@ class Pool:
 
     @contextlib.contextmanager
     def quiet(self):
-        """Inside: every worker still preparing, and the spares, are stopped, so the GPU runs only what the parent
-        times."""
+        """Inside: every worker still preparing, and the spares, are stopped: the GPU runs only what is timed."""
         self._stop_others()
         try:
             yield
@@ -120,7 +118,6 @@ class Pool:
             self.hushed, self.stopped = False, set()
 
     def close_spares(self) -> None:
-        """No recipe of the search will start now: spares starting up would share the CPU with the runoff's
-        host-bound steps."""
+        """No recipe will start now: spares starting up would share the CPU with the runoff's host-bound steps."""
         if self.spares is not None:
             self.spares.close()

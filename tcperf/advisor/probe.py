@@ -6,10 +6,8 @@ the advice with one line naming the stage (exit 2), before anything is stored as
 
     facts = run_probe(ProbeArgs(Source(target="model.py:factory"), "infer", ...), device, timeout=600)   # Facts
 
-The source is a tcperf.records.Source naming the factory: the probe calls it and pickles what it returned, so every
-later worker measures the very same model (Source(pickle=...); where pickle cannot carry it, Source(target=...,
-state=PATH): the workers call the factory and load the weights and inputs saved at PATH). Without a worker (a model
-pickle cannot carry), the same Probe runs in this process (tcperf.runner.InProcess).
+The probe saves what the factory made (_saved), so every later worker measures the very same model. Without a
+worker (a model pickle cannot carry), the same Probe runs in this process (tcperf.runner.InProcess).
 """
 from __future__ import annotations
 
@@ -123,8 +121,7 @@ class Probe:
     def workload(self) -> Result:
         """The fp32 forward on the first step of each distinct shape of the stream (a shape the model rejects is
         one line naming the step): its FLOPs, FLOPs a step averaged over the stream, and whether padding the varying
-        dimensions could be undone on the outputs (tcperf.workload.unpaddable: else padded recipes are refused
-        before any warm-up)."""
+        dimensions could be undone on the outputs (tcperf.workload.unpaddable)."""
         if not self.spec.workload:
             return self.row(workload=None)
         from torch.utils.flop_counter import FlopCounterMode
@@ -158,8 +155,7 @@ class Probe:
     def lint(self) -> Result:
         with precmod.apply("fp32", self.device.type):
             layers = lint.record(self.spec.model, self.spec.args, self.spec.kwargs)
-        mode = self.args.mode
-        skips = {name: engine.skip_reason(recipes.get(name), self.spec, mode, self.device)
+        skips = {name: engine.skip_reason(recipes.get(name), self.spec, self.args.mode, self.device)
                  for name in self.args.recipes}
         kind = "cnn" if engine.has_conv2d(self.spec.model) else "transformer"
         return self.row(layers=[l.to_dict() for l in layers], skips=skips, kind=kind)

@@ -8,6 +8,7 @@ converted to JSON, and stored as a run of kind "advise" (one `advise.recipe` row
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -78,8 +79,7 @@ class Advice:
     # --- the results store --------------------------------------------------------------------------------------
     def rows(self) -> list[dict]:
         shape = {"model": self.model, "mode": self.mode}
-        return [*(recipe_row(r, shape, self.tolerance) for r in self.recipes),
-                *(recipe_row(r, shape, self.tolerance) for r in self.stream), self.verdict_row()]
+        return [*(recipe_row(r, shape, self.tolerance) for r in [*self.recipes, *self.stream]), self.verdict_row()]
 
     def verdict_row(self) -> Result:
         return Result("advise.verdict", {"model": self.model, "mode": self.mode}, self.recommended or "none",
@@ -104,20 +104,12 @@ class Advice:
         return render(self)
 
     def __str__(self) -> str:
-        console = Console(width=120, no_color=True, record=True, file=_Null())
+        console = Console(width=120, no_color=True, record=True, file=io.StringIO())
         console.print(render(self))
         return console.export_text()
 
     def __repr__(self) -> str:
         return f"<Advice {self.model} {self.mode} on {self.gpu or self.device}: {self.recommended or 'no speed verdict'}>"
-
-
-class _Null:
-    def write(self, text):
-        return len(text)
-
-    def flush(self):
-        pass
 
 
 def finite(x):
@@ -301,8 +293,7 @@ def misses(l: Layer) -> str:
 def widest_fix(l: Layer) -> str:
     """The fix for the strictest precision flagged (fp8's 16 covers bf16's 8 and tf32's 4)."""
     from ..precision import get
-    prec = max(l.issues, key=lambda p: get(p).align)
-    return l.issues[prec]["fix"] or ""
+    return l.issues[max(l.issues, key=lambda p: get(p).align)]["fix"] or ""
 
 
 def sensitive_text(a: Advice) -> Text | None:
@@ -319,9 +310,8 @@ def sensitive_text(a: Advice) -> Text | None:
             lines.append(f"{s['base']} misses the tolerance, but no single module does alone in {dtype}: "
                          f"the error builds up across the model ({s['tests']} modules tested)\n")
             continue
-        errs = ", ".join(f"{m} ({_err(s['errors'].get(m))})" for m in mods)
         lines.append(f"{s['base']} misses the tolerance; alone in {dtype}, these break it: ", style="bold")
-        lines.append(errs + "\n")
+        lines.append(", ".join(f"{m} ({_err(s['errors'].get(m))})" for m in mods) + "\n")
         if s.get("mixed"):
             lines.append(f"  keeping them in fp32: {s['mixed']}\n")
     return lines
@@ -377,17 +367,13 @@ def _without_helper(code: str) -> str:
     return code[:start] + "# Fp32Island, keep_fp32: as in the pytorch snippet above\n" + code[end:].lstrip("\n")
 
 
-def v_note(a: Advice) -> str | None:
-    return a.verdict.get("note")
-
-
 def render(a: Advice) -> Group:
     where = a.gpu or f"CPU ({a.device})"
     parts = [Text(f"tcperf advise · {a.model} · {a.mode} · {where}", style="bold"), recipes_table(a)]
     parts += [p for p in (skipped_text(a), stream_table(a), lint_table(a)) if p is not None]
     parts += [p for p in (sensitive_text(a), share_text(a)) if p is not None]
     parts.append(verdict_text(a))
-    parts += [Text(f"note: {n}", style="yellow") for n in a.notes if n != v_note(a)]
+    parts += [Text(f"note: {n}", style="yellow") for n in a.notes if n != a.verdict.get("note")]
     if a.phases:
         parts.append(Text("time: " + ", ".join(f"{k.removesuffix('_s')} {v:.1f} s" for k, v in a.phases.items()),
                           style="dim"))

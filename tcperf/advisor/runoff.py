@@ -11,10 +11,9 @@ recipe of the round alike; the runoff ranks on the ratio of each recipe to the f
 A recipe beats another when its advantage exceeds max(TIE, spread), or when it was faster in every round (at least
 MIN_ROUNDS) and the other's mean ratio, its stalls included, is more than TIE behind; recipes within that are a
 tie, and a tie goes to the simpler recipe (eager before torch.compile before CUDA graphs; plain precision before
-mixed, fp8, int8). The second way is for a recipe that stalls: ConvNeXt-T's fp16 + compile (no CUDA graphs, its
-launches paced by the host) ran 1.0% behind bf16 + CUDA graphs in four rounds of six and 9% and 22% behind in the
-other two (an H100, 2026-11-27); the stalls widened the spread to 5.9%, which made a tie of it, and the tie went to
-the simpler, stalling recipe, which a plain loop then ran 8.6% slower.
+mixed, fp8, int8). The second way is for a recipe that stalls: ConvNeXt-T's fp16 + compile ran 1.0% behind bf16 +
+CUDA graphs in four rounds of six and 9-22% behind in two (an H100, 2026-11-27); the spread made a tie of it, and
+the tie went to the simpler, stalling recipe, which a plain loop then ran 8.6% slower.
 
     verdict = decide({"bf16+cuda_graphs": [2.52, 2.55, ...], "fp16+cuda_graphs": [2.60, ...]}, rank)
     verdict["pick"], verdict["margin"], verdict["spread"]       # 'bf16+cuda_graphs', 0.031, 0.008
@@ -69,8 +68,7 @@ def significant(adv: float, spread: float) -> bool:
 
 
 def beats(faster: list[float], slower: list[float]) -> bool:
-    """True when `faster` is significantly faster than `slower` (the module's docstring: a median advantage beyond
-    the rounds' spread, or faster in every round with the other's mean ratio more than TIE behind)."""
+    """True when `faster` is significantly faster than `slower`, by either rule of the module's docstring."""
     if significant(*advantage(faster, slower)):
         return True
     ratios = [s / f for f, s in zip(faster, slower)]

@@ -2,29 +2,23 @@
 bf16 weights, channels_last, mixed recipes with fp32 modules, fp8, int8) x {eager, torch.compile, torch.compile +
 CUDA graphs}, and for training a CUDA graph of the whole step, then a runoff among the leaders (tcperf.advisor.runoff).
 
-Each recipe runs in a worker of its own (tcperf.runner.Worker) that prepares it and checks its accuracy; up to
-`jobs` workers prepare at once (torch.compile is mostly CPU work, and Inductor's cache is shared between them), while
-the parent times one prepared recipe at a time on the GPU. The compiled tiers of a recipe (torch.compile, CUDA
-graphs, and for training the whole-step graph) are queued together once that recipe passed its accuracy check, so
-their compiles run side by side rather than one after the other, most promising first; each is started only when
-the evidence leaves it a chance:
+Each recipe is prepared and checked in a worker of its own, up to `jobs` at once (torch.compile is mostly CPU work,
+and Inductor's cache is shared between them), while the parent times one prepared recipe at a time on the GPU
+(tcperf.advisor.pool). Once a recipe passes its accuracy check, its compiled tiers are queued together, so their
+compiles run side by side, most promising first; each is started only when the evidence leaves it a chance:
 
     any compiled tier    is pruned when X's eager GEMM/conv/attention kernels alone take longer than the best step
     of X                 so far (compile hands those to the same libraries and cannot fuse them away), less the
-                         share of GEMM FLOPs in layers whose eager time is no floor: those that miss Tensor Core
-                         alignment at X's precision (Inductor may pad them) and, unless X is channels_last, the
-                         convolutions (Inductor lays them out channels-last itself: timm's EfficientNet-B0 ran
-                         tf32 + compile at 6.2 ms on an H200, where tf32's eager conv kernels took 12 ms);
+                         share of GEMM FLOPs in layers whose eager time is no floor (loose_share: Inductor lays
+                         convolutions out channels-last itself, and timm's EfficientNet-B0 ran tf32 + compile at
+                         6.2 ms on an H200 where tf32's eager conv kernels took 12 ms);
     CUDA graphs of X     when X+compile is measured before they start: pruned when X+compile's kernels alone take
                          longer than the best step so far (graphs remove the launch gaps, not kernel time);
                          likewise the whole-step graph (training).
 
-A margin of PRUNE_MARGIN keeps near misses in. Evidence is only as good as the GPU was quiet: while the parent times
-a recipe, the workers still preparing and the idle spares are stopped (tcperf.advisor.pool). The workers of the
-leading recipes stay alive, so the runoff times what was compiled without compiling it again. `budget` (seconds)
-stops starting recipes that would not finish in time and says which were not tried.
-
-Plan below decides what to try next (no threads); Search runs it through the Pool and notes each stage in a Timeline.
+A margin of PRUNE_MARGIN keeps near misses in. The workers of the leading recipes stay alive, so the runoff times
+what was compiled without compiling it again. `budget` (seconds) stops starting recipes that would not finish in
+time and says which were not tried.
 
     search = Search(bench, jobs=4, budget=90, progress=show)
     results = search.run(items, after_eager=more_items)      # [RecipeResult ...]; search.decision: the runoff's
@@ -127,8 +121,7 @@ class Plan:
     def _next(self) -> Candidate | None:
         """The next candidate to start, in the queue's order; but the tiers grown on eager recipes wait until every
         eager recipe is timed, so that the best eager step prunes the hopeless ones before they take a worker (on an
-        H200, a 134M decoder's fp32 + compile held one of eight workers for 35 s to time 24 ms, where the best eager
-        step was 10 ms and the best of all 2.5 ms)."""
+        H200 a 134M decoder's fp32 + compile held a worker 35 s to time 24 ms, where the best eager step took 10)."""
         wait = self._eager_pending()
         for i, c in enumerate(self.queue):
             if not (c.grown and wait):
@@ -180,8 +173,7 @@ class Plan:
     def _on_top(self, cand: Candidate, extra: str, bound, src: str) -> Candidate:
         name = recipemod.on_top(cand.root, extra)
         keep = cand.item.keep
-        label = f"{cand.root_label}+{extra}" if keep else name
-        item = Item(name, keep, label if keep else None, name if keep else None)
+        item = Item(name, keep, f"{cand.root_label}+{extra}" if keep else None, name if keep else None)
         return Candidate(item, tier_of(name), cand.root, cand.root_label, bound, src, grown=True)
 
     def best(self) -> RecipeResult | None:
@@ -330,8 +322,7 @@ class Search(Plan):
         if r.passes and r.step_ms:
             self.alive[r.recipe] = (session, r)
         best = self.best()
-        ranked = sorted(self.alive.items(), key=lambda kv: kv[1][1].step_ms)
-        for i, (label, (s, res)) in enumerate(ranked):
+        for i, (label, (s, res)) in enumerate(sorted(self.alive.items(), key=lambda kv: kv[1][1].step_ms)):
             if i >= MAX_LEADERS or res.step_ms > best.step_ms * (1 + LEAD_MARGIN):
                 s.close()
                 del self.alive[label]

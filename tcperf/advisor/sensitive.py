@@ -23,9 +23,8 @@ from ..islands import cast_floats
 
 
 class LowpOnly(torch.nn.Module):
-    """`module` in low precision inside a float32 model: under autocast(dtype) or, with cast_weights, as a copy cast
-    to dtype (its floating-point inputs too). Its floating-point outputs are cast back to float32, so the rest of the
-    model takes them as it would in fp32."""
+    """`module` in low precision inside a float32 model (autocast, or with cast_weights a copy cast to dtype, inputs
+    too); its floating-point outputs go on as float32, as the rest of the model takes them in fp32."""
 
     def __init__(self, module, dtype, device_type, cast_weights=False):
         super().__init__()
@@ -56,8 +55,7 @@ def lowp_only(model: torch.nn.Module, name: str, dtype: torch.dtype, device_type
 
 
 def _children(model: torch.nn.Module, name: str) -> list[str]:
-    module = model.get_submodule(name)
-    return [f"{name}.{child}" if name else child for child, _ in module.named_children()]
+    return [f"{name}.{child}" if name else child for child, _ in model.get_submodule(name).named_children()]
 
 
 def find(model: torch.nn.Module, run: Callable[[], object], dtype: torch.dtype, device_type: str,

@@ -1,9 +1,8 @@
 """Ready-to-paste code for a recipe: plain PyTorch, PyTorch Lightning and HF Accelerate.
 
-A recipe is described by a `Setup` (TF32 on or off, autocast dtype, channels_last, torch.compile mode, fp8/int8
-Linear layers, modules kept in float32, a CUDA graph of the whole training step); each generator returns Python
-source that uses the names a training or inference script already has: `model`, `x` (an input batch), and in
-training `y`, `loss_fn`, `optimizer` and `train_loader`. The plain-PyTorch snippet runs as it is
+A recipe is described by a `Setup` (what was measured, flag for flag); each generator returns Python source that
+uses the names a training or inference script already has: `model`, `x` (an input batch), and in training `y`,
+`loss_fn`, `optimizer` and `train_loader`. The plain-PyTorch snippet runs as it is
 (tests/test_advisor.py executes it on a small model).
 
     print(plain(Setup("amp_bf16", tf32=True, autocast="bfloat16"), mode="train"))

@@ -1,11 +1,10 @@
 """The advice on a workload (tcperf.workload): the recipes that led on the example input, measured on the workload's
-stream as the user's own loop would run them. One at a time, each in a fresh worker whose Inductor and Triton caches
-start empty, nothing else of tcperf's running on the GPU or the cores, PyTorch's settings but the recipe's own
-(tcperf.engine.StreamSession): its first two passes are the one-time cost a user pays on a new machine, its steady
-passes the step time.
+stream as the user's own loop would run them: one at a time, each in a fresh worker with empty Inductor and Triton
+caches and nothing else of tcperf's running (tcperf.engine.StreamSession). Its first two passes are the one-time
+cost a user pays on a new machine, its steady passes the step time.
 
-The candidates, in the order they are measured (Plan):
-  1. each leading precision's eager recipe: the precisions whose best step on the example input is within LEAD of
+The candidates, in the order they are measured (run):
+  1. each leading precision's eager recipe: the precisions whose best step on the example input is within LEAD_MARGIN of
      the best, and every precision that passed where the best recipe's step is host-bound (GPU busy under
      verdict.HOST_BOUND: there the precision barely moves the step); for a model with 2-D convolutions, each reduced
      precision with channels_last too;
@@ -64,7 +63,7 @@ def on(root: str, way: tuple[str, str]) -> str:
     """The recipe that meets varying shapes `way` at precision `root`."""
     extra, shapes = way
     base = recipes.on_top(root, extra) if extra and not (extra == "compile" and recipes.get(root).compile) else root
-    return base if shapes == "static" and not extra else f"{base}@{shapes}" if shapes != "static" else base
+    return f"{base}@{shapes}" if shapes != "static" else base
 
 
 def family(root: str, device_type: str, pad_refused: str | None = None) -> list[str]:

@@ -1,11 +1,10 @@
 """The advisor's recipes on the user's model, measured by tcperf.engine (the model ladder's engine), each in a worker
 process of its own with a timeout, so a recipe that hangs or kills its process is recorded and the others go on.
 
-Accuracy is tcperf.accuracy's: inference compares every floating-point output with fp32 strict's (or the input of
-the last layer when fp32's output is degenerate), and the user's metric_fn when given; training holds the loss's
-fall over `steps` steps to fp32's, within fp32's own run-to-run spread. On a GPU each recipe is then timed (the
-mean of 2 s of back-to-back steps: on an H200 near its power cap a step can run at two speeds in spells, and a short
-window's median reports whichever it caught) and profiled for its Tensor Core share and how busy the GPU is.
+Accuracy is tcperf.accuracy's (the outputs against fp32 strict's; in training, the loss's fall against fp32's). On
+a GPU each recipe is then timed (the mean of 2 s of back-to-back steps: near its power cap an H200 runs a step at two
+speeds in spells, and a short window's median reports whichever it caught) and profiled for its Tensor Core share
+and how busy the GPU is.
 
     with Bench("infer", device, tolerance=0.05, target="model.py:factory") as bench:
         facts = bench.probe(names)                   # the model's first look, in a worker
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .. import accuracy, engine
+from .. import accuracy, engine, precision, recipes
 from ..engine import RecipeArgs, RecipeSession
 from ..errors import one_line
 from ..records import Case, Job, Result, Source
@@ -33,7 +32,6 @@ from .snippets import Setup
 DEFAULT_TOLERANCE = accuracy.DEFAULT_TOLERANCE   # output relative error / share of fp32's loss fall lost
 TRAIN_STEPS = accuracy.DEFAULT_STEPS
 DEFAULT_TIMEOUT = 600.0     # seconds one recipe may take (torch.compile of a large model takes minutes)
-TIMING = engine.TIMING
 CONTEXT_BYTES = 600e6       # GPU memory a worker holds idle: its CUDA context, cuBLAS handle and the profiler, roughly
 SPARE_MEMORY_SHARE = 0.12   # idle spares hold at most this share of the GPU's memory (spare_limit)
 
@@ -94,22 +92,10 @@ class RecipeResult:
 
 
 # --- what a recipe is (tcperf.recipes) --------------------------------------------------------------------------
-def recipes_module():
-    from .. import recipes
-    return recipes
-
-
-def model_kind(model: torch.nn.Module) -> str:
-    """'cnn' when the model has 2-D convolutions (channels_last applies), else 'transformer': for snippets only;
-    which recipes run is decided from the model's layers (tcperf.engine.skip_reason)."""
-    return "cnn" if engine.has_conv2d(model) else "transformer"
-
-
 def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: dict | None = None) -> Setup:
     """A recipe -> the Setup its code snippets are written from (what was measured, flag for flag). varying: a
     workload's varying dimensions by input name."""
-    from .. import precision
-    r = recipes_module().get(name)
+    r = recipes.get(name)
     p = precision.get(r.precision)
     return Setup(name=r.describe(kind) + (" + fp32 modules" if keep else ""), tf32=p.tf32,
                  autocast=str(p.autocast).replace("torch.", "") if p.autocast is not None else None,
@@ -125,8 +111,7 @@ def setup_of(name: str, kind: str = "transformer", keep: tuple = (), varying: di
 def lowp_of(name: str) -> tuple[str, bool] | None:
     """(dtype, weights cast?) a recipe runs its matmuls in: ('bfloat16', False) for amp_bf16, ('float16', True) for
     fp16 weights; None for fp32, tf32 and the fp8/int8 swaps."""
-    from .. import precision
-    r = recipes_module().get(name)
+    r = recipes.get(name)
     if r.fp8 or r.int8:
         return None
     if r.weights:
@@ -137,31 +122,28 @@ def lowp_of(name: str) -> tuple[str, bool] | None:
 
 def kernel_precision(name: str) -> str:
     """The GEMM precision a recipe runs at, for the shape lint: fp32 | tf32 | fp16 | bf16 | fp8 | int8."""
-    return recipes_module().get(name).peak_precision
+    return recipes.get(name).peak_precision
 
 
 def lint_precisions(mode: str, names=None) -> list[str]:
     """The GEMM precisions of the recipes that may run in this mode on some GPU, strict fp32 aside: the shape lint
     checks each."""
-    rec = recipes_module()
-    found = {rec.get(n).peak_precision for n in (names or rec.LADDER) if mode in rec.get(n).modes}
+    found = {recipes.get(n).peak_precision for n in (names or recipes.LADDER) if mode in recipes.get(n).modes}
     return [p for p in ("tf32", "fp16", "bf16", "fp8", "int8") if p in found]
 
 
 def default_recipes() -> list[str]:
     """The ladder's recipes that need no torch.compile of their own, and fp8/int8: the search's bases; compile and
     CUDA graphs are put on top of each that passes (tcperf.advisor.search)."""
-    rec = recipes_module()
-    return [n for n in rec.LADDER if not rec.get(n).compile or rec.get(n).fp8 or rec.get(n).int8]
+    return [n for n in recipes.LADDER if not recipes.get(n).compile or recipes.get(n).fp8 or recipes.get(n).int8]
 
 
 def candidates(mode: str, device: torch.device, names=None) -> list[tuple[str, str | None]]:
     """(recipe, skip reason or None) for each recipe to try, in ladder order. On a CPU only the recipes whose
     numerics differ are run (no compile, no CUDA graphs): speed is not measured there."""
-    rec = recipes_module()
     out = []
     for name in list(names or default_recipes()):
-        r = rec.get(name)
+        r = recipes.get(name)
         why = r.skip_reason(mode, device)
         if why is None and device.type == "cpu" and r.compile:
             why = "torch.compile changes speed, not accuracy: not run on the CPU"
@@ -180,11 +162,10 @@ class Item:
 
 
 class Bench:
-    """Runs recipes on one model through tcperf.engine, each in a worker process with a timeout, or in this process
-    when the model cannot be sent to one. The model comes as a factory `target` ('file.py:factory': the workers call
-    it, and the probe writes the weights and inputs every worker loads) or as a `spec` in memory (pickled to the
-    workers). The fp32 reference goes from the probe to the recipes in a file of a temporary folder. Each recipe's
-    worker holds an engine.RecipeSession (`kind`)."""
+    """Runs recipes on one model, each in a worker (in this process when the model cannot be sent to one). The model
+    comes as a factory `target` ('file.py:factory': the probe saves what it made, for every worker to load) or as a
+    `spec` in memory (pickled to the workers); the fp32 reference goes from the probe to the recipes in a file of a
+    temporary folder. Each recipe's worker holds an engine.RecipeSession (`kind`)."""
     kind = RecipeSession
 
     def __init__(self, mode: str, device: torch.device, tolerance: float, steps: int = TRAIN_STEPS, *,
@@ -215,9 +196,8 @@ class Bench:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def start_spares(self, count: int) -> None:
-        """Start `count` workers now (torch imported, the GPU readied) for the recipes to come, no more than
-        spare_limit() allows; they load the model once the probe has saved it (preload_spares). Only with workers,
-        on a GPU."""
+        """Start `count` workers now (torch imported, the GPU readied) for the recipes to come, at most spare_limit();
+        they load the model once the probe has saved it (_preload_spares). Only with workers, on a GPU."""
         if self.source is not None and self.device.type == "cuda" and count > 0:
             total = torch.cuda.get_device_properties(self.device).total_memory
             self.spares = Spares(self.device, min(count, spare_limit(total)), self.env)
@@ -236,8 +216,7 @@ class Bench:
         self.spares.preload(self.case(Item("fp32")))
 
     def probe(self, names: list[str]):
-        """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that
-        failed. The spares load the model the probe saved as soon as it is saved (_loaded)."""
+        """The model's first look, in a worker (tcperf.advisor.probe): Facts; UserError naming the stage that failed."""
         from .probe import ProbeArgs, run_probe
         args = ProbeArgs(self.source, self.mode, self.reference_file, self.steps, tuple(names), self.folder,
                          spec=self.spec if self.source is None else None)
@@ -257,7 +236,7 @@ class Bench:
         cuda = self.device.type == "cuda"
         return RecipeArgs(item.recipe, self.mode, source=source or self.source,
                           spec=self.spec if self.source is None else None, reference=self.reference_file,
-                          steps=self.steps, tolerance=self.tolerance, timing=TIMING, time_it=cuda, profile=cuda,
+                          steps=self.steps, tolerance=self.tolerance, timing=engine.TIMING, time_it=cuda, profile=cuda,
                           keep=tuple(item.keep), base=item.base, **more)
 
     def case(self, item: Item, source: Source | None = None) -> Case:
@@ -281,8 +260,7 @@ class Bench:
             self.on_result(r)
 
     def call(self, case: Case) -> Result:
-        """One case of any task (the sensitive-layer search) in a worker (here, where no worker can receive the
-        model): its row."""
+        """One case of any task (the sensitive-layer search) in a worker, or here where none can receive the model."""
         if self.source is not None:
             return run_cases([case], self.device, Job(timeout=self.timeout))[0]
         return InProcess(self.device, case=case).call(run_case, case, self.device, Job(), timeout=self.timeout)

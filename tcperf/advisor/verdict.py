@@ -1,14 +1,11 @@
-"""The verdict: the fastest recipe within tolerance, its speedup over fp32 strict and its accuracy cost, the shape
-fixes worth making (with their measured gain), and the code to paste.
+"""The verdict: the recipe to use (choose_for: the runoff's pick, or the cheapest job of `steps` on one input or a
+workload's stream), its speedup and accuracy cost, the shape fixes worth making (measured), and the code to paste.
 
     v = decide(results, fixes, device_type="cuda")
     v["recommended"], v["speedup"], v["accuracy"]       # 'amp_bf16+compile', 3.1, {...}
 
 On a CPU nothing is timed: the verdict names the recipes that pass the accuracy check and says that the speed
 verdict needs a CUDA GPU; its snippets are for the passing recipe measured best (candidate), marked as untimed.
-
-With a workload (tcperf.advisor.streams) the recipes timed on its stream decide, and with a job length (`steps`)
-the cheapest job of that many steps wins (tcperf.advisor.job): one-time cost + steps x steady step.
 """
 from __future__ import annotations
 
@@ -126,8 +123,7 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
     if chosen and decision.get("pick") == chosen.recipe and not stream and steps is None:
         v.update(runoff=decision, margin=runoff.sentence(decision))
     if chosen and device_type == "cuda":
-        eager = stream[0].recipe if stream else None
-        v["job"] = jobmod.summary(stream or results, steps, eager=eager or "fp32")
+        v["job"] = jobmod.summary(stream or results, steps, eager=stream[0].recipe if stream else "fp32")
         v["job_sentence"] = jobmod.sentence(v["job"])
         if stream and stream[0].step_ms:
             v.update(versus=stream[0].recipe, speedup_versus=stream[0].step_ms / chosen.step_ms)

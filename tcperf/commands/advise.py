@@ -6,15 +6,13 @@ and what it costs in accuracy; stored as a run of kind "advise".
     tcperf advise examples/bert_stream.py:factory --steps 10000    # a workload of varying shapes, a job's length
 
 factory() returns a model, (model, example_inputs), or {"model", "inputs", "loss_fn"?, "metric_fn"?, "workload"?}
-(workload: a list of per-step inputs or workload(step) -> inputs; tcperf.workload). --steps N: the job runs N steps,
-so the advice weighs one-time costs (compiles, CUDA graph captures) against N steps of saving; without it, the job
-is taken as long enough that they vanish (training and serving jobs run far longer than a compile), and the advice
-says from how many steps each one-time cost pays back.
-Nothing of the user's runs in this process: the factory, the first fp32 forward and the shape lint run in a
-worker under --timeout (tcperf.advisor.probe), and any problem there (the file, the factory, inputs the model
-rejects, a hang, a crash) is one line naming the stage and exit status 2, before anything is stored. Each recipe
-then runs in a worker process of its own; one that hangs past --timeout or kills its process is recorded as such
-and the others go on. Each recipe's row is stored as it arrives, so an interrupted advice keeps them.
+(workload: a list of per-step inputs or workload(step) -> inputs; tcperf.workload). --steps N weighs one-time costs
+(compiles, CUDA graph captures) against N steps of saving; without it, training and serving jobs are taken to run far
+longer than a compile, and the advice says from how many steps each one-time cost pays back.
+Nothing of the user's runs in this process: a problem loading the model (the file, the factory, inputs the model
+rejects, a hang, a crash) is one line naming the stage and exit status 2, before anything is stored
+(tcperf.advisor.probe). A recipe that hangs past --timeout or kills its worker is recorded as such and the others go
+on; each row is stored as it arrives, so an interrupted advice keeps them.
 """
 from __future__ import annotations
 
@@ -59,7 +57,6 @@ def add_parser(sub) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

@@ -6,9 +6,8 @@
 
 --filter KEY=VALUE[,VALUE...] keeps the cases whose tag (application, set, note, density: substring match, any
 case) or shape parameter (m, layout, pass, ...: exact match) or op equals one of the values; repeat it to require
-several. --limit N keeps the first N cases (before each is run at every precision). On a GPU every case is also
-profiled (the kernels that ran and whether they used Tensor Cores; --no-profile skips it) and every misaligned
-case is timed again at its padded shape (the fix, measured).
+several. On a GPU every case is also profiled (the kernels that ran and whether they used Tensor Cores;
+--no-profile skips it) and every misaligned case is timed again at its padded shape (the fix, measured).
 """
 from __future__ import annotations
 
@@ -38,7 +37,6 @@ def add_parser(sub) -> None:
     p.add_argument("--sort", default="order", choices=tuple(SORTS), help="order of the printed table")
     p.add_argument("--no-profile", action="store_true", help="skip recording the kernels that ran (faster)")
     add_measuring(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:
@@ -91,8 +89,7 @@ def _parse_filter(text: str) -> tuple[str, list[str]]:
 
 def _matches(case, key: str, values: list[str]) -> bool:
     if key in case.tags:
-        tag = str(case.tags[key]).lower()
-        return any(v in tag for v in values)
+        return any(v in str(case.tags[key]).lower() for v in values)
     have = case.op if key == "op" else case.shape.get(key)
     return have is not None and str(have).lower() in values
 

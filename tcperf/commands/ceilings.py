@@ -7,15 +7,13 @@ of the datasheet peak.
 
 A ceiling is the best the device sustains, so one measurement is not enough: clocks settle over seconds under
 power and thermal limits (on an H200 one measurement of bf16 4096^3 read 738 TFLOPS where do_bench read 781 in the
-same call). Each size and precision is measured again (a median over 300 ms of calls each time) until the best
-median has not improved by 0.5% for two repeats in a row, at most 10; the repeats are stored in the row's metrics
-(`repeats`, `repeat_medians_ms`). The ceiling is the best over the sizes. benchmarks/fidelity.py holds it against
-triton.testing.do_bench. int8 runs with B column-major, cuBLASLt's fast layout (row-major B takes an sm80 kernel
-at a seventh of the speed).
+same call). Each size and precision is measured again (a median over 300 ms of calls each time) until stable
+(UNTIL_STABLE; the repeats are stored in the row's metrics), and the ceiling is the best over the sizes;
+benchmarks/fidelity.py holds it against triton.testing.do_bench. int8 runs with B column-major, cuBLASLt's fast
+layout (row-major B takes an sm80 kernel at a seventh of the speed).
 
-Stored as a run of kind `ceilings` whose rows have op "ceiling" and precision = the GEMM's precision, or
-"bandwidth" for the copy; Store.ceilings reads back the best row per precision of the latest run that measured
-it. The GEMMs are checked against float64 like any case.
+Rows have op "ceiling" and precision = the GEMM's precision, or "bandwidth" for the copy; Store.ceilings reads back
+the best row per precision of the latest run that measured it.
 On an H200 (anchors.md): bf16 744 TFLOPS, fp16 716-747, tf32 390, fp32 50, fp64 62, copy 4.25 TB/s.
 """
 from __future__ import annotations
@@ -47,7 +45,7 @@ def add_parser(sub) -> None:
                    help="GEMM m = n = k, one size (default 4096 and 8192 on a GPU, 512 on the CPU)")
     p.add_argument("--copy-elements", type=int, default=None, help="fp32 elements copied (default 2^28 on a GPU)")
     add_measuring(p)
-    p.set_defaults(func=main, rep_ms=300.0)
+    p.set_defaults(rep_ms=300.0)
 
 
 def main(args) -> int:
@@ -76,8 +74,7 @@ def _precisions(text: str | None, device) -> list[str]:
 
 
 def cases(precisions: list[str], sizes, copy_n: int) -> list[Case]:
-    """Aligned square GEMMs per precision (int8 with B column-major) and one copy; each measured by
-    `measure_ceiling` in a worker."""
+    """Aligned square GEMMs per precision (int8 with B column-major) and one copy, each for measure_ceiling."""
     gemm = lambda size, p: {"m": size, "n": size, "k": size, "a_t": "N", "b_t": "T" if p == "int8" else "N"}
     out = [Case("gemm", gemm(size, p), p, measure_ceiling, suite="ceilings") for p in precisions for size in sizes]
     out.append(Case("copy", {"n": copy_n}, "bandwidth", measure_ceiling, suite="ceilings"))
@@ -94,9 +91,8 @@ def measure_ceiling(case: Case, device, job: Job) -> Result:
 
 def of_run(results: list[dict], device_type: str) -> dict:
     """A quick ceiling from a run's own rows, for where `tcperf ceilings` has not run: per precision the best aligned
-    square GEMM at this command's sizes or larger (`tcperf run` times 4096^3 and 8192^3 at every precision, int8
-    with B column-major too), and the best copy as "bandwidth". What `tcperf ceilings` takes the best of, measured
-    once instead of until stable; {precision: TFLOPS, "bandwidth": GB/s} as Store.ceilings gives them."""
+    square GEMM at this command's sizes or larger (_ceiling_gemm), and the best copy as "bandwidth", each timed
+    once rather than until stable; {precision: TFLOPS, "bandwidth": GB/s} as Store.ceilings gives them."""
     smallest = min(SIZES["cuda" if device_type.startswith("cuda") else "cpu"])
     out: dict[str, float] = {}
     for r in (r for r in results if r["status"] == "ok"):

@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main, no_flush_l2=True, graph=False)
+    p.set_defaults(no_flush_l2=True, graph=False)
 
 
 def plan(args, device, nproc: int, where: dict | None = None) -> list:
@@ -80,11 +80,9 @@ def main(args) -> int:
 
 
 def print_comm(results: list[dict], where: dict, out) -> None:
-    """One table per collective: size, dtype, time (the median of the repeated loops, nccl-tests' way), algbw,
-    busbw, check."""
+    """The ranks and the link between them, then one table per collective (comm_table)."""
     n = (results[0]["shape"].get("nproc") if results else None) or "?"
-    detail = f" ({where['detail']})" if where.get("detail") else ""
-    out.print(f"{n} ranks · link: {where['link']}{detail}")
+    out.print(f"{n} ranks · link: {where['link']}" + (f" ({where['detail']})" if where.get("detail") else ""))
     by_op: dict[str, list[dict]] = {}
     for r in results:
         by_op.setdefault(r["op"], []).append(r)

@@ -94,8 +94,7 @@ def write_file(path: str | os.PathLike, data: str | bytes) -> Path:
 def beside_store(store: Store, name: str) -> Path:
     """Where a command writes a file the user did not place (--out not given): in the store's folder (a SQLite
     store), else in the working directory (a server's store has no folder); the command prints the path."""
-    folder = store.path.parent if store.path is not None else Path.cwd()
-    return folder / name
+    return (store.path.parent if store.path is not None else Path.cwd()) / name
 
 
 def job_from(args, **fields) -> Job:
@@ -132,8 +131,7 @@ def measure_into_store(kind: str, cases: list, args, job: Job | None = None, *, 
     its recipe order)."""
     device = envmod.parse_device(args.device)
     store = Store.open(args.db)
-    environment = envmod.collect(device)
-    run_id = store.start_run(kind, command_line(), environment)
+    run_id = store.start_run(kind, command_line(), envmod.collect(device))
     warnings = quiet_warning(device)
     for w in warnings:
         err_console.print(f"[yellow]warning:[/] {w}")

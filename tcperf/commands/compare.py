@@ -32,7 +32,6 @@ def add_parser(sub) -> None:
     p.add_argument("--baseline-db", default=None, metavar="PATH_OR_URL",
                    help="read RUN_A from this store (e.g. a team's PostgreSQL) and RUN_B from --db")
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

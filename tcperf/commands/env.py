@@ -11,7 +11,6 @@ def add_parser(sub) -> None:
     p = sub.add_parser("env")
     add_device(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

@@ -147,7 +147,6 @@ def add_parser(sub) -> None:
     p.add_argument("--format", default="json", help="json | csv | mlperf | flat-csv (any format in export.FORMATS)")
     p.add_argument("--out", default=None, help="file to write (default: stdout)")
     add_db(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

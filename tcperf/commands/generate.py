@@ -5,24 +5,19 @@ step turns compute-bound and the Tensor Cores decide again. For each precision (
 this prints time to first token, inter-token latency (median, p90, p99), tokens/s per user and in total, the bytes a
 decode step must read over its time as achieved bandwidth and its share of the copy bandwidth `tcperf ceilings`
 measured, prefill TFLOPS and MFU, the kernel check (and on trained weights perplexity against bf16), and the batch
-where decode turns compute-bound (the roofline's and the measured one). Rows are stored (run kind "generate", op "generate"; op "generate.crossing" for
-the crossing of each sweep) and a plot per model is written: tokens/s per user against total tokens/s.
+where decode turns compute-bound (the roofline's and the measured one). Rows are stored (run kind "generate", op
+"generate"; op "generate.crossing" for the crossing of each sweep) and a plot per model is written: tokens/s per
+user against total tokens/s.
 
-    tcperf generate                                       # the headline: Llama-3.2-1B's shape, bf16 / int8wo /
-                                                          # int4wo-128 at batch 1, the plain loop (minutes)
-    tcperf generate --sweep                               # every precision, KV bf16 and fp8, batch 1..256, both
-                                                          # loops (half an hour and more on one GPU)
-    tcperf generate stdlib                                # the model tcperf trains: each precision's perplexity
-    tcperf generate llama-1b --precision bf16,int8wo,int4wo-128 --kv bf16 --batch 1,16,64 --loop plain
-    tcperf generate meta-llama/Llama-3.2-3B --loop hf     # a transformers config (random weights)
-    tcperf generate my_lm.py:factory --loop hf --device cpu --batch 1,2 --prompt 16 --output 8
-    tcperf generate ./my-llama --text notes.txt --loop plain,hf   # a save_pretrained folder's own weights, each
-                                                          # precision's perplexity on your text against bf16's
-    tcperf generate --precision int8wo,int4wo-128 --kernel triton   # tcperf.kernels.gemv's Triton kernels instead
+    tcperf generate                         # the headline: Llama-3.2-1B's shape, bf16 / int8wo / int4wo-128, batch 1
+    tcperf generate --sweep                 # every precision, KV bf16 and fp8, batch 1..256, both loops
+    tcperf generate stdlib                  # the model tcperf trains: each precision's perplexity
+    tcperf generate ./my-llama --text notes.txt   # a save_pretrained folder's own weights, judged on your text
 
-The hand loop is tcperf.generate.loop (gpt-fast's way); the hf loop is transformers' generate with a static cache.
-What torch.compile compiled is kept beside the store (tcperf.compile_cache): the compile column says "hit" when a
-second run found it there, "miss" when it compiled from scratch.
+docs/generate.md has more examples. The hand loop is tcperf.generate.loop (gpt-fast's way); the hf loop is
+transformers' generate with a static cache. What torch.compile compiled is kept beside the store
+(tcperf.compile_cache): the compile column says "hit" when a second run found it there, "miss" when it compiled
+from scratch.
 """
 from __future__ import annotations
 
@@ -92,7 +87,7 @@ def add_parser(sub) -> None:
                         f"judged against the limits the trained model gets (at most {hf.TEXT_ROWS} windows of "
                         f"{hf.TEXT_TOKENS} tokens)")
     add_measuring(p)
-    p.set_defaults(func=main, rep_ms=1000.0, timeout=900.0)
+    p.set_defaults(rep_ms=1000.0, timeout=900.0)
 
 
 def ints(text: str, what: str) -> list[int]:
@@ -101,8 +96,7 @@ def ints(text: str, what: str) -> list[int]:
 
 def loops(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
-    bad = [n for n in names if n not in LOOPS]
-    if bad or not names:
+    if not names or any(n not in LOOPS for n in names):
         raise UserError(f"unknown --loop {text!r}; choose from: {', '.join(LOOPS)}")
     return names
 
@@ -216,10 +210,9 @@ def main(args) -> int:
 
 
 def failures(rows: list[dict], out) -> int:
-    """Cases that did not run to the end (an exception, a timeout) said on stderr, one line each after a count:
-    exit status 1 when there are any, else 0. An out-of-memory batch ends its sweep by design, and a recipe outside
-    its perplexity limit was timed all the same (the table's FAIL): neither counts here. A kernel that failed its
-    check against its own dequantised weights is a bug: it counts."""
+    """Cases that did not run to the end (an exception, a timeout) or whose kernel failed its check against its own
+    dequantised weights (a bug), said on stderr after a count: exit status 1 when there are any, else 0. An
+    out-of-memory batch (the end of its sweep) and a recipe outside its perplexity limit (FAIL) do not count."""
     failed = [r for r in rows if r["op"] == "generate" and (r["status"] in STOPPED or kernel_failed(r))]
     if not failed:
         return 0
@@ -248,9 +241,8 @@ def crossings(results: list[Result]) -> list[Result]:
     for (model, loop_name, precision, prompt, output), rows in groups.items():
         rows.sort(key=lambda r: r.shape["batch"])
         m = rows[-1].metrics
-        context = m["decode"]["context"]
         points = [{"batch": r.shape["batch"], "bytes": r.bytes, "flops": r.flops, "ms": r.median_ms} for r in rows]
-        measured = accounting.measured_batch(points, m["dims"], context) if len(points) >= 3 else None
+        measured = accounting.measured_batch(points, m["dims"], m["decode"]["context"]) if len(points) >= 3 else None
         if measured is None:
             continue
         out.append(Result("generate.crossing", {"model": model, "loop": loop_name, "prompt": prompt, "output": output},
@@ -367,9 +359,8 @@ def headline_line(r: dict, bf16: dict | None) -> str:
 
 
 def vs_bf16(r: dict, bf16: dict) -> str:
-    """'0.70x bf16' where the two inter-token latencies differ beyond their spread (tcperf.compare.claim, the test
-    `tcperf run`'s ratios pass), else 'vs bf16: n.s.': generate printed "0.70x bf16" on a CPU from latencies of
-    IQR/median 36-43% whose spreads overlapped (issue 58)."""
+    """'0.70x bf16' where the two inter-token latencies differ beyond their spread (tcperf.compare.claim), else 'vs
+    bf16: n.s.' (on a CPU it printed 0.70x from latencies of IQR/median 36-43% whose spreads overlapped, issue 58)."""
     ok, _ = claim(*sorted((r, bf16), key=lambda x: x["median_ms"]))
     return f"{r['metrics']['tokens_s_user'] / bf16['metrics']['tokens_s_user']:.2f}x bf16" if ok else "vs bf16: n.s."
 

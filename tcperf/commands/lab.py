@@ -33,7 +33,6 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a shorter default sweep: vectors to 1e7, matrices to 4096")
     add_measuring(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:
@@ -69,8 +68,7 @@ def measure(args) -> tuple[Store, int, list[dict]]:
 
 def _tutorial_order(r: dict) -> tuple:
     name = r["op"][4:]
-    entry = lab.get(name)
-    return lab.names().index(name), entry.precisions.index(r["precision"]), r["shape"].get("n", 0)
+    return lab.names().index(name), lab.get(name).precisions.index(r["precision"]), r["shape"].get("n", 0)
 
 
 def _ceilings(args, device: torch.device) -> dict:

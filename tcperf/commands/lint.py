@@ -31,7 +31,6 @@ def add_parser(sub) -> None:
     p.add_argument("--transpose", default="NN", help="gemm: a_t b_t as two letters, e.g. NT (default NN)")
     p.add_argument("--sm-count", type=int, default=None, help="SMs for wave quantization (default: this GPU's)")
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def shape_from(args) -> dict:

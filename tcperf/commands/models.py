@@ -1,10 +1,8 @@
-"""`tcperf models`: the model ladder. How fast each model trains or infers under each recipe, climbing fp32 -> tf32 ->
-amp_fp16 -> amp_bf16 -> channels_last -> compile -> fused optimizer -> whole-step CUDA graph -> autotune,
-chunked_ce, pool_kernel (+ bn_relu_pool), batch (each on top of the whole-step graph) -> cuda_graphs -> fp8 -> int8
-(the training-only and inference-only rungs skipped in the other mode), and what each rung costs in accuracy against
-fp32 strict. Every cell runs in a worker process (one per recipe), is stored (run kind "models") and printed as a
-ladder table: throughput, speedup over the previous rung (or the rung a search builds on) and over fp32, peak
-memory, MFU, compile time, accuracy.
+"""`tcperf models`: the model ladder. How fast each model trains or infers under each recipe, climbing
+tcperf.recipes.LADDER from fp32 to int8 (`--help` lists it; the training-only and inference-only rungs skipped in the
+other mode), and what each rung costs in accuracy against fp32 strict. Every cell runs in a worker process (one per
+recipe), is stored (run kind "models") and printed as a ladder table: throughput, speedup over the previous rung (or
+the rung a search builds on) and over fp32, peak memory, MFU, compile time, accuracy.
 
     tcperf models resnet50 --mode train --batch 256
     tcperf models gpt2 --mode infer --recipes fp32,amp_bf16,compile --batch 8,16
@@ -54,7 +52,7 @@ def add_parser(sub) -> None:
                    help="change the configuration's sizes, e.g. dim=2048,heads=16,layers=4 for a wider, shallower "
                         "GPT-2 (where fp8 starts to pay); the keys are the model's own")
     add_measuring(p)
-    p.set_defaults(func=main, rep_ms=1000.0, timeout=600.0)
+    p.set_defaults(rep_ms=1000.0, timeout=600.0)
 
 
 def parse_batches(text: str | None) -> list | None:

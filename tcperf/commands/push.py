@@ -24,15 +24,13 @@ def add_parser(sub) -> None:
     p.add_argument("--to", required=True, metavar="URL", help="the target store: a SQLAlchemy URL or a path")
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:
     source, target = Store.open(args.db), Store.open(args.to)
     if source.url == target.url:
         raise UserError(f"--to names the store being read ({source.where}): nothing to push")
-    ids = args.runs or source.run_ids()
-    copies = [push_run(source, target, run_id) for run_id in ids]
+    copies = [push_run(source, target, run_id) for run_id in args.runs or source.run_ids()]
     counts = Counter(c["action"] for c in copies)
     if args.json:
         print_json({"to": target.where, "runs": copies, "counts": counts})

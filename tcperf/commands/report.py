@@ -21,7 +21,6 @@ def add_parser(sub) -> None:
                    help="HTML file to write (default: report-RUNS.html in the results store's folder)")
     p.add_argument("--png", default=None, metavar="DIR", help="also write each chart as a PNG into DIR")
     add_db(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

@@ -1,12 +1,11 @@
 """`tcperf run`: the quick suite in every precision this device has, stored and printed in a table that fits 120
 columns (`tcperf show` prints every column).
 
-GEMMs at 1024/4096/8192 and a misaligned 8191 (with the padded shape timed beside it), a convolution in NCHW
-and NHWC, an attention and a device-to-device copy. Without a GPU: the same kinds of case on the CPU at
-CPU-sized shapes, in fp32, bf16 and fp64, the suite timed twice (the second time in reverse order: a ratio is
-stated only where both timings find it). Every case runs in one worker process (runner.task_key), so the CUDA
-start-up is paid once. '% ceiling' reads `tcperf ceilings`' stored figures, else, on a GPU, this run's own best
-aligned GEMM per precision (show.ceilings_for). The table ends with where the time went; --verbose adds each case's.
+GEMMs at 1024/4096/8192 and a misaligned 8191 (with the padded shape timed beside it), a convolution in NCHW and
+NHWC, an attention and a device-to-device copy. Without a GPU: the same kinds of case on the CPU at CPU-sized shapes,
+in fp32, bf16 and fp64, the suite timed twice (the second time in reverse order: a ratio is stated only where both
+timings find it). Every case runs in one worker process (runner.task_key), so the CUDA start-up is paid once.
+show.ceilings_for says what '% ceiling' reads. The table ends with where the time went; --verbose adds each case's.
 """
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run")
     add_measuring(p)
     add_verbose(p)
-    p.set_defaults(func=main, rep_ms=50.0)
+    p.set_defaults(rep_ms=50.0)
 
 
 def main(args) -> int:
@@ -51,10 +50,9 @@ def main(args) -> int:
 
 
 def repeat(cases: list) -> list:
-    """The suite again, in reverse order, for a CPU: its load changes while it measures, and one timing of each
-    case said bf16 attention 1.29x fp32 in one run and 0.90x in the next, both significant alone (issue 58). With
-    two timings a ratio is stated only where both find it (tcperf.compare.claim), and a change of load between the
-    precisions' blocks favours one precision in the first timing and the other in the reversed one."""
+    """The suite again, in reverse order, for a CPU, whose load changes while it measures (one timing of each case
+    said bf16 attention 1.29x fp32 in one run and 0.90x in the next, issue 58): a change of load between the
+    precisions' blocks then favours one precision in the first timing and the other in the second."""
     return list(reversed(cases))
 
 

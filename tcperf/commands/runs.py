@@ -14,7 +14,6 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=30)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:

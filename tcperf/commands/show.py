@@ -21,7 +21,6 @@ def add_parser(sub) -> None:
     add_db(p)
     add_json(p)
     add_verbose(p)
-    p.set_defaults(func=main)
 
 
 def add_verbose(p) -> None:
@@ -89,9 +88,8 @@ def time_lines(run: dict, results: list[dict]) -> list[str]:
     if not spent:
         return []
     parts = " + ".join(f"{name} {s:.1f}" for name, s in spent.items() if name != "total")
-    lines = [f"time: {spent['total']:.1f} s = {parts}"]
     detail = [*_startup(results), *_cases(results)]
-    return lines + (["  " + "; ".join(detail)] if detail else [])
+    return [f"time: {spent['total']:.1f} s = {parts}"] + (["  " + "; ".join(detail)] if detail else [])
 
 
 def _startup(results: list[dict]) -> list[str]:
@@ -130,9 +128,8 @@ def phases_table(results: list[dict]) -> Table:
         t.add_column(col, justify="left" if col in ("case", "prec") else "right", overflow="fold")
     for r in results:
         metrics = r.get("metrics") or {}
-        phases = metrics.get("phases_s") or {}
         t.add_row(f"{r['op']} {metrics.get('label', '')}", r["precision"], _seconds(metrics.get("wall_s")),
-                  *(_seconds(phases.get(name)) for name in PHASES))
+                  *(_seconds((metrics.get("phases_s") or {}).get(name)) for name in PHASES))
     return t
 
 

@@ -14,7 +14,6 @@ from .common import add_json, console, print_json
 def add_parser(sub) -> None:
     p = sub.add_parser("suites")
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def listing() -> list[dict]:

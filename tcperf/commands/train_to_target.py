@@ -32,8 +32,7 @@ CPU_RECIPES = "fp32"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(KIND,
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(KIND, description=__doc__.split("\n\n")[0])
     p.add_argument("workload", nargs="?", default=totarget.DEFAULT,
                    help=f"{' | '.join(totarget.WORKLOADS)} | file.py:factory (default: {totarget.DEFAULT})")
     p.add_argument("--target", default=None, metavar="METRIC=VALUE",
@@ -61,7 +60,6 @@ def add_parser(sub) -> None:
     add_device(p)
     add_db(p)
     add_json(p)
-    p.set_defaults(func=main)
 
 
 def options_of(args, device) -> dict:
@@ -75,10 +73,6 @@ def options_of(args, device) -> dict:
             "image_size": args.image_size}
 
 
-def recipe_names(text: str | None, device) -> list[str]:
-    return recipes.parse_list(text or (GPU_RECIPES if device.type == "cuda" else CPU_RECIPES))
-
-
 def main(args) -> int:
     device = envmod.parse_device(args.device)
     options = options_of(args, device)
@@ -87,7 +81,7 @@ def main(args) -> int:
     clock = clocks.get(args.clock)
     minutes = args.max_minutes or (10.0 if device.type == "cuda" else 3.0)
     budget = loop.Budget(args.max_steps, minutes)
-    names = recipe_names(args.recipe, device)
+    names = recipes.parse_list(args.recipe or (GPU_RECIPES if device.type == "cuda" else CPU_RECIPES))
     runnable = [n for n in names if not recipes.get(n).skip_reason("train", device)]
     cases = [loop.case(options, n, args.seed + i, target, budget, clock.name, task.metric)
              for n in runnable for i in range(args.runs)]
