@@ -175,23 +175,23 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
                  "pays_after_steps weighs)"),
     Recipe("chunked_ce", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, chunked_ce=True,
            over="step_graph", modes=("train",),
-           about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens (tcperf.kernels.cross_entropy): "
-                 "the (tokens, vocabulary) logits never whole"),
+           about="the whole-step graph with lm_head's cross-entropy in chunks of the tokens "
+                 "(tcperf.kernels.cross_entropy): the (tokens, vocabulary) logits never whole"),
     Recipe("pool_kernel", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
            over="step_graph", modes=("train",), needs="conv2d", transform=fusions.pool_kernel,
            about="the whole-step graph with every 3x3 stride-2 max-pool (ResNet's stem) on tcperf's Triton kernels "
                  "(tcperf.kernels.maxpool): Inductor's backward of it ran at 14% of the copy bandwidth on an H200"),
     Recipe("bn_relu_pool", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
            over="pool_kernel", modes=("train",), needs="conv2d", transform=fusions.bn_relu_pool,
-           about="pool_kernel with each batch norm -> ReLU -> such a pool computed as one (tcperf.kernels.maxpool: the pool "
-                 "on the batch norm's input, the normalization on the pooled quarter, the input's gradient in one "
-                 "pass): what Inductor had fused around its own pooling, kept"),
+           about="pool_kernel with each batch norm -> ReLU -> such a pool computed as one (tcperf.kernels.maxpool: "
+                 "the pool on the batch norm's input, the normalization on the pooled quarter, the input's gradient in "
+                 "one pass): what Inductor had fused around its own pooling, kept"),
     Recipe("bn_relu", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True,
            over="bn_relu_pool", modes=("train",), needs="conv2d", transform=fusions.bn_relu,
            about="bn_relu_pool (where the model has its chain) with every other batch norm whose only user is a ReLU "
                  "computed as one, ReLU's mask recomputed from the batch norm's input in the backward "
-                 "(tcperf.kernels.batchnorm): its kernels read two tensors a pass, not three; climbed only where named: "
-                 "ResNet-50 ran 0.96x bn_relu_pool on an H200"),
+                 "(tcperf.kernels.batchnorm): its kernels read two tensors a pass, not three; climbed only where "
+                 "named: ResNet-50 ran 0.96x bn_relu_pool on an H200"),
     Recipe("batch", "amp_bf16", channels_last=True, compile=True, fused=True, step_graph=True, fastest_batch=True,
            over="step_graph", modes=("train",),
            about="the best rung from the whole-step graph on (autotune aside: it would compile again at every "

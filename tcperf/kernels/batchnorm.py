@@ -168,8 +168,8 @@ def _fused(module: nn.Module, held: dict) -> torch.fx.GraphModule | None:
 
 
 def bn_relu_pairs(graph: torch.fx.Graph, modules: dict) -> list[tuple[torch.fx.Node, torch.fx.Node]]:
-    """(batch norm, ReLU) nodes of an fx graph: each nn.BatchNorm2d call whose only user, past nn.Identity modules,
-    is a ReLU (the fx search both fused batch norms start from: this module's pairs, tcperf.kernels.maxpool's chains)."""
+    """(batch norm, ReLU) nodes of an fx graph: each nn.BatchNorm2d call whose only user, past nn.Identity modules, is
+    a ReLU (the fx search both fused batch norms start from: this module's pairs, tcperf.kernels.maxpool's chains)."""
     pairs = []
     for node in graph.nodes:
         if node.op == "call_module" and type(modules.get(node.target)) is nn.BatchNorm2d:

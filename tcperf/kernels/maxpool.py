@@ -1,6 +1,7 @@
-"""The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training in
-the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d), and the
-torch.fx search that finds such chains in a model (the ladder's pool_kernel and bn_relu_pool rungs: tcperf.kernels.fusions).
+"""The 3 x 3, stride 2, padding 1 max-pool (ResNet's stem) as two Triton kernels, forward and backward, for training
+in the channels-last layout; a batch norm -> ReLU -> that pool computed as one on them (BatchNormReluPool2d), and the
+torch.fx search that finds such chains in a model (the ladder's pool_kernel and bn_relu_pool rungs:
+tcperf.kernels.fusions).
 
 Why: in ResNet-50's whole-step graph (H200, 2026-11-27, c41fb7d) Inductor's stem pooling was the step's largest
 memory-bound kernel, at 14% of the copy bandwidth: its backward gathers each input pixel's windows in an order the

@@ -1,7 +1,7 @@
 """Transformer pieces shared by the GPT-2 and BERT models, written nanoGPT-style: every projection is a plain
-nn.Linear called as a module (so the fp8/int8 recipes can swap it) and attention is
-F.scaled_dot_product_attention, which picks the flash / efficient / cuDNN kernel itself. The token data and loss
-at the end serve every language model (GPT-2, BERT, the LSTM); their loss, token_loss, is tcperf.kernels.cross_entropy's.
+nn.Linear called as a module (so the fp8/int8 recipes can swap it) and attention is F.scaled_dot_product_attention,
+which picks the flash / efficient / cuDNN kernel itself. The token data and loss at the end serve every language model
+(GPT-2, BERT, the LSTM); their loss, token_loss, is tcperf.kernels.cross_entropy's.
 
 Dropout is left out on purpose: the ladder's accuracy check compares recipes on the same data, and random masks
 (drawn differently by eager and compiled code) would hide the arithmetic difference it is looking for.

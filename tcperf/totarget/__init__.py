@@ -2,8 +2,8 @@
 precision recipe, over N seeded runs; DAWNBench's end-to-end measure.
 
 A workload is one module with `build(options: dict, device) -> Task`; WORKLOADS maps names to modules of this
-package (adding one is one module and one entry). `file.py:factory` (a user's model, loaded by tcperf.source like `advise`)
-trains on the classification data given with --data (an ImageFolder directory or an .npz file).
+package (adding one is one module and one entry). `file.py:factory` (a user's model, loaded by tcperf.source like
+`advise`) trains on the classification data given with --data (an ImageFolder directory or an .npz file).
 
     task = build({"workload": "bytes-gpt", "size": "small"}, "cpu")
     row = loop.train_to_target(task, "amp_bf16", "cuda", seed=0, budget=Budget(max_steps=2000))
