@@ -84,9 +84,6 @@ for s in "$@"; do
         comm)     stage comm ${COMM_LIMIT:-300} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 120 ;;
         multitests) stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         ddp)      stage ddp ${DDP_LIMIT:-580} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 540 ${DDP_ARGS:-} ;;
-        comm)     stage comm ${COMM_LIMIT:-170} python3 benchmarks/comm_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --part-timeout 75 ;;
-        ddp)      stage ddp ${DDP_LIMIT:-340} python3 benchmarks/ddp_gpu.py --out "$OUT/files" --db "$TCPERF_DB" --budget 320 ${DDP_ARGS:-} ;;
-        multitests) stage multitests ${MULTI_TESTS_LIMIT:-100} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 90 --tb=short tests/test_comm.py tests/test_distributed.py ;;
         smoke)    stage smoke ${SMOKE_LIMIT:-300} bash -c "time python3 -m tcperf advise examples/awkward_mlp.py:factory; time python3 -m tcperf advise examples/linear_head.py:factory --mode train --json > $OUT/files/linear_head_train.json" ;;
         generate) stage generate ${GENERATE_LIMIT:-450} python3 benchmarks/generate_gpu.py --out "$OUT/files/generate" --db "$TCPERF_DB" ${GENERATE_ARGS:-} ;;
         workload) stage workload-tests ${WL_TESTS_LIMIT:-240} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout 200 --tb=short tests/test_workload.py
