@@ -9,6 +9,7 @@
 #                                            smoke (two advise runs through the CLI) generate
 #                                            workload (its GPU tests, the speed of light, advise on a BERT stream)
 #                                            wlbench (benchmarks/workload_gpu.py: hand loops and advise, WL_ARGS)
+#                                            wlcards (the same, WL_STREAMS one a card side by side, WL_STATE)
 #                                            gemv (benchmarks/gemv_gpu.py: the weight-only kernels side by side)
 #                                            bandwidth (benchmarks/inductor_bandwidth.py: Inductor's kernels of a
 #                                            compiled training step against the copy bandwidth, BW_ARGS)
@@ -98,6 +99,20 @@ for s in "$@"; do
                       stage "wladvise-$name" ${WL_ADVISE_LIMIT:-240} bash -c "time COLUMNS=160 python3 -m tcperf advise $t \
                           --steps ${WL_STEPS:-10000} --db \"$OUT/files/wl-$name.db\""
                   done ;;
+        wlcards)  # WL_STREAMS (comma list) one a card, each pinned to its card's share of the cores, so each stream's
+                  # loops and advice run alone on their GPU and cores; the state of earlier calls (WL_STATE, returned
+                  # under files/wlstate/) is carried in and merged into
+                  # (WL_GPUS: the cards to use, default all; a card's share of the cores counts every card)
+                  n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$n" -gt 0 ] || n=1
+                  cards=(${WL_GPUS//,/ }); [ ${#cards[@]} -gt 0 ] || cards=($(seq 0 $(( n - 1 ))))
+                  per=$(( $(nproc) / n )); i=0
+                  mkdir -p "$OUT/files/wlstate"; cp -r "${WL_STATE:-benchmarks/state/workload}/." "$OUT/files/wlstate/" 2>/dev/null
+                  for s in ${WL_STREAMS//,/ }; do
+                      g=${cards[$(( i % ${#cards[@]} ))]}; i=$(( i + 1 ))
+                      CUDA_VISIBLE_DEVICES=$g stage "wl-$s" ${WLBENCH_LIMIT:-560} taskset -c $(( g * per ))-$(( g * per + per - 1 )) \
+                          python3 benchmarks/workload_gpu.py --streams "$s" --out "$OUT/files/wlstate/$s" ${WL_ARGS:-} &
+                      [ $(( i % ${#cards[@]} )) -eq 0 ] && wait
+                  done; wait ;;
         wlbench)  stage wlbench ${WLBENCH_LIMIT:-560} python3 benchmarks/workload_gpu.py --out "$OUT/files/wlbench" ${WL_ARGS:-} ;;
         ceilings) stage ceilings ${CEILINGS_LIMIT:-180} python3 -m tcperf ceilings ;;
         report)   stage report 120 python3 -m tcperf report $(python3 -m tcperf runs --json | python3 -c 'import json,sys; print(" ".join(str(r["id"]) for r in json.load(sys.stdin)))') --out "$OUT/files/report.html" --png "$OUT/files/png" ;;
