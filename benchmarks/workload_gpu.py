@@ -302,6 +302,7 @@ def run_advise(stream: Stream, n: int, args) -> dict:
         rc, wall = run_process(cmd, fresh_caches(folder), args.advise_timeout, log, stdout=out)
         out.seek(0)
         text = out.read()
+    log.with_suffix(".json").write_text(text)          # the advice itself, for reading its phases and candidates
     row = {"steps": n, "command": " ".join(cmd[1:]), "wall_s": wall, "log": str(log)}
     try:
         advice = parse_advice(text)

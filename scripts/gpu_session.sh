@@ -65,9 +65,9 @@ set -- $(printf '%s\n' "$@" | sed 's/^multi$/comm ddp multitests/')       # mult
 for s in "$@"; do
     case $s in
         env)      stage env 120 bash -c "nvidia-smi; python3 -c 'import torch,triton;print(torch.__version__,triton.__version__)'; python3 -m tcperf env; python3 -m tcperf env --json" ;;
-        tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
-        cputests) stage cputests ${CPU_TESTS_LIMIT:-300} env CUDA_VISIBLE_DEVICES= python3 -m pytest -q -p no:cacheprovider \
-                      -rs --tb=short ${CPU_TESTS:-tests/test_batchnorm.py tests/test_maxpool.py} ;;
+        tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rfEs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
+        cputests) stage cputests ${CPU_TESTS_LIMIT:-300} env CUDA_VISIBLE_DEVICES= python3 -m pytest -q -p no:cacheprovider -rfEs \
+                      --tb=short ${CPU_TESTS:-tests/test_batchnorm.py tests/test_maxpool.py} ;;
         testfiles) for f in ${TESTS:-$(grep -l "mark.gpu" tests/test_*.py)}; do   # one pytest a file: a hang or the
                   stage "tests-$(basename "$f" .py)" ${FILE_LIMIT:-150} python3 -m pytest -m gpu -v -p no:cacheprovider \
                       -rs --timeout ${TEST_TIMEOUT:-120} --tb=short "$f"              # limit costs that file alone
