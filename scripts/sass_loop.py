@@ -70,14 +70,22 @@ def opcodes(body: list[str]) -> collections.Counter:
     return ops
 
 
+TENSOR_CORE = ("HGMMA", "HMMA")    # Hopper's warpgroup MMA (wgmma); the warp MMA (mma.sync) of Ampere, also on Hopper
+
+
+def loop_opcodes(fn, config: triton.Config, cc: int, **constexprs) -> collections.Counter:
+    return opcodes(longest_loop(sass(compiled(fn, config, cc, **constexprs))))
+
+
 def report(name: str, fn, config: triton.Config, bytes_a_step: int, cc: int, **constexprs) -> float:
-    """One line: the loop's instructions, thread instructions per weight byte, the commonest opcodes."""
-    ops = opcodes(longest_loop(sass(compiled(fn, config, cc, **constexprs))))
+    """One line: the loop's instructions, thread instructions per weight byte, the commonest opcodes and, always,
+    its Tensor Core instructions (the int4 kernel's 16 HGMMA fall out of the commonest eight under Triton 3.6)."""
+    ops = loop_opcodes(fn, config, cc, **constexprs)
     n = sum(ops.values())
     per_byte = n * config.num_warps * 32 / bytes_a_step
     top = ", ".join(f"{op} {k}" for op, k in ops.most_common(8))
     print(f"{name} {config.kwargs} warps={config.num_warps} stages={config.num_stages}: {n} SASS in the loop, "
-          f"{per_byte:.2f} a byte ({top})")
+          f"{per_byte:.2f} a byte ({top}; Tensor Cores: {', '.join(f'{op} {ops[op]}' for op in TENSOR_CORE if ops[op]) or 'none'})")
     return per_byte
 
 

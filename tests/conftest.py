@@ -25,7 +25,8 @@ def in_interpreter(code: str, argument, timeout: float) -> dict:
     """Run `code` in a child Python with TRITON_INTERPRET=1 (read when Triton kernels are imported, so not in this
     process) and `argument` as JSON in argv[1]; its last line of output, as JSON."""
     here = Path(__file__).resolve().parent                # the repository, and tests/ for shared test helpers
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(map(str, (here.parent, here)))}
+    path = [str(here.parent), str(here), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(path)}
     done = subprocess.run([sys.executable, "-c", code, json.dumps(argument)], env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]

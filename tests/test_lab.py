@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from tcperf import cli, lab
@@ -27,24 +26,9 @@ CASES = [(name, prec, n) for name, entry in lab.KERNELS.items() for prec in entr
          for n in INTERPRETED_N[name]]
 
 
-def _old_interpreter() -> str | None:
-    """Triton 3.6's interpreter turns loop bounds into ints with int(1-element array), which NumPy >= 2.4 refuses."""
-    import triton
-    try:
-        int(np.array([1]))
-        return None
-    except TypeError:
-        if tuple(int(x) for x in triton.__version__.split(".")[:2]) >= (3, 8):   # 3.8 squeezes the array first
-            return None
-        return f"triton {triton.__version__}'s interpreter fails on numpy {np.__version__} (int of a 1-element array)"
-
-
 @pytest.fixture(scope="module")
 def interpreted_errors():
     """{'kernel|precision|n': relative error} for every case, computed in one interpreter child process."""
-    why = _old_interpreter()
-    if why:
-        pytest.skip(why)
     code = ("import json, sys\nfrom tcperf.lab import bench\n"
             "cases = json.loads(sys.argv[1])\n"
             "print(json.dumps({f'{k}|{p}|{n}': bench.check(k, p, n, 'cpu').error for k, p, n in cases}))\n")
@@ -196,9 +180,6 @@ def test_crossover_is_the_size_from_which_the_gpu_always_wins():
 
 
 def test_lab_command_on_cpu_checks_in_the_interpreter_and_stores_a_lab_run(db_path, capsys):
-    why = _old_interpreter()
-    if why:
-        pytest.skip(why)
     assert cli.main(["lab", "--device", "cpu", "--db", db_path, "--kernels", "vector_add", "--sizes", "1000,3000",
                      "--rep-ms", "5"]) == 0
     assert "TRITON_INTERPRET" not in os.environ or os.environ["TRITON_INTERPRET"] != "1"
