@@ -71,7 +71,7 @@ def _against_do_bench(case: dict, device) -> tuple[dict, dict]:
     from tcperf.timing import repeat_until_stable, time_fn
 
     op, prec = ops.get(case["op"]), precision.get(case["precision"])
-    with precision.apply(prec, device.type):
+    with precision.apply(prec, device.type, benchmark_cudnn=True):     # as tcperf.ops.case runs the suites
         prep = op.prepare(case["shape"], prec, device)
         bench = lambda: triton.testing.do_bench(prep.run, warmup=25, rep=300, return_mode="median")
         rounds = [(time_fn(prep.run, device, warmup_ms=25, rep_ms=300).median_ms, bench()) for _ in range(3)]

@@ -142,9 +142,10 @@ def tf32_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def apply(name: str | Precision, device_type: str = "cuda", *, benchmark_cudnn: bool = True):
+def apply(name: str | Precision, device_type: str = "cuda", *, benchmark_cudnn: bool = False):
     """Apply a recipe's global state (TF32 flags, cuDNN autotune, autocast) and restore all of it on exit,
-    exceptions included."""
+    exceptions included. cuDNN's autotuning is off as PyTorch ships it unless asked for: a model fed a new shape
+    pays for it at every shape (a detector's 59 image sizes: 140 s of the advisor's fp32 probe, H100 2026-11-28)."""
     p = name if isinstance(name, Precision) else get(name)
     saved = save_flags()
     try:

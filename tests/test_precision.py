@@ -34,6 +34,24 @@ def test_strict_fp32_turns_tf32_off_for_matmul_and_cudnn():
         assert precision.tf32_enabled()
 
 
+def test_cudnn_autotuning_is_off_inside_unless_asked_for_and_restored_after():
+    """Issue 57: the advisor's fp32 probe of a detector's 59 image sizes took 140 s on an H100 with autotuning on,
+    where a plain loop (off, as PyTorch ships) passes them in 4 s."""
+    before = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = True
+        with precision.apply("fp32", "cpu"):
+            assert torch.backends.cudnn.benchmark is False
+        with precision.apply("amp_bf16", "cpu", benchmark_cudnn=True):
+            assert torch.backends.cudnn.benchmark is True
+        torch.backends.cudnn.benchmark = False
+        with precision.apply("bf16", "cpu", benchmark_cudnn=True):
+            assert torch.backends.cudnn.benchmark is True
+        assert torch.backends.cudnn.benchmark is False
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
 def test_amp_recipe_enters_and_leaves_autocast():
     with precision.apply("amp_bf16", "cpu"):
         assert torch.is_autocast_enabled("cpu")

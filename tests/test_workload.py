@@ -492,10 +492,41 @@ def test_the_leading_precisions_and_their_ways_on_the_stream():
     assert streams.family("amp_bf16", "cuda")[0] == "compile@dynamic"         # the ladder's compile
 
 
+def test_past_the_budget_the_stream_still_measures_until_a_recipe_passes_there(monkeypatch):
+    """Issue 57 on an H100: the one-shape grid used T5's whole --budget, nothing ran over the stream, and the advice
+    recommended bf16 + CUDA graphs from one input's figures (a static graph on 64 shapes). Past the budget the stream
+    measures on until one recipe passes over it, and no further."""
+    from tcperf.advisor import streams
+    outcome, ran = {"fp16": "wrong", "bf16": "ok", "fp32": "ok"}, []
+
+    def alone(self, name, keep, label):
+        ran.append((name, self._limit(name).budget_s))
+        return name
+    monkeypatch.setattr(streams.Plan, "_alone", alone)
+    monkeypatch.setattr(streams.RecipeResult, "from_result",
+                        classmethod(lambda cls, name: _timed(name, 2.0, 1.0, status=outcome[name])))
+    plan = streams.Plan(None, {}, 100, lambda name: None, time.perf_counter() - 1, None, None)
+    stage = plan.measure(["fp16", "bf16", "fp32"], ())
+    assert ran == [("fp16", None), ("bf16", None)] and stage.untried == ["fp32"]    # no budget stops their warm-up
+
+
+def test_on_a_workload_the_advice_comes_from_the_stream_only():
+    grid = [_timed("fp32", 20.0, 0.5), _timed("bf16+cuda_graphs", 2.1, 45.0)]
+    assert verdict.decide(grid, [], "infer", "cuda", stream=None, steps=10_000)["recommended"] == "bf16+cuda_graphs"
+    v = verdict.decide(grid, [], "infer", "cuda", stream=[], steps=10_000)
+    assert v["recommended"] is None and "stream" in v["note"]
+    on_stream = [_timed("fp32", 22.0, 0.5), _timed("bf16", 9.0, 3.0, status="wrong")]
+    assert verdict.decide(grid, [], "infer", "cuda", stream=on_stream, steps=10_000)["recommended"] == "fp32"
+
+
 def test_a_stream_whose_output_is_shorter_than_its_input_has_padding_refused_before_any_warm_up(tmp_path, db_path,
-                                                                                                capsys):
+                                                                                                capsys, monkeypatch):
     """The GRU of issue 57 subsamples time by 4: padding cannot be cut back out of its outputs. The probe says so
-    and no padded recipe is prepared; the advice says why."""
+    and no padded recipe is prepared; the advice says why. With a workload the one-shape grid grows no compiled
+    tiers (on an H100 they used the whole --budget of GRU and T5 streams): the stream measures those."""
+    from tcperf.advisor import api
+    grown, search = [], api.Search
+    monkeypatch.setattr(api, "Search", lambda *a, **k: grown.append(k["grow"]) or search(*a, **k))
     path = tmp_path / "subsample.py"
     path.write_text(textwrap.dedent("""
         import torch
@@ -512,13 +543,14 @@ def test_a_stream_whose_output_is_shorter_than_its_input_has_padding_refused_bef
             torch.manual_seed(0)
             return {"model": Subsample(), "workload": lambda step: torch.randn(2, 16 * (2 + step % 5), 8)}
     """))
-    rc = main(["advise", f"{path}:factory", "--device", "cpu", "--db", db_path, "--recipes", "fp32,bf16", "--json"])
+    rc = main(["advise", f"{path}:factory", "--device", "cpu", "--db", db_path, "--json"])
     assert rc == 0
     import json
     out = json.loads(capsys.readouterr().out)
     assert "without following any input dimension" in out["workload"]["pad_refused"]
     assert out["stream"] and not any("pad" in r["recipe"] for r in out["stream"])
     assert any(n.startswith("padded recipes not tried on the workload") for n in out["notes"])
+    assert grown == [False]
 
 
 def test_an_unstable_pick_beside_a_faster_step_that_lost_on_its_warm_up_says_so():

@@ -112,8 +112,10 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         layers = facts.layers
         lint.flag(layers, trials.lint_precisions(mode, recipes), _sm_count(device))
         budget = budget if budget is not None else WORKLOAD_BUDGET_S if facts.workload else None
+        # with a workload the one-shape grid only ranks the precisions (eager): the ways of meeting varying shapes
+        # are measured on the stream, where a compile's cost is what the job pays (tcperf.advisor.streams)
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
-                        grow=not recipes, layers=layers)
+                        grow=not recipes and not facts.workload, layers=layers)
         found: dict = {}
 
         def sensitive_items(results):
@@ -135,7 +137,8 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
     fixes = _stage("the cost of misaligned shapes", notes, log,
                    lambda: _shape_costs(layers, chosen, results, device, mode), [])
     phases["shape_costs_s"] = time.perf_counter() - t0
-    v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary(), stream=streamed,
+    v = verdict.decide(results, fixes, mode, device.type, facts.kind, search.summary(),
+                       stream=streamed if facts.workload else None,
                        steps=steps, varying=(facts.workload or {}).get("varying"))
     picked = next((r for r in streamed or results if r.recipe == v.get("recommended")), None)
     v["limit"] = _stage("the speed of light", notes, log,

@@ -13,8 +13,9 @@ The candidates, in the order they are measured (run):
 Padded recipes are refused before any warm-up where the outputs' varying dimensions do not follow the inputs'
 (tcperf.workload.unpaddable, found by the probe). A warm-up stops only where the job's own arithmetic says it cannot
 win (tcperf.stream.Limit: its warm-up so far plus the job's remaining steps at the speed of light cost more than the
-cheapest job measured) or where the --budget has run out; what the budget left untried is said. On a CPU nothing is
-timed: the advice's candidate runs eager and padded, for their accuracy.
+cheapest job measured) or where the --budget has run out, once one recipe has passed over the stream (the advice rests
+on a recipe measured there); what the budget left untried is said. On a CPU nothing is timed: the advice's candidate
+runs eager and padded, for their accuracy.
 
     stage = run(bench, grid, facts.workload, steps=10_000, sol_of=lambda name: 1.2, deadline=t0 + 150, log=print)
     stage.results, stage.untried
@@ -143,7 +144,7 @@ class Plan:
             label = f"{name}+fp32[{len(keep)} modules]" if keep else name
             if any(r.recipe == label for r in self.stage.results) or label in self.stage.untried:
                 continue
-            if self.deadline is not None and time.perf_counter() >= self.deadline:
+            if self.over_budget():
                 self.stage.untried.append(label)
                 continue
             t0 = time.perf_counter()
@@ -174,9 +175,16 @@ class Plan:
             worker.close()
         return row
 
+    def over_budget(self) -> bool:
+        """Past the --budget, once a recipe has passed over the stream: the advice always rests on one measured
+        there, never on the example input's figures alone."""
+        return (self.deadline is not None and time.perf_counter() >= self.deadline and
+                any(r.passes for r in self.stage.results))
+
     def _limit(self, name: str) -> stream.Limit:
         best = min((job.job_s(r, self.steps) for r in job.eligible(self.stage.results)), default=math.inf)
-        budget = None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+        budget = None if self.deadline is None or not any(r.passes for r in self.stage.results) else \
+            max(0.0, self.deadline - time.perf_counter())
         return stream.Limit(self.steps, self.floor_ms(name), best if self.steps is not None else math.inf, budget)
 
     def floor_ms(self, name: str) -> float:

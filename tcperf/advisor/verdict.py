@@ -91,11 +91,11 @@ def fix_rows(layers: list[Layer]) -> list[dict]:
             for l in layers]
 
 
-def choose_for(results: list[RecipeResult], stream: list[RecipeResult], decision: dict,
+def choose_for(results: list[RecipeResult], stream: list[RecipeResult] | None, decision: dict,
                steps: int | None) -> RecipeResult | None:
-    """The recipe to advise: on a workload, the cheapest job on its stream; on one input with a job length, the
-    cheapest job; else the runoff's pick (choose)."""
-    if stream:
+    """The recipe to advise: on a workload (stream not None), the cheapest job on its stream and nothing measured on
+    one input only; on one input with a job length, the cheapest job; else the runoff's pick (choose)."""
+    if stream is not None:
         return jobmod.pick(stream, steps)
     return jobmod.pick(results, steps) if steps is not None else choose(results, decision)
 
@@ -107,9 +107,10 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
     decision, what was pruned or not tried); stream: the recipes timed on the workload (tcperf.advisor.streams);
     steps: the job's length (None: long enough that one-time costs vanish); varying: the workload's varying
     dimensions by input name, for the snippets."""
+    on_stream = stream is not None
     search, stream = search or {}, stream or []
     decision = search.get("runoff") or {}
-    chosen = choose_for(results, stream, decision, steps) if device_type == "cuda" else None
+    chosen = choose_for(results, stream if on_stream else None, decision, steps) if device_type == "cuda" else None
     pick = chosen or candidate(results)        # untimed: padding is worth it only compiled
     v = {"speed_measured": device_type == "cuda", "recommended": chosen.recipe if chosen else None,
          "candidate": None if chosen or not pick else pick.recipe,
@@ -136,6 +137,8 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
         v["accuracy"] = accuracy_cost(pick)
     if device_type != "cuda":
         v["note"] = GPU_NEEDED
+    elif not chosen and on_stream and any(r.passes for r in results):
+        v["note"] = "no recipe passed over the workload's stream: see the stream's failures"
     elif not chosen:
         v["note"] = "no recipe passed the tolerance and ran: see the failures"
     if pick:

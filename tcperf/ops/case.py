@@ -29,7 +29,7 @@ def measure_case(case: Case, device: torch.device, job: Job) -> Result:
     why = precision.unsupported_reason(prec, device) or op.unsupported(shape, prec, device)
     if why:
         return result.replace(status="skipped", message=why)
-    with precision.apply(prec, device.type):
+    with precision.apply(prec, device.type, benchmark_cudnn=True):     # a kernel suite: cuDNN's best algorithm
         with _phase(result, "prepare"):
             prep = op.prepare(shape, prec, device, seed=case.seed)
         with _phase(result, "check"):
