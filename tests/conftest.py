@@ -21,12 +21,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def child_env(**more: str) -> dict:
+    """The environment of a child Python a test starts: this checkout and tests/ (for shared helpers) first on its
+    PYTHONPATH, the caller's after them (the GPU machine's carried wheels, torchao among them, live there)."""
+    here = Path(__file__).resolve().parent
+    path = [str(here.parent), str(here), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), **more}
+
+
 def in_interpreter(code: str, argument, timeout: float) -> dict:
     """Run `code` in a child Python with TRITON_INTERPRET=1 (read when Triton kernels are imported, so not in this
     process) and `argument` as JSON in argv[1]; its last line of output, as JSON."""
-    here = Path(__file__).resolve().parent                # the repository, and tests/ for shared test helpers
-    path = [str(here.parent), str(here), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(path)}
+    env = child_env(TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, "-c", code, json.dumps(argument)], env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 
+from conftest import child_env
 from tcperf import compile_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,8 +30,7 @@ def _worker(store_folder, inductor_folder) -> dict:
     """TORCHINDUCTOR_VEC_ISA_OK=1: Inductor takes the CPU's vector flags as they are, instead of building and
     loading a probe library for each one in the empty folder (15 of the hit's 24 s on 2 cores); the folder's
     compiled graphs, which the test is about, are still empty."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "TORCHINDUCTOR_CACHE_DIR": str(inductor_folder),
-           "TORCHINDUCTOR_VEC_ISA_OK": "1"}
+    env = child_env(TORCHINDUCTOR_CACHE_DIR=str(inductor_folder), TORCHINDUCTOR_VEC_ISA_OK="1")
     done = subprocess.run([sys.executable, "-c", WORKER, str(store_folder)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -9,6 +9,7 @@ import torch
 import torch.nn as nn
 
 import tcperf
+from conftest import child_env
 from tcperf import accuracy, engine, recipes
 from tcperf.spec import Spec, map_tensors, tensors
 
@@ -247,8 +248,6 @@ def test_a_pickled_models_worker_imports_the_users_file_it_names_and_no_other(tm
     import json
     import subprocess
     import sys
-    from pathlib import Path
-    root = str(Path(__file__).resolve().parent.parent)
     (tmp_path / "mine.py").write_text("import torch\nclass Net(torch.nn.Module):\n    def __init__(self):\n"
                                       "        super().__init__()\n        self.lin = torch.nn.Linear(4, 3)\n"
                                       "    def forward(self, x):\n        return self.lin(x)\n"
@@ -263,7 +262,7 @@ def test_a_pickled_models_worker_imports_the_users_file_it_names_and_no_other(tm
               "spec = source.load_source(records.from_wire(json.loads(sys.argv[1])), 'cpu')\n"
               "print(json.dumps([type(spec.model).__module__, sorted(m for m in sys.modules if "
               "m.startswith('tcperf_user_'))]))\n")
-    env = {**__import__("os").environ, "PYTHONPATH": root}
+    env = child_env()
     saved = subprocess.run([sys.executable, "-c", parent, str(tmp_path)], capture_output=True, text=True, env=env,
                            timeout=120)
     assert saved.returncode == 0, saved.stderr[-2000:]

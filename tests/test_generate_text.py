@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from conftest import child_env
 from tcperf import cli
 from tcperf.generate import hf, loop, sweep
 
@@ -110,7 +111,7 @@ def test_cli_judges_a_gpt2_folder_in_the_hf_loop_and_says_so_in_the_table(tmp_pa
            str(tmp_path / "r.db"), "--plot-dir", str(tmp_path), "--precision", "bf16,int8wo", "--batch", "1",
            "--prompt", "8", "--output", "4", "--rep-ms", "1", "--loop", "hf"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": ROOT, "COLUMNS": "120"})
+                          env=child_env(COLUMNS="120"))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "ppl " in done.stdout and "top1 " in done.stdout and "Model accuracy: perplexity on 8 window(s)" in \
         done.stdout
