@@ -126,7 +126,7 @@ def test_recipe_names_with_shapes():
     with pytest.raises(UserError, match="shapes"):
         recipes.get("bf16+compile@wobbly")
     assert root_of("bf16+cuda_graphs@pad64") == "bf16" and root_of("cuda_graphs") == "amp_bf16"
-    assert family("bf16", "cuda") == ["bf16+compile@dynamic", "bf16+cuda_graphs@marked", "bf16+compile@marked",
+    assert family("bf16", "cuda") == ["bf16+compile@marked", "bf16+cuda_graphs@marked", "bf16+compile@dynamic",
                                       "bf16+cuda_graphs@dynamic", "bf16+cuda_graphs@pad128", "bf16+cuda_graphs@pad64",
                                       "bf16+compile"]
     assert family("bf16", "cpu") == ["bf16@pad64", "bf16@pad128"]
@@ -486,10 +486,10 @@ def test_the_leading_precisions_and_their_ways_on_the_stream():
     assert [p for p, _ in streams.leading(slow, convs=True)] == ["fp16", "fp32", "bf16", "fp16+channels_last",
                                                                    "bf16+channels_last"]
     ways = streams.family("fp16+channels_last", "cuda")
-    assert ways[0] == "fp16+channels_last+compile@dynamic" and "fp16+channels_last+cuda_graphs@pad64" in ways
+    assert ways[0] == "fp16+channels_last+compile@marked" and "fp16+channels_last+cuda_graphs@pad64" in ways
     assert not any("pad" in w for w in streams.family("fp16", "cuda", pad_refused="output 0's dimension 1 ..."))
     assert streams.on("bf16", streams.way_of("fp16+cuda_graphs@marked")) == "bf16+cuda_graphs@marked"
-    assert streams.family("amp_bf16", "cuda")[0] == "compile@dynamic"         # the ladder's compile
+    assert streams.family("amp_bf16", "cuda")[0] == "compile@marked"          # the ladder's compile
 
 
 def test_past_the_budget_the_stream_still_measures_until_a_recipe_passes_there(monkeypatch):
