@@ -102,7 +102,8 @@ for s in "$@"; do
         wlcards)  # WL_STREAMS (comma list) one a card, each pinned to its card's share of the cores, so each stream's
                   # loops and advice run alone on their GPU and cores; the state of earlier calls (WL_STATE, returned
                   # under files/wlstate/) is carried in and merged into
-                  # (WL_GPUS: the cards to use, default all; a card's share of the cores counts every card)
+                  # (WL_GPUS: the cards to use, default all; a card's share of the cores counts every card, so
+                  # start this stage unpinned: under taskset, nproc counts only the cores it was given)
                   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$n" -gt 0 ] || n=1
                   cards=(${WL_GPUS//,/ }); [ ${#cards[@]} -gt 0 ] || cards=($(seq 0 $(( n - 1 ))))
                   per=$(( $(nproc) / n )); i=0

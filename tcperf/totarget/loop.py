@@ -56,7 +56,8 @@ def _evaluate(task, step: recipes.Step, device: torch.device) -> float:
     model = getattr(step.model, "_orig_mod", step.model)       # eager: no recompilation for eval mode or shape
     model.eval()
     try:
-        with torch.no_grad(), precision.apply(precision.get(step.recipe.precision), device.type):
+        with torch.no_grad(), precision.apply(precision.get(step.recipe.precision), device.type,
+                                              benchmark_cudnn=step.recipe.cudnn_benchmark):   # as its training
             return task.evaluate(model)
     finally:
         model.train()
