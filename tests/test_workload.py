@@ -551,6 +551,8 @@ def test_a_stream_whose_output_is_shorter_than_its_input_has_padding_refused_bef
     assert out["stream"] and not any("pad" in r["recipe"] for r in out["stream"])
     assert any(n.startswith("padded recipes not tried on the workload") for n in out["notes"])
     assert grown == [False]
+    streamed = [r["stream"] for r in out["stream"] if r.get("stream")]
+    assert streamed and all(st["setup_s"] > 0 for st in streamed)           # a worker's set-up, apart
 
 
 def test_an_unstable_pick_beside_a_faster_step_that_lost_on_its_warm_up_says_so():

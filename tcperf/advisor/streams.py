@@ -165,10 +165,12 @@ class Plan:
         args = b.args(Item(name, keep, base=name if keep else None), cold=cold if b.source else None)
         case = recipe_case(args, op="advise.stream", shape={"model": b.name, "mode": b.mode},
                            label=label if keep else None, suite="advise")
+        t0 = time.perf_counter()
         worker = Worker(b.device, own_group=True, case=case) if b.source else InProcess(b.device, case=case)
         timed = b.device.type == "cuda"
         try:
             row = worker.call(StreamSession, case, b.device, hold=True, timeout=b.timeout)
+            setup_s = time.perf_counter() - t0      # the worker's start, the model loaded, its fp32 reference
             if row.ok:
                 row = worker.call("first", limit=self._limit(name), timeout=b.timeout)
             if row.ok and timed:
@@ -176,6 +178,8 @@ class Plan:
                 row = worker.call("profile", timeout=b.timeout)
         finally:
             worker.close()
+        if isinstance(row.metrics.get("stream"), dict):
+            row.metrics["stream"]["setup_s"] = setup_s
         return row
 
     def over_budget(self) -> bool:
