@@ -84,8 +84,9 @@ def report(name: str, fn, config: triton.Config, bytes_a_step: int, cc: int, **c
     n = sum(ops.values())
     per_byte = n * config.num_warps * 32 / bytes_a_step
     top = ", ".join(f"{op} {k}" for op, k in ops.most_common(8))
+    tensor_core = ", ".join(f"{op} {ops[op]}" for op in TENSOR_CORE if ops[op]) or "none"
     print(f"{name} {config.kwargs} warps={config.num_warps} stages={config.num_stages}: {n} SASS in the loop, "
-          f"{per_byte:.2f} a byte ({top}; Tensor Cores: {', '.join(f'{op} {ops[op]}' for op in TENSOR_CORE if ops[op]) or 'none'})")
+          f"{per_byte:.2f} a byte ({top}; Tensor Cores: {tensor_core})")
     return per_byte
 
 
