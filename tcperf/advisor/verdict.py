@@ -107,10 +107,10 @@ def decide(results: list[RecipeResult], fixes: list[Layer], mode: str, device_ty
     decision, what was pruned or not tried); stream: the recipes timed on the workload (tcperf.advisor.streams);
     steps: the job's length (None: long enough that one-time costs vanish); varying: the workload's varying
     dimensions by input name, for the snippets."""
-    on_stream = stream is not None
-    search, stream = search or {}, stream or []
+    search = search or {}
     decision = search.get("runoff") or {}
-    chosen = choose_for(results, stream if on_stream else None, decision, steps) if device_type == "cuda" else None
+    chosen = choose_for(results, stream, decision, steps) if device_type == "cuda" else None
+    on_stream, stream = stream is not None, stream or []
     pick = chosen or candidate(results)        # untimed: padding is worth it only compiled
     v = {"speed_measured": device_type == "cuda", "recommended": chosen.recipe if chosen else None,
          "candidate": None if chosen or not pick else pick.recipe,
