@@ -92,7 +92,12 @@ class Fp8Linear(QuantLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x8, x_scale = fp8_quantize(x.reshape(-1, x.shape[-1]), self.rowwise)   # (M, K), (M, 1) or ()
-        y = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16)
+        if x8.device.type == "cpu" and self.rowwise:
+            # torch 2.11's CPU _scaled_mm takes per-tensor scales only (an internal assert otherwise): the same
+            # e4m3 products, scaled per row after the float32 matmul
+            y = ((x8.float() @ self.w8.float().t()) * x_scale * self.w_scale).to(torch.bfloat16)
+        else:
+            y = torch._scaled_mm(x8, self.w8.t(), scale_a=x_scale, scale_b=self.w_scale, out_dtype=torch.bfloat16)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*x.shape[:-1], y.shape[-1])

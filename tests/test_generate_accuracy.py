@@ -3,6 +3,7 @@ against its own dequantised weights catches a wrong dequantisation (int4 scales 
 fed scales one group off. The model check: the model tcperf trains (tcperf.generate.trained, the CPU size, trained
 once for the session) gives int8 weight-only perplexity within its limit of bf16's, and `tcperf generate stdlib`
 judges each precision with it; random weights are not judged; a kernel bug is not timed and exits 1."""
+import math
 import sys
 
 import pytest
@@ -85,10 +86,20 @@ def _perplexity(path, name: str) -> float:
     return trained.perplexity(sweep.PlainSession.logits(model, tokens, r.kv_dtype), tokens)
 
 
+def _unigram_perplexity(size: str) -> float:
+    """The held-out bytes' perplexity under the training bytes' frequencies: a model that learned beats it. (A fixed
+    bound of 12 failed on the GPU machine's Python 3.12 and torch 2.11, 12.6: the corpus is the machine's own
+    standard library, so its perplexity differs from machine to machine.)"""
+    train, _, _ = trained.text(size)
+    counts = torch.bincount(train.long(), minlength=256).double() + 1
+    tokens = trained.held_out(size)[:, 1:]
+    return math.exp(-float((counts / counts.sum()).log()[tokens].mean()))
+
+
 def test_trained_model_int8_perplexity_within_its_limit_of_bf16(stdlib):
     _, path = stdlib
     bf16, int8 = _perplexity(path, "bf16"), _perplexity(path, "int8wo")
-    assert bf16 < 12                                      # it learned: uniform bytes would be 256
+    assert bf16 < _unigram_perplexity("cpu")              # it learned more than the bytes' frequencies
     assert int8 / bf16 - 1 <= quant.get("int8wo").perplexity_limit, (bf16, int8)
     assert trained.info(path)["parameters"] == sum(p.numel() for p in trained.load(path, "cpu", torch.float32)
                                                    .parameters())
