@@ -105,7 +105,7 @@ for s in "$@"; do
                   # (WL_GPUS: the cards to use, default all; a card's share of the cores counts every card, so
                   # start this stage unpinned: under taskset, nproc counts only the cores it was given)
                   n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); [ "$n" -gt 0 ] || n=1
-                  cards=(${WL_GPUS//,/ }); [ ${#cards[@]} -gt 0 ] || cards=($(seq 0 $(( n - 1 ))))
+                  cards=(${WL_GPUS:+${WL_GPUS//,/ }}); [ ${#cards[@]} -gt 0 ] || cards=($(seq 0 $(( n - 1 ))))
                   per=$(( $(nproc) / n )); i=0
                   mkdir -p "$OUT/files/wlstate"; cp -r "${WL_STATE:-benchmarks/state/workload}/." "$OUT/files/wlstate/" 2>/dev/null
                   for s in ${WL_STREAMS//,/ }; do

@@ -468,28 +468,51 @@ def test_training_on_a_workload_pads_the_labels_with_the_ignore_index(tmp_path, 
 
 
 def test_the_leading_precisions_and_their_ways_on_the_stream():
-    """Issue 57: within LEAD of the best, every passing precision where the best is host-bound, channels_last with
-    each reduced precision on convolutions; the ways FAMILY makes of a precision, padding left out where refused."""
+    """Issue 57: within LEAD of the best, and where the best is host-bound the precision whose GEMM/conv/attention
+    kernels are the shortest (what a compiled way leaves); channels_last with each reduced precision on convolutions;
+    fp8 and int8 (compiled by definition) not among the eager roots; the ways FAMILY makes of a precision, CUDA graphs
+    first where the step is host-bound, padding left out where refused."""
     from tcperf.advisor import streams
 
     def grid(busy):
-        return [_timed("fp32", 21.2), _timed("fp16", 27.9), _timed("fp16+compile", 14.0), _timed("bf16", 60.0)] + \
-            [RecipeResult("tf32", "fails")] if busy else [_timed("fp32", 21.2), _timed("fp16", 30.0)]
+        return [_timed("fp32", 21.2), _timed("fp16", 27.9), _timed("fp16+compile", 14.0), _timed("bf16", 60.0),
+                _timed("int8", 9.0)] + [RecipeResult("tf32", "fails")] if busy else \
+            [_timed("fp32", 21.2), _timed("fp16", 30.0), _timed("int8", 9.0)]
     fast = grid(False)
     for r in fast:
         r.gpu_busy = 0.99
     assert streams.leading(fast, convs=False) == [("fp32", ())]
+    assert streams.leading(fast, convs=True) == [("fp32", ())]         # strict fp32 keeps its layout
     slow = grid(True)
-    for r in slow:
-        r.gpu_busy = 0.3                     # a host-bound step: the precision barely moves it
-    assert [p for p, _ in streams.leading(slow, convs=False)] == ["fp16", "fp32", "bf16"]
-    assert [p for p, _ in streams.leading(slow, convs=True)] == ["fp16", "fp32", "bf16", "fp16+channels_last",
+    for r, matmul in zip(slow, (10.0, 6.0, 6.0, 3.0, 1.0)):
+        r.gpu_busy, r.matmul_ms = 0.3, matmul     # a host-bound step: launches set its pace, not the precision
+    assert [p for p, _ in streams.leading(slow, convs=False)] == ["fp16", "bf16"]
+    assert [p for p, _ in streams.leading(slow, convs=True)] == ["fp16", "bf16", "fp16+channels_last",
                                                                    "bf16+channels_last"]
+    for r in slow:
+        r.gpu_busy = 0.95
+    assert [p for p, _ in streams.leading(slow, convs=False)] == ["fp16"]
     ways = streams.family("fp16+channels_last", "cuda")
     assert ways[0] == "fp16+channels_last+compile@marked" and "fp16+channels_last+cuda_graphs@pad64" in ways
+    assert streams.family("bf16", "cuda", graphs_first=True)[:4] == [
+        "bf16+cuda_graphs@marked", "bf16+cuda_graphs@dynamic", "bf16+compile@marked", "bf16+compile@dynamic"]
     assert not any("pad" in w for w in streams.family("fp16", "cuda", pad_refused="output 0's dimension 1 ..."))
     assert streams.on("bf16", streams.way_of("fp16+cuda_graphs@marked")) == "bf16+cuda_graphs@marked"
+    assert streams.on("int8", ("", "marked")) == "int8@marked"
     assert streams.family("amp_bf16", "cuda")[0] == "compile@marked"          # the ladder's compile
+
+
+def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_matmuls():
+    """T5 on an H100: eager bf16 and tf32 both ran 12-14 ms a step (launch-bound), and tf32's ways were tried; bf16's
+    CUDA graphs made it 2.1 ms. Where the eager step is host-bound the ways go to the shortest GEMM kernels."""
+    from tcperf.advisor import streams
+    plan = streams.Plan(None, {}, 10_000, lambda name: None, None, None, None)
+    tf32, bf16 = _timed("tf32", 12.0, 0.2), _timed("bf16", 13.0, 3.0)
+    tf32.matmul_ms, bf16.matmul_ms = 3.0, 1.5
+    plan.stage.results = [tf32, bf16]
+    assert plan.family_root([("tf32", ()), ("bf16", ())]) == ("tf32", ())       # GPU-bound: the cheaper eager job
+    tf32.gpu_busy = bf16.gpu_busy = 0.3
+    assert plan.family_root([("tf32", ()), ("bf16", ())]) == ("bf16", ())
 
 
 def test_past_the_budget_the_stream_still_measures_until_a_recipe_passes_there(monkeypatch):

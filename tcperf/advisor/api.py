@@ -125,12 +125,13 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
             phases["sensitive_s"] = time.perf_counter() - t0
             return more
 
-        results = _in_order(search.run(_first(plan, facts, search), after_eager=sensitive_items), plan)
+        results = _in_order(search.run(_first(plan, facts, search, device), after_eager=sensitive_items), plan)
         phases.update(search.phases)
         trials.add_speedups(results)
         ceilings = dict(ceilings or {})     # the workload stage adds what it measures; the speed of light reuses it
         deadline = started + budget if budget else None
-        streamed = _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings, deadline)
+        streamed = _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings, deadline,
+                                    later_on_stream(plan, facts, device))
     notes += _reference_notes(results) + _search_notes(search)
     chosen = verdict.choose(results, search.decision) if device.type == "cuda" else None
     t0 = time.perf_counter()
@@ -152,7 +153,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
 
 
 def _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings: dict,
-                    deadline: float | None) -> list:
+                    deadline: float | None, later: tuple = ()) -> list:
     """With a workload and a recipe that passed: the leading recipes on its stream, each alone and cold
     (tcperf.advisor.streams), once the workers the search kept are closed."""
     if not facts.workload:
@@ -166,7 +167,8 @@ def _workload_stage(bench, facts, results, steps, notes, log, progress, phases, 
     sol_of = _sol_of(facts, bench, ceilings, notes, log) if bench.device.type == "cuda" else None
     stage = _stage("the workload", notes, log,
                    lambda: streams.run(bench, results, facts.workload, steps, convs=facts.kind == "cnn",
-                                       sol_of=sol_of, deadline=deadline, log=log, progress=progress),
+                                       sol_of=sol_of, deadline=deadline, later=later, log=log,
+                                       progress=progress),
                    streams.Stage())
     for r in stage.results:
         bench.report(r)          # stored, and logged, as the search's recipes are
@@ -206,16 +208,29 @@ def _speed_of_light(picked, facts, mode: str, device, ceilings) -> dict | None:
     return limit.of(picked, flops, facts.params, mode, _ceilings_for(picked.runs, device, ceilings))
 
 
-def _first(plan, facts, search: Search) -> list[trials.Item]:
-    """The base recipes that apply to this model; those that do not are recorded at once with the reason."""
+def _first(plan, facts, search: Search, device) -> list[trials.Item]:
+    """The base recipes that apply to this model; those that do not are recorded at once with the reason. With a
+    workload on a GPU, fp8 and int8 (compiled by definition) go to the stream only (later_on_stream): their compile
+    at one example shape says nothing of what the stream's shapes cost, and took 45-65 s of T5's budget."""
     items = []
     for name, why in plan:
-        why = why or facts.skips.get(name)
+        why = why or facts.skips.get(name) or (STREAM_ONLY if name in later_on_stream(plan, facts, device) else None)
         if why:
             search._record(trials.skipped(name, why))
         else:
             items.append(trials.Item(name))
     return items
+
+
+STREAM_ONLY = "compiled by definition: tried on the workload's stream only, with its varying dimensions marked"
+
+
+def later_on_stream(plan, facts, device) -> tuple[str, ...]:
+    """The recipes compiled by definition (fp8, int8) that apply, where a workload is measured on a GPU."""
+    if not facts.workload or device.type != "cuda":
+        return ()
+    return tuple(name for name, why in plan if not (why or facts.skips.get(name)) and
+                 (get_recipe(name).fp8 or get_recipe(name).int8))
 
 
 def _in_order(results: list[trials.RecipeResult], plan) -> list[trials.RecipeResult]:

@@ -5,11 +5,13 @@ cost a user pays on a new machine, its steady passes the step time.
 
 The candidates, in the order they are measured (run):
   1. each leading precision's eager recipe: the precisions whose best step on the example input is within LEAD_MARGIN of
-     the best, and every precision that passed where the best recipe's step is host-bound (GPU busy under
-     verdict.HOST_BOUND: there the precision barely moves the step); for a model with 2-D convolutions, each reduced
-     precision with channels_last too;
-  2. the ways of meeting varying shapes (FAMILY) at the precision whose eager job is the cheapest;
-  3. the cheapest of those ways at each other leading precision, cheapest eager job first.
+     the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a compiled way then
+     removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the precision whose
+     such kernels are the shortest; for a model with 2-D convolutions, each reduced precision with channels_last too;
+  2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound) at the precision
+     whose eager job is the cheapest (host-bound: whose GEMM/conv/attention kernels are the shortest on the stream);
+  3. the cheapest of those ways at each other leading precision, cheapest eager job first;
+  4. the recipes compiled by definition (fp8, int8: `later`), with the varying dimensions marked.
 Padded recipes are refused before any warm-up where the outputs' varying dimensions do not follow the inputs'
 (tcperf.workload.unpaddable, found by the probe). A warm-up stops only where the job's own arithmetic says it cannot
 win (tcperf.stream.Limit: its warm-up so far plus the job's remaining steps at the speed of light cost more than the
@@ -41,7 +43,7 @@ FAMILY = (("compile", "marked"), ("cuda_graphs", "marked"), ("compile", "dynamic
           ("cuda_graphs", "pad128"), ("cuda_graphs", "pad64"), ("compile", "static"))
 CPU_FAMILY = (("", "pad64"), ("", "pad128"))
 LADDER_COMPILED = {"compile": "amp_bf16", "cuda_graphs": "amp_bf16", "fused": "amp_bf16", "step_graph": "amp_bf16"}
-REDUCED = ("amp_fp16", "amp_bf16", "fp16", "bf16")     # the precisions channels_last is tried with on convolutions
+REDUCED = ("tf32", "amp_fp16", "amp_bf16", "fp16", "bf16")   # the precisions channels_last is tried with on convolutions
 
 
 def root_of(name: str) -> str:
@@ -70,10 +72,14 @@ def on(root: str, way: tuple[str, str]) -> str:
     return f"{base}@{shapes}" if shapes != "static" else base
 
 
-def family(root: str, device_type: str, pad_refused: str | None = None) -> list[str]:
-    """The ways FAMILY (CPU_FAMILY off a GPU) makes of `root`, each once; none padded where padding is refused."""
+def family(root: str, device_type: str, pad_refused: str | None = None, graphs_first: bool = False) -> list[str]:
+    """The ways FAMILY (CPU_FAMILY off a GPU) makes of `root`, each once; none padded where padding is refused.
+    graphs_first: CUDA graphs before compile alone (a host-bound step: graphs remove the launches compile leaves)."""
+    ways = FAMILY if device_type == "cuda" else CPU_FAMILY
+    if graphs_first:
+        ways = sorted(ways, key=lambda way: (way[1].startswith("pad") or way[1] == "static", way[0] != "cuda_graphs"))
     names = []
-    for way in FAMILY if device_type == "cuda" else CPU_FAMILY:
+    for way in ways:
         if (pad_refused and way[1].startswith("pad")) or (way[1] in ("dynamic", "marked") and not way[0] and
                                                           not recipes.get(root).compile):
             continue
@@ -83,11 +89,21 @@ def family(root: str, device_type: str, pad_refused: str | None = None) -> list[
     return names
 
 
+def host_bound(r: RecipeResult | None) -> bool:
+    return r is not None and r.gpu_busy is not None and r.gpu_busy < verdict.HOST_BOUND
+
+
+def lasting_ms(r: RecipeResult) -> float:
+    """The kernels a compiled way cannot remove: GEMM, convolution and attention (all kernels where not split)."""
+    return r.matmul_ms if r.matmul_ms is not None else r.kernel_ms if r.kernel_ms is not None else math.inf
+
+
 def leading(grid: list[RecipeResult], convs: bool) -> list[tuple[str, tuple]]:
     """(precision, modules kept in fp32) of the leading recipes on the example input, best first (see the module's
-    doc); on convolutions each reduced precision with channels_last too."""
+    doc); on convolutions each reduced precision with channels_last too. Recipes compiled by definition are not
+    here (`later` in run)."""
     best: dict[tuple, RecipeResult] = {}
-    for r in (r for r in grid if r.passes):
+    for r in (r for r in grid if r.passes and not recipes.get(root_of(r.runs)).compile):
         key = (root_of(r.runs), tuple(r.keep_fp32))
         if key not in best or (r.step_ms or math.inf) < (best[key].step_ms or math.inf):
             best[key] = r
@@ -95,9 +111,9 @@ def leading(grid: list[RecipeResult], convs: bool) -> list[tuple[str, tuple]]:
         return []
     ranked = sorted(best, key=lambda k: best[k].step_ms or math.inf)
     top = best[ranked[0]]
-    host_bound = top.gpu_busy is not None and top.gpu_busy < verdict.HOST_BOUND
-    keys = [k for k in ranked if host_bound or not top.step_ms or
-            (best[k].step_ms or math.inf) <= top.step_ms * (1 + LEAD_MARGIN)]
+    keys = [k for k in ranked if not top.step_ms or (best[k].step_ms or math.inf) <= top.step_ms * (1 + LEAD_MARGIN)]
+    if host_bound(top):
+        keys.append(min(ranked, key=lambda k: lasting_ms(best[k])))
     if convs:
         keys += [(recipes.on_top(p, "channels_last"), keep) for p, keep in list(keys) if p in REDUCED]
     return list(dict.fromkeys(keys))
@@ -111,9 +127,10 @@ class Stage:
 
 
 def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | None, *, convs: bool = False,
-        sol_of=None, deadline: float | None = None, log=None, progress=None) -> Stage:
+        sol_of=None, deadline: float | None = None, later: tuple = (), log=None, progress=None) -> Stage:
     """The candidates on the stream, one at a time (see the module's doc). sol_of(recipe) -> the least ms a step of
-    it can take on the stream (its speed of light) or None; deadline: the perf_counter time the --budget ends."""
+    it can take on the stream (its speed of light) or None; deadline: the perf_counter time the --budget ends;
+    later: the recipes compiled by definition (fp8, int8) the grid left to the stream."""
     plan = Plan(bench, workload or {}, steps, sol_of or (lambda name: None), deadline, log, progress)
     if bench.device.type != "cuda":          # accuracy only: the advice's candidate, eager and padded
         pick = verdict.candidate(grid)
@@ -124,12 +141,13 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
         return plan.stage
     for root, keep in roots:
         plan.measure([root], keep)
-    first, keep = min(roots, key=lambda k: plan.job(k[0]))
-    plan.measure(family(first, "cuda", plan.refused), keep)
+    first, keep = plan.family_root(roots)
+    plan.measure(family(first, "cuda", plan.refused, graphs_first=host_bound(plan.found(first))), keep)
     way = way_of(plan.cheapest(first))
     for root, keep in sorted((k for k in roots if k[0] != first), key=lambda k: plan.job(k[0])):
         if (way[0] or way[1] != "static") and (way[0] or recipes.get(root).compile or way[1].startswith("pad")):
             plan.measure([on(root, way)], keep)
+    plan.measure([on(name, ("", "marked")) for name in later], ())
     return plan.stage
 
 
@@ -141,6 +159,18 @@ class Plan:
         self.refused = workload.get("pad_refused")
         self.log, self.progress = log or (lambda text: None), progress
         self.stage, self.walls = Stage(), []
+
+    def family_root(self, roots: list[tuple[str, tuple]]) -> tuple[str, tuple]:
+        """The precision whose ways of meeting varying shapes are tried: the cheapest eager job on the stream; where
+        that step is host-bound, the one whose GEMM/conv/attention kernels were the shortest there."""
+        cheapest = min(roots, key=lambda k: self.job(k[0]))
+        if not host_bound(self.found(cheapest[0])):
+            return cheapest
+        measured = [k for k in roots if self.found(k[0]) is not None]
+        return min(measured, key=lambda k: lasting_ms(self.found(k[0])), default=cheapest)
+
+    def found(self, name: str) -> RecipeResult | None:
+        return next((r for r in job.eligible(self.stage.results) if r.runs == name), None)
 
     def measure(self, names: list[str], keep: tuple) -> Stage:
         for name in names:

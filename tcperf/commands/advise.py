@@ -68,7 +68,7 @@ def main(args) -> int:
     if not path.is_file():
         raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
     name = f"{path.name}:{factory}"      # what the output is titled and stored as: one file may hold many factories
-    log = (lambda text: None) if args.json else (lambda text: err_console.print(text, style="dim", markup=False))
+    log = (lambda text: err_console.print(text, style="dim", markup=False))     # stderr: --json's stdout stays JSON
     store = Store.open(args.db).writable()     # the run starts with the first result: refuse a read-only store now
     run_id, status = None, "interrupted"
     shape = {"model": name, "mode": args.mode}
