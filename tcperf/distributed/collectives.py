@@ -11,8 +11,9 @@ A case runs on every rank. Inputs are random integers 1..4 times (rank + 1), so 
 bf16 (up to 10 ranks); outputs are poisoned with NaN, the collective runs once and every rank compares its output
 with the value the others' inputs imply; only when the worst rank matches is it timed. Timing is nccl-tests':
 a warm-up, then many calls back to back between two CUDA events and nothing else, the elapsed time over the calls
-(tcperf.timing.time_loop), the same number of calls on every rank (agreed from a probe), the slowest rank's time
-taken (all_reduce MAX). That loop is repeated REPEATS times; the median is reported with its IQR.
+(tcperf.timing.time_loop), the same number of calls on every rank (agreed from a probe after the same warm-up), the
+slowest rank's time taken (all_reduce MAX) after each loop. That loop is repeated REPEATS times; the median is
+reported with its IQR.
 
 On 2 x H200 (NVLink NV18, torch 2.11), a plain all_reduce loop gives fp32 bus bandwidth 39 GB/s at 1 MiB, 223 at
 16 MiB, 300 at 256 MiB and 328 at 1 GiB (issue 14); tcperf must land within 3% (benchmarks/comm_gpu.py).
@@ -234,8 +235,14 @@ def _time_into(row: Result, run, coll: Collective, size: int, n: int, device, jo
     """Time `run` as nccl-tests does (the module's doc says how) into the row: times, bandwidths, spread."""
     from ..timing import Measurement, time_loop
     iters = _iters(run, device, job.timing.rep_ms)
-    mine = [time_loop(run, device, iters=iters, warmup=WARMUP) for _ in range(REPEATS)]
-    m = Measurement(launch.slowest(mine, device), warmup=WARMUP, flush_l2=False, back_to_back=True)
+    # the slowest rank's time taken after each loop, as the plain loop does: that exchange also lines the ranks' hosts
+    # up before the next loop, so no rank's timed calls wait for another still finishing the last (a few small
+    # calls' warm-up is shorter than that lag: at 1 MiB on 2 H100s tcperf read 0.805 of the plain loop, issue 60)
+    mine, slowest = [], []
+    for _ in range(REPEATS):
+        mine.append(time_loop(run, device, iters=iters, warmup=WARMUP))
+        slowest += launch.slowest(mine[-1:], device)
+    m = Measurement(slowest, warmup=WARMUP, flush_l2=False, back_to_back=True)
     alg, bus = coll.bandwidth(size, m.median_ms * 1e-3, n)
     row.samples, row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms, row.n, row.gbps = \
         m.samples_ms, m.median_ms, m.iqr_ms, m.min_ms, m.mean_ms, m.n, bus
@@ -249,5 +256,5 @@ def _time_into(row: Result, run, coll: Collective, size: int, n: int, device, jo
 def _iters(run, device, rep_ms: float) -> int:
     """Calls a repeat's loop makes, the same on every rank: its share of `rep_ms` over the slowest rank's probe."""
     from ..timing import time_loop
-    [probe] = launch.slowest([time_loop(run, device, iters=PROBE_REPS, warmup=1)], device)
+    [probe] = launch.slowest([time_loop(run, device, iters=PROBE_REPS, warmup=WARMUP)], device)
     return int(min(MAX_REPS, max(MIN_REPS, rep_ms / REPEATS / max(probe, 1e-4))))
