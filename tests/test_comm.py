@@ -145,6 +145,26 @@ def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
         assert r["n"] == len(r["samples"]) == m["repeats"] == collectives.REPEATS
         assert m["iters"] >= collectives.MIN_REPS and m["warmup"] == collectives.WARMUP
     assert out["link"]["link"].startswith("one host")
+    from rich.console import Console
+    from tcperf.commands.comm import print_comm
+    shown = Console(record=True, width=160)
+    print_comm(rows, out["link"], shown)
+    assert shown.export_text().count("fp32: latency floor") == 2            # one line under each collective
+
+
+def test_the_latency_floor_and_half_bandwidth_point_are_read_from_the_sizes():
+    """Times of 2 H200s' plain all-reduce loop (fp32; the small sizes flat at the launch latency): the floor is the
+    smallest size's time, latency-bound while the time stays within 2x of it, half the peak bus bandwidth from the
+    first size that reaches it."""
+    kib, mib = 2**10, 2**20
+    points = [(size, size / bus / 1e3, bus) for size, bus in
+              ((kib, 0.06), (64 * kib, 3.8), (mib, 39.0), (16 * mib, 223.0), (256 * mib, 300.0), (1024 * mib, 328.0))]
+    found = collectives.regimes(points)
+    assert found["floor_us"] == pytest.approx(1024 / 0.06 / 1e3)
+    assert found["latency_bound_to"] == mib and found["half_peak_from"] == 16 * mib     # 1 MiB: 27 µs against 17
+    assert found["peak_busbw_gbps"] == 328.0 and found["peak_at"] == 1024 * mib
+    assert "from 16 MiB" in collectives.regimes_sentence(found)
+    assert collectives.regimes(points[:1]) is None
 
 
 def test_bad_comm_options_are_one_line(capsys):

@@ -43,7 +43,7 @@ FAMILY = (("compile", "marked"), ("cuda_graphs", "marked"), ("compile", "dynamic
           ("cuda_graphs", "pad128"), ("cuda_graphs", "pad64"), ("compile", "static"))
 CPU_FAMILY = (("", "pad64"), ("", "pad128"))
 LADDER_COMPILED = {"compile": "amp_bf16", "cuda_graphs": "amp_bf16", "fused": "amp_bf16", "step_graph": "amp_bf16"}
-REDUCED = ("tf32", "amp_fp16", "amp_bf16", "fp16", "bf16")   # the precisions channels_last is tried with on convolutions
+REDUCED = ("tf32", "amp_fp16", "amp_bf16", "fp16", "bf16")    # channels_last is tried with these on convolutions
 
 
 def root_of(name: str) -> str:

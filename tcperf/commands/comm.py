@@ -88,6 +88,12 @@ def print_comm(results: list[dict], where: dict, out) -> None:
         by_op.setdefault(r["op"], []).append(r)
     for op, rows in by_op.items():
         out.print(comm_table(op.removeprefix("comm."), rows))
+        for dtype in dict.fromkeys(r["precision"] for r in rows):
+            found = collectives.regimes([(r.get("bytes") or r["shape"]["bytes"], r["median_ms"] * 1e3,
+                                          (r.get("metrics") or {}).get("busbw_gbps")) for r in rows
+                                         if r["precision"] == dtype and r.get("median_ms") is not None])
+            if found:
+                out.print(f"  {dtype}: {collectives.regimes_sentence(found)}")
 
 
 def comm_table(title: str, rows: list[dict]) -> Table:

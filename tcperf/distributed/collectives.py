@@ -153,6 +153,31 @@ def label(size: int) -> str:
     return f"{size} B"
 
 
+LATENCY_BOUND = 2.0     # sizes whose time is within this factor of the smallest size's: the latency floor holds
+
+
+def regimes(points: list[tuple[int, float, float]]) -> dict | None:
+    """From one collective's (bytes, µs a call, busbw GB/s), smallest first: the latency floor (the smallest size's
+    time), the largest size still within LATENCY_BOUND of it (doubling the bytes barely moves the time: latency-
+    bound), and the smallest size reaching half the peak bus bandwidth measured (Hockney's n½); None without 2
+    sizes."""
+    points = sorted(p for p in points if p[1] and p[2] is not None)
+    if len(points) < 2:
+        return None
+    floor = points[0][1]
+    bound = [size for size, us, _ in points if us <= LATENCY_BOUND * floor]
+    peak_size, _, peak = max(points, key=lambda p: p[2])
+    half = next(size for size, _, bus in points if bus >= peak / 2)
+    return {"floor_us": floor, "latency_bound_to": max(bound), "half_peak_from": half, "peak_busbw_gbps": peak,
+            "peak_at": peak_size}
+
+
+def regimes_sentence(found: dict) -> str:
+    return (f"latency floor {found['floor_us']:,.1f} µs (to {label(found['latency_bound_to'])}, the time within "
+            f"{LATENCY_BOUND:g}x of it); half the peak bus bandwidth ({found['peak_busbw_gbps']:,.1f} GB/s at "
+            f"{label(found['peak_at'])}) from {label(found['half_peak_from'])}")
+
+
 @dataclass(frozen=True)
 class CommArgs:
     """What the rows of a run of collectives share: the link between the ranks (tcperf.distributed.link)."""
