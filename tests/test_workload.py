@@ -515,6 +515,32 @@ def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_m
     assert plan.family_root([("tf32", ()), ("bf16", ())]) == ("bf16", ())
 
 
+def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_then_int8(monkeypatch):
+    """streams.run's order on a GPU, with each recipe's measurement faked (T5's shape on an H100): the eager roots,
+    then the ways of the precision with the shortest GEMMs, CUDA graphs first (host-bound), the other root's best way,
+    and int8 last, with its varying dimensions marked."""
+    from types import SimpleNamespace
+    from tcperf.advisor import streams
+    steps = {"tf32": 12.0, "bf16": 13.0, "bf16+cuda_graphs@marked": 2.1, "bf16+cuda_graphs@dynamic": 2.2,
+             "bf16+compile@marked": 4.5, "bf16+compile@dynamic": 4.6, "bf16+compile": 4.6}
+    ran = []
+
+    def measured(cls, name):
+        r = _timed(name, steps.get(name, 10.0), 40.0 if "@" in name or "+" in name else 0.3)
+        r.gpu_busy, r.matmul_ms = (0.3, 3.0 if root_of(name) == "tf32" else 1.5)
+        return r
+    monkeypatch.setattr(streams.Plan, "_alone", lambda self, name, keep, label: ran.append(name) or name)
+    monkeypatch.setattr(streams.RecipeResult, "from_result", classmethod(measured))
+    grid = [_timed("tf32", 12.1), _timed("bf16", 13.5), _timed("fp16", 24.6)]
+    for r, matmul in zip(grid, (3.0, 1.5, 1.6)):
+        r.gpu_busy, r.matmul_ms = 0.3, matmul
+    stage = streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {}, 10_000, later=("int8",))
+    assert ran[:3] == ["tf32", "bf16", "bf16+cuda_graphs@marked"], ran
+    assert ran.index("bf16+cuda_graphs@dynamic") < ran.index("bf16+compile@marked")
+    assert "tf32+cuda_graphs@marked" in ran and ran[-1] == "int8@marked" and "fp16" not in ran
+    assert job.pick([r for r in stage.results if r.passes], 10_000).recipe == "bf16+cuda_graphs@marked"
+
+
 def test_past_the_budget_the_stream_still_measures_until_a_recipe_passes_there(monkeypatch):
     """Issue 57 on an H100: the one-shape grid used T5's whole --budget, nothing ran over the stream, and the advice
     recommended bf16 + CUDA graphs from one input's figures (a static graph on 64 shapes). Past the budget the stream
