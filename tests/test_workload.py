@@ -502,6 +502,22 @@ def test_the_leading_precisions_and_their_ways_on_the_stream():
     assert streams.family("amp_bf16", "cuda")[0] == "compile@marked"          # the ladder's compile
 
 
+def test_a_short_job_leads_with_the_precisions_whose_first_call_is_short():
+    """conv_seq's grid on an H100 (2026-11-28, call 2): fp16 and amp_fp16 step fastest (8.3-8.5 ms) but their first
+    call took 32-39 s, cuDNN searching at the example's shape; over the stream that cost 102-115 s. At 100 steps the
+    advice measured only amp_fp16 (job 115.8 s against tf32's 2.1). Ranked by first call + N x step, tf32 and amp_bf16
+    lead at 100 steps, the fp16s at 10,000."""
+    from tcperf.advisor import streams
+    grid = [_timed(name, step, first_call_s=first) for name, step, first in (
+        ("fp32", 25.34, 15.4), ("tf32", 14.87, 0.4), ("amp_fp16", 8.31, 31.7), ("amp_bf16", 15.68, 0.5),
+        ("fp16", 8.46, 38.8), ("bf16", 15.59, 22.6))]
+    for r in grid:
+        r.gpu_busy = 0.98
+    assert [p for p, _ in streams.leading(grid, convs=False, steps=100)] == ["tf32", "amp_bf16"]
+    assert [p for p, _ in streams.leading(grid, convs=False, steps=10_000)] == ["amp_fp16", "fp16"]
+    assert [p for p, _ in streams.leading(grid, convs=False)] == ["amp_fp16", "fp16"]      # no job: the step
+
+
 def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_matmuls():
     """T5 on an H100: eager bf16 and tf32 both ran 12-14 ms a step (launch-bound), and tf32's ways were tried; bf16's
     CUDA graphs made it 2.1 ms. Where the eager step is host-bound the ways go to the shortest GEMM kernels."""

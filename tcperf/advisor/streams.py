@@ -4,8 +4,9 @@ caches and nothing else of tcperf's running (tcperf.engine.StreamSession). Its f
 cost a user pays on a new machine, its steady passes the step time.
 
 The candidates, in the order they are measured (run):
-  1. each leading precision's eager recipe: the precisions whose best step on the example input is within LEAD_MARGIN of
-     the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a compiled way then
+  1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call + N x
+     step: a first call that searches cuDNN's algorithms at each new shape foretells a long stream) is within
+     LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a compiled way then
      removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the precision whose
      such kernels are the shortest; for a model with 2-D convolutions, each reduced precision with channels_last too;
   2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound) at the precision
@@ -98,20 +99,28 @@ def lasting_ms(r: RecipeResult) -> float:
     return r.matmul_ms if r.matmul_ms is not None else r.kernel_ms if r.kernel_ms is not None else math.inf
 
 
-def leading(grid: list[RecipeResult], convs: bool) -> list[tuple[str, tuple]]:
+def estimated_s(r: RecipeResult, steps: int | None) -> float:
+    """A recipe's job at `steps` as the example input foretells it: its first call (a slow one, such as cuDNN's
+    search for each new convolution shape at fp16, grows over a stream of shapes) + steps x its step; without a
+    job length, its step."""
+    step = r.step_ms if r.step_ms else math.inf
+    return step if steps is None else (r.first_call_s or 0.0) + steps * step / 1e3
+
+
+def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None) -> list[tuple[str, tuple]]:
     """(precision, modules kept in fp32) of the leading recipes on the example input, best first (see the module's
-    doc); on convolutions each reduced precision with channels_last too. Recipes compiled by definition are not
-    here (`later` in run)."""
+    doc), ranked by the job at `steps` the example input foretells (estimated_s); on convolutions each reduced
+    precision with channels_last too. Recipes compiled by definition are not here (`later` in run)."""
     best: dict[tuple, RecipeResult] = {}
     for r in (r for r in grid if r.passes and not recipes.get(root_of(r.runs)).compile):
         key = (root_of(r.runs), tuple(r.keep_fp32))
-        if key not in best or (r.step_ms or math.inf) < (best[key].step_ms or math.inf):
+        if key not in best or estimated_s(r, steps) < estimated_s(best[key], steps):
             best[key] = r
     if not best:
         return []
-    ranked = sorted(best, key=lambda k: best[k].step_ms or math.inf)
-    top = best[ranked[0]]
-    keys = [k for k in ranked if not top.step_ms or (best[k].step_ms or math.inf) <= top.step_ms * (1 + LEAD_MARGIN)]
+    ranked = sorted(best, key=lambda k: estimated_s(best[k], steps))
+    top, least = best[ranked[0]], estimated_s(best[ranked[0]], steps)
+    keys = [k for k in ranked if math.isinf(least) or estimated_s(best[k], steps) <= least * (1 + LEAD_MARGIN)]
     if host_bound(top):
         keys.append(min(ranked, key=lambda k: lasting_ms(best[k])))
     if convs:
@@ -136,7 +145,7 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
         pick = verdict.candidate(grid)
         root = root_of(pick.runs)
         return plan.measure([root, *family(root, "cpu", plan.refused)], tuple(pick.keep_fp32))
-    roots = leading(grid, convs)
+    roots = leading(grid, convs, steps)
     if not roots:
         return plan.stage
     for root, keep in roots:
