@@ -6,9 +6,9 @@ cost a user pays on a new machine, its steady passes the step time.
 The candidates, in the order they are measured (run):
   1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call + N x
      step: a first call that searches cuDNN's algorithms at each new shape foretells a long stream) is within
-     LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a compiled way then
-     removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the precision whose
-     such kernels are the shortest; for a model with 2-D convolutions, each reduced precision with channels_last too;
+     LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
+     compiled way then removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the
+     precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too;
   2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound) at the precision
      whose eager job is the cheapest (host-bound: whose GEMM/conv/attention kernels are the shortest on the stream);
   3. the cheapest of those ways at each other leading precision, cheapest eager job first;
