@@ -125,13 +125,14 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
             phases["sensitive_s"] = time.perf_counter() - t0
             return more
 
-        results = _in_order(search.run(_first(plan, facts, search, device), after_eager=sensitive_items), plan)
+        later = later_on_stream(plan, facts, device)
+        results = _in_order(search.run(_first(plan, facts, search, later), after_eager=sensitive_items), plan)
         phases.update(search.phases)
         trials.add_speedups(results)
         ceilings = dict(ceilings or {})     # the workload stage adds what it measures; the speed of light reuses it
         deadline = started + budget if budget else None
         streamed = _workload_stage(bench, facts, results, steps, notes, log, progress, phases, ceilings, deadline,
-                                    later_on_stream(plan, facts, device))
+                                    later)
     notes += _reference_notes(results) + _search_notes(search)
     chosen = verdict.choose(results, search.decision) if device.type == "cuda" else None
     t0 = time.perf_counter()
@@ -208,13 +209,13 @@ def _speed_of_light(picked, facts, mode: str, device, ceilings) -> dict | None:
     return limit.of(picked, flops, facts.params, mode, _ceilings_for(picked.runs, device, ceilings))
 
 
-def _first(plan, facts, search: Search, device) -> list[trials.Item]:
-    """The base recipes that apply to this model; those that do not are recorded at once with the reason. With a
-    workload on a GPU, fp8 and int8 (compiled by definition) go to the stream only (later_on_stream): their compile
-    at one example shape says nothing of what the stream's shapes cost, and took 45-65 s of T5's budget."""
+def _first(plan, facts, search: Search, later: tuple = ()) -> list[trials.Item]:
+    """The base recipes that apply to this model; those that do not are recorded at once with the reason. `later`
+    (later_on_stream: with a workload on a GPU, fp8 and int8, compiled by definition) go to the stream only: their
+    compile at one example shape says nothing of what the stream's shapes cost, and took 45-65 s of T5's budget."""
     items = []
     for name, why in plan:
-        why = why or facts.skips.get(name) or (STREAM_ONLY if name in later_on_stream(plan, facts, device) else None)
+        why = why or facts.skips.get(name) or (STREAM_ONLY if name in later else None)
         if why:
             search._record(trials.skipped(name, why))
         else:

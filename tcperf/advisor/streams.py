@@ -244,8 +244,8 @@ class Plan:
         return floor
 
     def job(self, root: str) -> float:
-        found = [r for r in job.eligible(self.stage.results) if r.runs == root]
-        return job.job_s(found[0], self.steps) if found else math.inf
+        found = self.found(root)
+        return job.job_s(found, self.steps) if found else math.inf
 
     def cheapest(self, root: str) -> str:
         """The recipe of `root`'s precision with the cheapest job measured (the root itself where none ran)."""
