@@ -149,7 +149,12 @@ def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
     from tcperf.commands.comm import print_comm
     shown = Console(record=True, width=160)
     print_comm(rows, out["link"], shown)
-    assert shown.export_text().count("fp32: latency floor") == 2            # one line under each collective
+    assert shown.export_text().count("  fp32: ") == 2                        # one line under each collective
+    from tcperf.commands.comm import regimes_line
+    stable = [{**r, "metrics": {**r["metrics"], "unstable": False}} for r in rows if r["op"] == "comm.all_reduce"]
+    assert regimes_line(stable).startswith("latency floor")
+    noisy = [stable[0], {**stable[1], "metrics": {**stable[1]["metrics"], "unstable": True}}]
+    assert regimes_line(noisy) == "no latency floor read: fewer than 2 sizes timed stably (1 unstable size left out)"
 
 
 def test_the_latency_floor_and_half_bandwidth_point_are_read_from_the_sizes():

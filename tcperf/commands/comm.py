@@ -89,11 +89,19 @@ def print_comm(results: list[dict], where: dict, out) -> None:
     for op, rows in by_op.items():
         out.print(comm_table(op.removeprefix("comm."), rows))
         for dtype in dict.fromkeys(r["precision"] for r in rows):
-            found = collectives.regimes([(r.get("bytes") or r["shape"]["bytes"], r["median_ms"] * 1e3,
-                                          (r.get("metrics") or {}).get("busbw_gbps")) for r in rows
-                                         if r["precision"] == dtype and r.get("median_ms") is not None])
-            if found:
-                out.print(f"  {dtype}: {collectives.regimes_sentence(found)}")
+            out.print(f"  {dtype}: {regimes_line([r for r in rows if r['precision'] == dtype])}")
+
+
+def regimes_line(rows: list[dict]) -> str:
+    """collectives.regimes over the sizes timed stably (an unstable time reads no floor); what was left out said."""
+    timed = [r for r in rows if r.get("median_ms") is not None]
+    stable = [r for r in timed if not (r.get("metrics") or {}).get("unstable")]
+    found = collectives.regimes([(r.get("bytes") or r["shape"]["bytes"], r["median_ms"] * 1e3,
+                                  (r.get("metrics") or {}).get("busbw_gbps")) for r in stable])
+    n = len(timed) - len(stable)
+    left = f" ({n} unstable size{'s' if n > 1 else ''} left out)" if n else ""
+    return (collectives.regimes_sentence(found) if found else
+            "no latency floor read: fewer than 2 sizes timed stably") + left
 
 
 def comm_table(title: str, rows: list[dict]) -> Table:
