@@ -125,10 +125,21 @@ def repeat_until_stable(measure, *, max_repeats: int = 10, patience: int = 2, mi
     return values
 
 
+HOST_CALLS = 32     # loop_times: calls whose issuing is timed on the host, fewer than a launch queue holds
+
+
 def time_loop(fn, device: torch.device | str, *, iters: int, warmup: int = 5) -> float:
-    """Milliseconds a call of `fn` takes in a loop, as nccl-tests times a collective: `warmup` calls, then `iters`
-    calls back to back between two CUDA events (perf_counter on a CPU), the elapsed time over `iters`. Nothing
-    runs between the calls, so per-call costs a loop does not pay (an event, a sample) are not counted."""
+    """Milliseconds a call of `fn` takes in a loop, as nccl-tests times a collective (loop_times)."""
+    return loop_times(fn, device, iters=iters, warmup=warmup)[0]
+
+
+def loop_times(fn, device: torch.device | str, *, iters: int, warmup: int = 5) -> tuple[float, float]:
+    """(ms a call, ms of host time a call) for `warmup` calls, then `iters` calls back to back between two CUDA
+    events (perf_counter on a CPU), as nccl-tests times a collective. Nothing runs between the calls, so per-call
+    costs a loop does not pay (an event, a sample) are not counted. The host time is what issuing the first
+    HOST_CALLS calls took, a call: where it reaches the first figure the device waited on the host, and the loop
+    measured the host's cost a call (Python, PyTorch and the library enqueueing), not the device's. (Later calls
+    can block on a full launch queue, which a device-bound loop fills: they would read the device's pace.)"""
     device = torch.device(device)
     if device.type != "cuda":
         for _ in range(warmup):
@@ -136,17 +147,23 @@ def time_loop(fn, device: torch.device | str, *, iters: int, warmup: int = 5) ->
         t0 = time.perf_counter()
         for _ in range(iters):
             fn()
-        return (time.perf_counter() - t0) * 1e3 / iters
+        ms = (time.perf_counter() - t0) * 1e3 / iters
+        return ms, ms
     with torch.cuda.device(device):
         start, end = _events(2)    # made (and synced) before the warm-up, so the GPU is busy when the loop starts
         for _ in range(warmup):
             fn()
+        first = min(iters, HOST_CALLS)
         start.record()
-        for _ in range(iters):
+        t0 = time.perf_counter()
+        for _ in range(first):
+            fn()
+        host_ms = (time.perf_counter() - t0) * 1e3 / first
+        for _ in range(iters - first):
             fn()
         end.record()
         torch.cuda.synchronize()   # sync point: read the events once the loop has completed
-    return start.elapsed_time(end) / iters
+    return start.elapsed_time(end) / iters, host_ms
 
 
 def time_until_stable(fn, device, *, max_repeats: int = 10, patience: int = 2, min_gain: float = 0.005,

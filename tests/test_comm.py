@@ -153,6 +153,11 @@ def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
     from tcperf.commands.comm import regimes_line
     stable = [{**r, "metrics": {**r["metrics"], "unstable": False}} for r in rows if r["op"] == "comm.all_reduce"]
     assert regimes_line(stable).startswith("latency floor")
+    # gloo on a CPU: issuing a call is all of it, so every size is host-bound and the floor says it is the host's
+    assert all(r["metrics"]["host_bound"] and r["metrics"]["host_us"] > 0 for r in rows)
+    assert "set by the host: issuing a call takes it" in regimes_line(stable)
+    device_bound = [{**r, "metrics": {**r["metrics"], "host_bound": i > 0}} for i, r in enumerate(stable)]
+    assert "set by the host" not in regimes_line(device_bound)     # one size of the floor waited on the device
     noisy = [stable[0], {**stable[1], "metrics": {**stable[1]["metrics"], "unstable": True}}]
     assert regimes_line(noisy) == "no latency floor read: fewer than 2 sizes timed stably (1 unstable size left out)"
 
@@ -191,6 +196,8 @@ def test_comm_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
     assert all(p["ok"] for p in report["parts"].values()), report["parts"]
     assert set(report["compare"]) == {"4096", "65536"}
     assert all(r["plain_busbw_gbps"] > 0 and r["tcperf_busbw_gbps"] > 0 for r in report["compare"].values())
+    assert all(len(r["plain_runs_gbps"]) == 2 and r["plain_host_us"] > 0 and r["tcperf_host_us"] > 0
+               for r in report["compare"].values())        # plain before and after tcperf, the host's time beside
     assert "ratio tcperf/plain" in done.stdout
 
 

@@ -14,6 +14,7 @@ On 2 x H200 (NVLink NV18, torch 2.11) a plain all_reduce loop gives fp32 busbw 3
 from __future__ import annotations
 
 import functools
+import statistics
 
 from rich.table import Table
 
@@ -100,20 +101,37 @@ def regimes_line(rows: list[dict]) -> str:
                                   (r.get("metrics") or {}).get("busbw_gbps")) for r in stable])
     n = len(timed) - len(stable)
     left = f" ({n} unstable size{'s' if n > 1 else ''} left out)" if n else ""
-    return (collectives.regimes_sentence(found) if found else
+    return (collectives.regimes_sentence(found, _floor_host_us(stable, found)) if found else
             "no latency floor read: fewer than 2 sizes timed stably") + left
+
+
+def _floor_host_us(rows: list[dict], found: dict) -> float | None:
+    """The host's median time to issue a call over the floor's sizes, where every one of them waited on it."""
+    floor = [(r.get("metrics") or {}) for r in rows
+             if (r.get("bytes") or r["shape"]["bytes"]) <= found["latency_bound_to"]]
+    if not floor or not all(m.get("host_bound") for m in floor):
+        return None
+    return statistics.median(m["host_us"] for m in floor)
 
 
 def comm_table(title: str, rows: list[dict]) -> Table:
     t = Table(title=title)
-    for col in ("size", "dtype", "status", "time µs ± IQR", "calls × repeats", "algbw GB/s", "busbw GB/s", "note"):
+    for col in ("size", "dtype", "status", "time µs ± IQR", "host µs", "calls × repeats", "algbw GB/s",
+                "busbw GB/s", "note"):
         t.add_column(col, justify="left" if col in ("size", "dtype", "status", "note") else "right")
     for r in rows:
         m = r.get("metrics") or {}
         ok = r.get("median_ms") is not None
         t.add_row(collectives.label(r.get("bytes") or r["shape"]["bytes"]), r["precision"],
                   r["status"], f"{r['median_ms'] * 1e3:,.1f} ± {(r.get('iqr_ms') or 0) * 1e3:,.1f}" if ok else "",
-                  f"{m.get('iters')} × {m.get('repeats')}" if ok else "",
+                  _host(m) if ok else "", f"{m.get('iters')} × {m.get('repeats')}" if ok else "",
                   f"{m['algbw_gbps']:,.2f}" if ok else "", f"{m['busbw_gbps']:,.2f}" if ok else "",
                   r.get("message") or "; ".join(r.get("warnings") or []))
     return t
+
+
+def _host(m: dict) -> str:
+    """The host's time to issue a call, marked where the loop waited on it (rows stored before it was kept: blank)."""
+    if m.get("host_us") is None:
+        return ""
+    return f"{m['host_us']:,.1f}" + (" host-bound" if m.get("host_bound") else "")

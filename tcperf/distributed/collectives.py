@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from dataclasses import dataclass
 from importlib import resources
 from typing import Callable
@@ -42,6 +43,7 @@ PROBE_REPS = 3
 WARMUP = 5                        # calls before each timed loop
 REPEATS = 5                       # timed loops: the median of their means is reported, with its spread
 SEED = 1234
+HOST_BOUND = 0.9     # a loop whose calls took the host at least this share of their time a call waited on the host
 
 
 @dataclass(frozen=True)
@@ -172,10 +174,14 @@ def regimes(points: list[tuple[int, float, float]]) -> dict | None:
             "peak_at": peak_size}
 
 
-def regimes_sentence(found: dict) -> str:
+def regimes_sentence(found: dict, host_us: float | None = None) -> str:
+    """One line for regimes(); host_us: the host's time to issue a call where every size of the floor waited on
+    it (the floor is then the host's cost a call, not the link's latency)."""
+    host = (f", set by the host: issuing a call takes it {host_us:,.1f} µs (Python, PyTorch, NCCL's enqueue)"
+            if host_us is not None else "")
     return (f"latency floor {found['floor_us']:,.1f} µs (to {label(found['latency_bound_to'])}, the time within "
-            f"{LATENCY_BOUND:g}x of it); half the peak bus bandwidth ({found['peak_busbw_gbps']:,.1f} GB/s at "
-            f"{label(found['peak_at'])}) from {label(found['half_peak_from'])}")
+            f"{LATENCY_BOUND:g}x of it{host}); half the peak bus bandwidth ({found['peak_busbw_gbps']:,.1f} GB/s "
+            f"at {label(found['peak_at'])}) from {label(found['half_peak_from'])}")
 
 
 @dataclass(frozen=True)
@@ -257,23 +263,28 @@ def _error(prep: Prepared, dtype: str) -> float:
 
 
 def _time_into(row: Result, run, coll: Collective, size: int, n: int, device, job: Job) -> None:
-    """Time `run` as nccl-tests does (the module's doc says how) into the row: times, bandwidths, spread."""
-    from ..timing import Measurement, time_loop
+    """Time `run` as nccl-tests does (the module's doc says how) into the row: times, bandwidths, spread, and the
+    host's time to issue a call (host_bound where it is what the loop measured)."""
+    from ..timing import Measurement, loop_times
     iters = _iters(run, device, job.timing.rep_ms)
     # the slowest rank's time taken after each loop, as the plain loop does: that exchange also lines the ranks' hosts
-    # up before the next loop, so no rank's timed calls wait for another still finishing the last (a few small
-    # calls' warm-up is shorter than that lag: at 1 MiB on 2 H100s tcperf read 0.805 of the plain loop, issue 60)
-    mine, slowest = [], []
+    # up before the next loop, so no rank's timed calls wait for another still finishing the last
+    mine, slowest, host = [], [], []
     for _ in range(REPEATS):
-        mine.append(time_loop(run, device, iters=iters, warmup=WARMUP))
-        slowest += launch.slowest(mine[-1:], device)
+        ms, host_ms = loop_times(run, device, iters=iters, warmup=WARMUP)
+        mine.append(ms)
+        worst, worst_host = launch.slowest([ms, host_ms], device)
+        slowest.append(worst)
+        host.append(worst_host)
     m = Measurement(slowest, warmup=WARMUP, flush_l2=False, back_to_back=True)
     alg, bus = coll.bandwidth(size, m.median_ms * 1e-3, n)
+    host_us = statistics.median(host) * 1e3
     row.samples, row.median_ms, row.iqr_ms, row.min_ms, row.mean_ms, row.n, row.gbps = \
         m.samples_ms, m.median_ms, m.iqr_ms, m.min_ms, m.mean_ms, m.n, bus
     row.metrics.update(algbw_gbps=alg, busbw_gbps=bus, time_us=m.median_ms * 1e3, iters=iters, warmup=WARMUP,
-                          repeats=REPEATS, rank0_ms=mine, spread=m.spread, unstable=m.unstable,
-                          timing="nccl-tests: mean of a loop between two events, slowest rank, median of repeats")
+                       repeats=REPEATS, rank0_ms=mine, spread=m.spread, unstable=m.unstable, host_us=host_us,
+                       host_bound=host_us >= HOST_BOUND * m.median_ms * 1e3,
+                       timing="nccl-tests: mean of a loop between two events, slowest rank, median of repeats")
     if m.unstable:
         row.warnings.append(f"unstable: IQR/median = {m.spread:.0%}")
 
