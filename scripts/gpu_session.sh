@@ -11,6 +11,8 @@
 #                                            wlbench (benchmarks/workload_gpu.py: hand loops and advise, WL_ARGS)
 #                                            wlcards (the same, WL_STREAMS one a card side by side, WL_STATE)
 #                                            gemv (benchmarks/gemv_gpu.py: the weight-only kernels side by side)
+#                                            commprobe (benchmarks/comm_pin_probe.py: small all-reduces with the
+#                                            ranks free, pinned near their GPU and pinned far from it)
 #                                            bandwidth (benchmarks/inductor_bandwidth.py: Inductor's kernels of a
 #                                            compiled training step against the copy bandwidth, BW_ARGS)
 #                                            maxpool (benchmarks/maxpool_probe.py: ResNet-50's stem pooling, 3 ways)
@@ -93,6 +95,7 @@ for s in "$@"; do
         bandwidth) stage bandwidth ${BW_LIMIT:-300} python3 benchmarks/inductor_bandwidth.py --out "$OUT/files/bandwidth" ${BW_ARGS:-} ;;
         bnrelu)   stage bnrelu ${BNRELU_LIMIT:-240} python3 benchmarks/bn_relu_probe.py --out "$OUT/files/bn_relu" ;;
         maxpool)  stage maxpool ${MAXPOOL_LIMIT:-180} python3 benchmarks/maxpool_probe.py --out "$OUT/files/maxpool" ;;
+        commprobe) stage commprobe ${PROBE_LIMIT:-150} python3 benchmarks/comm_pin_probe.py --out "$OUT/files/commprobe" ;;
         gemv)     stage gemv ${GEMV_LIMIT:-200} python3 benchmarks/gemv_gpu.py --out "$OUT/files/gemv" ${GEMV_ARGS:-} ;;
         wladvise) for t in ${WL_TARGETS:-examples/bert_stream.py:factory examples/llama_prefill.py:factory}; do
                       name=$(basename "${t%%.py*}")
