@@ -285,7 +285,10 @@ def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.de
     acc = _check(step, spec, mode, steps, ref, holder) if check else step()
     if device.type == "cuda":
         torch.cuda.synchronize(device)   # sync point: first_call_s must end with the GPU's work
-    row.metrics.update(first_call_s=time.perf_counter() - t0, notes=list(step.notes))
+    t1 = time.perf_counter()
+    # the window on the monotonic clock every process shares: a parent that stopped this worker meanwhile (the
+    # advisor's pool, while it timed another recipe) takes the stopped time back out (tcperf.advisor.pool)
+    row.metrics.update(first_call_s=t1 - t0, first_call_window=(t0, t1), notes=list(step.notes))
     if check:
         _judge(row, acc, mode, tol, ref)
     return row, step

@@ -239,6 +239,47 @@ def test_workers_still_preparing_are_stopped_while_a_recipe_is_timed():
     assert ("pause", "fast") not in log            # nothing else was preparing while "slow" was timed
 
 
+class Timed(Gated):
+    """Gated, with "slow"'s first call spanning the time "fast" is timed (0.3 s), its window noted as the engine
+    notes it, and carried by the session's later rows as a worker's held row carries it."""
+
+    def call(self, target, *args, timeout, hold=False, **kwargs):
+        t0 = time.perf_counter()
+        if target == "time" and self.label == "fast":
+            time.sleep(0.3)
+        row = super().call(target, *args, timeout=timeout, hold=hold, **kwargs)
+        if hold:
+            t1 = time.perf_counter()
+            self.first = {"first_call_s": t1 - t0, "first_call_window": (t0, t1)}
+        if isinstance(row, Result):
+            row.metrics.update(self.first)
+        return row
+
+
+def test_a_first_call_reads_without_the_seconds_its_worker_was_stopped():
+    """A recipe still preparing while another is timed is stopped; its first call must not count those seconds."""
+    import threading
+    gates = {"slow opening": threading.Event(), "release": threading.Event()}
+    table = {"fast": (1.0, 0.5, 0.9, True), "slow": (2.0, 1.0, 1.8, True)}
+    bench = ScriptedBench(table)
+    bench.open = lambda item: Timed(item.label or item.recipe, table, bench.log, gates)
+    s = search.Search(bench, jobs=2, grow=False)
+    s.run([Item("fp32", (), "fast", "fp32"), Item("tf32", (), "slow", "tf32")])
+    slow = next(r for r in s.results if r.recipe == "slow")
+    assert ("pause", "slow") in bench.log
+    assert slow.first_call_s is not None and slow.first_call_s < 0.2      # 0.3 s of it was the pause
+
+
+def test_unpaused_takes_out_each_pause_inside_the_first_calls_window():
+    from tcperf.advisor.pool import unpaused
+    row = Result("advise.recipe", {}, "x", "ok", metrics={"first_call_s": 10.0, "first_call_window": (10.0, 20.0)})
+    out = unpaused(row, [[5.0, 12.0], [15.0, 16.0], [18.0, None], [25.0, 30.0]])   # 2 + 1 + 2 (to the end) + 0
+    assert out.metrics["first_call_s"] == pytest.approx(5.0) and out.metrics["first_call_paused_s"] == 5.0
+    assert "first_call_window" not in out.metrics
+    kept = unpaused(Result("advise.recipe", {}, "x", "ok", metrics={"first_call_s": 1.0}), [[0.0, 1.0]])
+    assert kept.metrics == {"first_call_s": 1.0}
+
+
 def test_a_recipes_compiled_tiers_are_queued_together_and_compiled_evidence_tightens_them():
     """Graphs need not wait for X+compile: they compile side by side, and X+compile's kernels, when measured first,
     prune X+cuda_graphs as before."""

@@ -2,6 +2,7 @@
 drawn from a factory's workload, recompiles counted, padded recipes judged at the real positions, the job weighed
 (one-time cost + N x step), and every bad workload one line naming the step."""
 import math
+from types import SimpleNamespace
 import textwrap
 import time
 
@@ -532,9 +533,11 @@ def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_m
 
 
 def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_then_int8(monkeypatch):
-    """streams.run's order on a GPU, with each recipe's measurement faked (T5's shape on an H100): the eager roots,
-    then the ways of the precision with the shortest GEMMs, CUDA graphs first (host-bound), the other root's best way,
-    and int8 last, with its varying dimensions marked."""
+    """streams.run's order on a GPU, with each recipe's measurement faked (T5's shape on an H100): the leading eager
+    root; host-bound there, CUDA graphs at the precision with the shortest GEMMs next (on 4 x H200 at cf96fd1 three
+    eager roots used T5's whole --budget and its 27x shorter graphed step was never tried); then the other eager
+    roots, the rest of that precision's ways, the other root's best way, and int8 last, its varying dimensions
+    marked."""
     from types import SimpleNamespace
     from tcperf.advisor import streams
     steps = {"tf32": 12.0, "bf16": 13.0, "bf16+cuda_graphs@marked": 2.1, "bf16+cuda_graphs@dynamic": 2.2,
@@ -551,10 +554,38 @@ def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_
     for r, matmul in zip(grid, (3.0, 1.5, 1.6)):
         r.gpu_busy, r.matmul_ms = 0.3, matmul
     stage = streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {}, 10_000, later=("int8",))
-    assert ran[:3] == ["tf32", "bf16", "bf16+cuda_graphs@marked"], ran
+    assert ran[:3] == ["tf32", "bf16+cuda_graphs@marked", "bf16"], ran
     assert ran.index("bf16+cuda_graphs@dynamic") < ran.index("bf16+compile@marked")
     assert "tf32+cuda_graphs@marked" in ran and ran[-1] == "int8@marked" and "fp16" not in ran
     assert job.pick([r for r in stage.results if r.passes], 10_000).recipe == "bf16+cuda_graphs@marked"
+
+
+def test_a_recipe_that_cannot_win_at_its_speed_of_light_is_not_started(monkeypatch):
+    """A cheapest job of 10 s measured; a recipe whose 10,000 steps at its speed of light (2 ms) cost 20 s is
+    recorded as not started, with the arithmetic, and no worker is opened for it."""
+    from tcperf.advisor import streams
+    opened = []
+    monkeypatch.setattr(streams.Plan, "_alone", lambda self, name, keep, label: opened.append(name) or name)
+    monkeypatch.setattr(streams.RecipeResult, "from_result", classmethod(lambda cls, name: _timed(name, 0.9, 1.0)))
+    plan = streams.Plan(None, {"length": 64}, 10_000, lambda name: 2.0 if name == "fp32" else 0.5, None, None, None)
+    stage = plan.measure(["bf16", "fp32"], ())
+    assert opened == ["bf16"]                                   # bf16's job: 1 + 10,000 x 0.9 ms = 10 s
+    [skipped] = [r for r in stage.results if r.recipe == "fp32"]
+    assert skipped.status == "skipped" and skipped.message.startswith("not started: cannot win")
+
+
+def test_the_parent_ends_a_first_pass_once_no_step_count_can_make_it_win():
+    """The first pass's time limit in the parent: the cheapest job (60 s) less the steps beyond the stream (10,000 -
+    64) at the speed of light (2 ms: 19.9 s), or the budget left where that is sooner, plus a second's grace; with
+    no job measured, the worker's own time limit."""
+    from tcperf import stream
+    from tcperf.advisor import streams
+    plan = streams.Plan(SimpleNamespace(timeout=600.0), {"length": 64}, 10_000, None, None, None, None)
+    wait = plan._first_timeout(stream.Limit(10_000, 2.0, 60.0, None))
+    assert wait == pytest.approx(60.0 - 9_936 * 2e-3 + streams.KILL_GRACE_S)
+    assert plan._first_timeout(stream.Limit(10_000, 2.0, 60.0, 12.0)) == pytest.approx(13.0)
+    assert plan._first_timeout(stream.Limit(None, 2.0, math.inf, None)) == 600.0
+    assert stream.Limit(10_000, 2.0, 60.0, None).reason(wait, 0).startswith("cannot win")
 
 
 def test_past_the_budget_the_stream_still_measures_until_a_recipe_passes_there(monkeypatch):

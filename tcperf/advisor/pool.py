@@ -7,6 +7,10 @@ stopped (SIGSTOP, then SIGCONT), since their checks, cuDNN's autotuning and Indu
 their compiles and imports the CPU a host-bound step needs (on an H200, EfficientNet's fp32 + compile timed at 54 ms
 beside them and 11 ms alone).
 
+A recipe's first call (prepare, compile, check: engine.prepare_checked) that a pause fell into reads the paused
+seconds back out (unpaused): on an H200 the grid's first calls read 9.7 s for eager recipes whose first pass over a
+whole stream takes 0.1-2 s in a plain loop, the length of another recipe's timing (2026-11-28, GRU and conv_seq).
+
     pool.start(candidate)                           # prepares in a thread
     cand, worker, row, wall = pool.ready.get()      # blocks until one is prepared
     with pool.quiet():
@@ -61,6 +65,7 @@ class Pool:
         self.opening: set = set()
         self.stopped: set = set()
         self.hushed = False
+        self.paused: dict = {}          # session -> [[perf_counter stopped, resumed or None], ...]
 
     def start(self, cand) -> None:
         threading.Thread(target=self._open, args=(cand,), daemon=True,
@@ -74,10 +79,11 @@ class Pool:
             with self.lock:
                 self.opening.add(session)
                 if self.hushed:
-                    session.pause()
+                    self._pause(session)
                     self.stopped.add(session)
             row = session.call(self.bench.kind, session.case, self.bench.device, hold=True,
                                timeout=self.bench.timeout)
+            row = self.unpause(session, row)
         except Exception as e:       # noqa: BLE001 - the parent must always get an answer
             row = Result("advise.recipe", {}, cand.label, "error", message=f"{type(e).__name__}: {e}"[:300])
         finally:
@@ -102,7 +108,7 @@ class Pool:
         with self.lock:
             self.hushed, self.stopped = True, set(self.opening)
             for s in self.stopped:
-                s.pause()
+                self._pause(s)
             drain = bool(self.stopped)
         if self.spares is not None:
             self.spares.pause()
@@ -115,9 +121,36 @@ class Pool:
         with self.lock:
             for s in self.stopped:
                 s.resume()
+                self.paused[s][-1][1] = time.perf_counter()
             self.hushed, self.stopped = False, set()
+
+    def unpause(self, session, row: Result, done: bool = False) -> Result:
+        """`row` (the session's first call, or a later row carrying it) without the seconds the session was stopped
+        in its first call; done: the session's last row, its pauses forgotten."""
+        with self.lock:
+            pauses = self.paused.pop(session, []) if done else list(self.paused.get(session, []))
+        return unpaused(row, pauses)
+
+    def _pause(self, session) -> None:
+        """Stop `session`, noting when (under the lock)."""
+        session.pause()
+        self.paused.setdefault(session, []).append([time.perf_counter(), None])
 
     def close_spares(self) -> None:
         """No recipe will start now: spares starting up would share the CPU with the runoff's host-bound steps."""
         if self.spares is not None:
             self.spares.close()
+
+
+def unpaused(row: Result, pauses: list) -> Result:
+    """The row with the seconds its worker was stopped during its first call taken out of first_call_s (the
+    window the worker noted on the shared monotonic clock; a pause not yet ended counts to the window's end)."""
+    window = (row.metrics or {}).pop("first_call_window", None)
+    if not window or not pauses or row.metrics.get("first_call_s") is None:
+        return row
+    start, end = window
+    stopped = sum(max(0.0, min(end, b if b is not None else end) - max(start, a)) for a, b in pauses)
+    if stopped > 0:
+        row.metrics["first_call_s"] = max(0.0, row.metrics["first_call_s"] - stopped)
+        row.metrics["first_call_paused_s"] = stopped
+    return row

@@ -297,6 +297,7 @@ class Search(Plan):
             with self.pool.quiet():
                 row = session.call("time", timing=GRID_TIMING, profile=True, timeout=self.bench.timeout)
             wall += time.perf_counter() - t0
+        row = self.pool.unpause(session, row, done=True)     # the timed row carries the first call again
         self._timeline.mark(cand.label, "timed")
         self.walls["eager" if cand.tier == "eager" else "compile"].append(wall)
         r = RecipeResult.from_result(row)

@@ -8,7 +8,10 @@ The candidates, in the order they are measured (run):
      step: a first call that searches cuDNN's algorithms at each new shape foretells a long stream) is within
      LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
      compiled way then removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the
-     precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too;
+     precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too.
+     Where the first of them is host-bound on the stream, CUDA graphs at the precision with the shortest such kernels
+     come straight after it: the launch gaps, not the precision, set a host-bound step, and the eager recipes
+     measured before it had used the whole --budget on T5 (4 x H200, cf96fd1);
   2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound) at the precision
      whose eager job is the cheapest (host-bound: whose GEMM/conv/attention kernels are the shortest on the stream);
   3. the cheapest of those ways at each other leading precision, cheapest eager job first;
@@ -17,7 +20,9 @@ Padded recipes are refused before any warm-up where the outputs' varying dimensi
 (tcperf.workload.unpaddable, found by the probe). A warm-up stops only where the job's own arithmetic says it cannot
 win (tcperf.stream.Limit: its warm-up so far plus the job's remaining steps at the speed of light cost more than the
 cheapest job measured) or where the --budget has run out, once one recipe has passed over the stream (the advice rests
-on a recipe measured there); what the budget left untried is said. On a CPU nothing is timed: the advice's candidate
+on a recipe measured there); what the budget left untried is said. The worker stops itself between steps; the parent
+ends it when one step (a compile) outlasts that limit, and a recipe that cannot win even without a warm-up is not
+started. On a CPU nothing is timed: the advice's candidate
 runs eager and padded, for their accuracy.
 
     stage = run(bench, grid, facts.workload, steps=10_000, sol_of=lambda name: 1.2, deadline=t0 + 150, log=print)
@@ -45,6 +50,7 @@ FAMILY = (("compile", "marked"), ("cuda_graphs", "marked"), ("compile", "dynamic
 CPU_FAMILY = (("", "pad64"), ("", "pad128"))
 LADDER_COMPILED = {"compile": "amp_bf16", "cuda_graphs": "amp_bf16", "fused": "amp_bf16", "step_graph": "amp_bf16"}
 REDUCED = ("tf32", "amp_fp16", "amp_bf16", "fp16", "bf16")    # channels_last is tried with these on convolutions
+KILL_GRACE_S = 1.0     # past a warm-up's limit, before its worker is ended mid-step
 
 
 def root_of(name: str) -> str:
@@ -128,6 +134,14 @@ def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None) -> 
     return list(dict.fromkeys(keys))
 
 
+def least_lasting(grid: list[RecipeResult], roots: list[tuple[str, tuple]]) -> tuple[str, tuple]:
+    """Of `roots`, the one whose GEMM, convolution and attention kernels were the shortest on the example input."""
+    def lasting(key):
+        mine = [r for r in grid if r.passes and (root_of(r.runs), tuple(r.keep_fp32)) == key]
+        return min((lasting_ms(r) for r in mine), default=math.inf)
+    return min(roots, key=lasting)
+
+
 @dataclass
 class Stage:
     """What the stage measured, and what the budget left untried."""
@@ -148,6 +162,10 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
     roots = leading(grid, convs, steps)
     if not roots:
         return plan.stage
+    plan.measure([roots[0][0]], roots[0][1])
+    if host_bound(plan.found(roots[0][0])):     # the launch gaps, not the precision, set the step: graphs first
+        root, keep = least_lasting(grid, roots)
+        plan.measure(family(root, "cuda", plan.refused, graphs_first=True)[:1], keep)
     for root, keep in roots:
         plan.measure([root], keep)
     first, keep = plan.family_root(roots)
@@ -166,6 +184,7 @@ class Plan:
     def __init__(self, bench: Bench, workload: dict, steps, sol_of, deadline, log, progress):
         self.bench, self.steps, self.sol_of, self.deadline = bench, steps, sol_of, deadline
         self.refused = workload.get("pad_refused")
+        self.length = workload.get("length") or 0
         self.log, self.progress = log or (lambda text: None), progress
         self.stage, self.walls = Stage(), []
 
@@ -189,6 +208,10 @@ class Plan:
             if self.over_budget():
                 self.stage.untried.append(label)
                 continue
+            why = self._limit(name).reason(0.0, 0)
+            if why:          # even with no warm-up at all, its steps at their speed of light cost too much
+                self.stage.results.append(RecipeResult(label, "skipped", message=f"not started: {why}"))
+                continue
             t0 = time.perf_counter()
             r = RecipeResult.from_result(self._alone(name, keep, label))
             self.walls.append(time.perf_counter() - t0)
@@ -211,7 +234,12 @@ class Plan:
             row = worker.call(StreamSession, case, b.device, hold=True, timeout=b.timeout)
             setup_s = time.perf_counter() - t0      # the worker's start, the model loaded, its fp32 reference
             if row.ok:
-                row = worker.call("first", limit=self._limit(name), timeout=b.timeout)
+                limit = self._limit(name)
+                wait = self._first_timeout(limit)
+                row = worker.call("first", limit=limit, timeout=wait)
+                if row.status == "timeout" and wait < b.timeout:     # one step (a compile) outlasted the limit
+                    row = row.replace(status="skipped", message=f"warm-up stopped: {limit.reason(wait, 0)} "
+                                      "(its worker was ended within its first steps)")
             if row.ok and timed:
                 worker.call("time", passes=stream.PASSES, timeout=b.timeout)
                 row = worker.call("profile", timeout=b.timeout)
@@ -232,6 +260,15 @@ class Plan:
         budget = None if self.deadline is None or not any(r.passes for r in self.stage.results) else \
             max(0.0, self.deadline - time.perf_counter())
         return stream.Limit(self.steps, self.floor_ms(name), best if self.steps is not None else math.inf, budget)
+
+    def _first_timeout(self, limit: stream.Limit) -> float:
+        """Seconds the first pass may run before the parent ends it: past them the warm-up cannot win whatever
+        steps it has done (the Limit at the stream's last step) or the budget is spent. The worker's own Limit stops
+        it between steps; this stops a single step (a compile) that outlasts both."""
+        bound = limit.budget_s if limit.budget_s is not None else math.inf
+        if limit.steps is not None and not math.isinf(limit.best_s):
+            bound = min(bound, limit.best_s - max(0, limit.steps - self.length) * limit.sol_ms / 1e3)
+        return min(self.bench.timeout, max(0.0, bound) + KILL_GRACE_S)
 
     def floor_ms(self, name: str) -> float:
         """The least a step of `name` can take: its speed of light, and for CUDA graphs the kernel time of the same
