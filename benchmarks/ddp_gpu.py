@@ -1,6 +1,9 @@
-"""Data-parallel training on 2 GPUs: `tcperf models --nproc 2` beside plain torch.distributed loops of
-the same step, in one call. Each row of ROWS is measured both ways and printed as the ratio tcperf / plain of the
-2-GPU throughput; tcperf's rows add the scaling efficiency (against one GPU) and the exposed communication.
+"""Data-parallel training on N GPUs: `tcperf models --nproc N` beside plain torch.distributed loops of the same
+step, in one call, at each rank count of --world (default: every visible GPU). Each row of ROWS is measured both
+ways and printed as the ratio tcperf / plain of the N-GPU throughput; tcperf's rows add the scaling efficiency
+(against one GPU) and where the step's time goes (compute, exposed all-reduce / all-gather / reduce-scatter, idle:
+tcperf.distributed.overlap.breakdown) with its cause in one sentence. Nothing here is fixed to 2 or 4 ranks: 8 runs
+the same code.
 
     resnet50-ddp        ResNet-50, batch 256 a GPU, amp_bf16 + channels_last, DDP            (tcperf: channels_last)
     gpt2-ddp-compile    GPT-2 small, batch 16 x 1024 a GPU, amp_bf16 + torch.compile + fused AdamW, DDP
@@ -21,13 +24,14 @@ autocast bf16 for forward and loss; WARMUP steps, then STEPS steps between two C
 (all_reduce MAX), the median of REPEATS. Only the model definitions and synthetic batches come from tcperf.models
 (so both sides train the same network); nothing of tcperf's measuring is used.
 
-    python benchmarks/ddp_gpu.py --out DIR [--db PATH] [--rows resnet50-ddp,gpt2-fsdp2] [--one-gpu]
-    python benchmarks/ddp_gpu.py --check --out DIR     # CPU: gloo on 2 processes, small models, eager rows
+    python benchmarks/ddp_gpu.py --out DIR [--world 2,4] [--db PATH] [--rows resnet50-ddp,gpt2-fsdp2] [--one-gpu]
+    python benchmarks/ddp_gpu.py --check --out DIR     # CPU: gloo on 2 and on 4 processes, small models, eager rows
 
 Target: ratio tcperf / plain within 3% of 1 on every row, scaling efficiency >= 0.97. Anchor on 2 x H200 (NVLink,
 torch 2.11): ResNet-50 bf16 + channels_last eager, DDP: 4,641 img/s on one GPU, 9,254 on two. Writes ddp_gpu.json
-under --out after every part (a part that fails or runs out of time is recorded, the next one runs). About 7
-minutes on 2 x H200 (torch.compile of GPT-2 is most of it); --budget stops starting parts when time runs short.
+under --out after every part (a part that fails or runs out of time is recorded, the next one runs): rows[name]["x4"]
+holds a row's plain loop, tcperf's figures and their ratio at 4 ranks. About 7 minutes a rank count on 2 x H200
+(torch.compile of GPT-2 is most of it); --budget stops starting parts when time runs short.
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ import torch.distributed as dist
 # beside this script: a command run with a timeout and killed whole, the report's parts, a rank, the clock
 from comm_gpu import child_json, free_port, join, loop_ms, recorder, slowest, tcperf
 from hand_loops import adamw  # beside this script: the plain loops' optimizer, as users write it
+from tcperf.distributed import overlap  # the breakdown's line, as `tcperf models` prints it
 
 WITHIN, TARGET = 0.03, 0.97
 WARMUP = {"gpu": 5, "cpu": 2}
@@ -138,8 +143,9 @@ def plain_main(a) -> int:
     """--plain ROW: spawn the ranks, print rank 0's figures as JSON (run in a child the parent can time out)."""
     import torch.multiprocessing as mp
     row = next(r for r in ROWS if r.name == a.plain)
-    path = os.path.join(a.out, f"plain-{row.name}-x{a.world}.json")
-    mp.spawn(plain_rank, args=(a.world, free_port(), asdict(row), a.kind, a.config, path), nprocs=a.world)
+    world = int(a.world)
+    path = os.path.join(a.out, f"plain-{row.name}-x{world}.json")
+    mp.spawn(plain_rank, args=(world, free_port(), asdict(row), a.kind, a.config, path), nprocs=world)
     with open(path) as f:
         print(json.dumps(json.load(f)))
     return 0
@@ -152,18 +158,19 @@ def plain(row: Row, world: int, kind: str, config: str, out: str, timeout: float
                        "--kind", kind, "--config", config, "--out", out], timeout)
 
 
-def tcperf_rows(model: str, rows: list[Row], kind: str, config: str, batch: int, db, timeout: float) -> list[dict]:
-    """One `tcperf models MODEL --nproc 2` call for every row of the model: its rows as stored."""
+def tcperf_rows(model: str, rows: list[Row], kind: str, config: str, batch: int, world: int, db,
+                timeout: float) -> list[dict]:
+    """One `tcperf models MODEL --nproc WORLD` call for every row of the model: its rows as stored."""
     recipes = ",".join(dict.fromkeys(r.recipe for r in rows))
     parallels = ",".join(dict.fromkeys(r.parallel for r in rows))
-    argv = ["models", model, "--recipes", recipes, "--nproc", "2", "--parallel", parallels, "--batch", str(batch),
-            "--steps", "4" if kind == "gpu" else "2", "--rep-ms", "600" if kind == "gpu" else "20",
+    argv = ["models", model, "--recipes", recipes, "--nproc", str(world), "--parallel", parallels, "--batch",
+            str(batch), "--steps", "4" if kind == "gpu" else "2", "--rep-ms", "600" if kind == "gpu" else "20",
             "--timeout", str(timeout), *(["--device", "cpu", "--small"] if kind == "cpu" else []), *db]
     return tcperf(argv, timeout)["results"]
 
 
 def tcperf_figures(row: Row, results: list[dict]) -> dict:
-    """tcperf's 2-rank row for `row` (recipe and parallel) and its one-GPU throughput."""
+    """tcperf's N-rank row for `row` (recipe and parallel) and its one-GPU throughput."""
     for r in results:
         s, m = r.get("shape") or {}, r.get("metrics") or {}
         if r["precision"] == row.recipe and s.get("parallel") == row.parallel:
@@ -171,7 +178,8 @@ def tcperf_figures(row: Row, results: list[dict]) -> dict:
                     "step_ms": r.get("mean_ms"), "scaling_efficiency": m.get("scaling_efficiency"),
                     "one_gpu_throughput": m.get("one_gpu_throughput"), "unit": m.get("unit"),
                     "exposed_comm_share": m.get("exposed_comm_share"), "comm_ms": m.get("comm_ms"),
-                    "exposed_comm_ms": m.get("exposed_comm_ms"), "parallel_options": m.get("parallel_options")}
+                    "exposed_comm_ms": m.get("exposed_comm_ms"), "parallel_options": m.get("parallel_options"),
+                    "breakdown": m.get("breakdown"), "breakdown_ms": m.get("breakdown_ms"), "cause": m.get("cause")}
     return {"status": "missing", "message": f"no {row.recipe} {row.parallel} row in tcperf's output"}
 
 
@@ -180,8 +188,9 @@ def main() -> int:
     if a.plain:
         return plain_main(a)
     kind = "cpu" if a.check else "gpu"
-    if kind == "gpu" and torch.cuda.device_count() < 2:
-        print(f"ddp_gpu.py: needs 2 CUDA GPUs, {torch.cuda.device_count()} visible (or give --check)", file=sys.stderr)
+    worlds, why = rank_counts(a.world, kind)
+    if why:
+        print(f"ddp_gpu.py: {why}", file=sys.stderr)
         return 2
     names = (a.rows or DEFAULT_ROWS[kind]).split(",")
     unknown = [n for n in names if n not in {r.name for r in ROWS}]
@@ -189,37 +198,69 @@ def main() -> int:
         print(f"ddp_gpu.py: unknown row {unknown[0]!r}; choose from {', '.join(r.name for r in ROWS)}", file=sys.stderr)
         return 2
     os.makedirs(a.out, exist_ok=True)
-    report = run_rows([r for r in ROWS if r.name in names], kind, a)
-    ok = [r for r in report["rows"].values() if r.get("ratio")]
+    report = run_rows([r for r in ROWS if r.name in names], worlds, kind, a)
+    entries = [e for row in report["rows"].values() for w, e in row.items() if w in {f"x{n}" for n in worlds}]
+    ok = [e for e in entries if e.get("ratio")]
     if a.check:
-        return 0 if len(ok) == len(names) else 1
-    twins = [r for r in ok if r["dynamic"] is not None]     # the -dynamic row is a user's default, not a twin
-    return 0 if len(ok) == len(names) and all(r["within_3pct"] for r in twins) else 1
+        return 0 if len(ok) == len(names) * len(worlds) else 1
+    twins = [e for e in ok if e["dynamic"] is not None]     # the -dynamic row is a user's default, not a twin
+    return 0 if len(ok) == len(names) * len(worlds) and all(e["within_3pct"] for e in twins) else 1
 
 
-def run_rows(rows: list[Row], kind: str, a) -> dict:
-    """Model by model: the plain loop of each row, then one tcperf call for the model; ratios as they come."""
+def rank_counts(text: str | None, kind: str) -> tuple[list[int], str | None]:
+    """--world '2,4' -> [2, 4]; default every visible GPU (at least 2), or 2 and 4 gloo processes with --check;
+    (counts, None) or ([], why not)."""
+    gpus = torch.cuda.device_count() if kind == "gpu" else None
+    if text is None:
+        text = "2,4" if kind == "cpu" else str(max(2, gpus))
+    try:
+        worlds = [int(w) for w in text.split(",")]
+    except ValueError:
+        return [], f"bad --world {text!r}; give rank counts such as 2,4"
+    if min(worlds) < 2:
+        return [], f"bad --world {text!r}; data-parallel training needs at least 2 ranks"
+    if gpus is not None and max(worlds) > gpus:
+        return [], f"--world {max(worlds)} needs {max(worlds)} CUDA GPUs, {gpus} visible (or give --check)"
+    return worlds, None
+
+
+def run_rows(rows: list[Row], worlds: list[int], kind: str, a) -> dict:
+    """Model by model and rank count by rank count: the plain loop of each row, then one tcperf call for the model;
+    ratios as they come."""
     config = "small" if kind == "cpu" else "full"
     report: dict = {"device": torch.cuda.get_device_name(0) if kind == "gpu" else "cpu (gloo)",
-                    "torch": torch.__version__, "config": config, "target": TARGET, "parts": {}, "rows": {}}
+                    "torch": torch.__version__, "config": config, "target": TARGET, "worlds": worlds, "parts": {},
+                    "rows": {}}
     part, start = recorder(report, os.path.join(a.out, "ddp_gpu.json")), time.time()
     left = lambda: min(a.part_timeout, a.budget - (time.time() - start))   # noqa: E731
+    from tcperf import models
     for model in dict.fromkeys(r.model for r in rows):
         mine = [r for r in rows if r.model == model]
-        for r in mine:
-            for world in ([1, 2] if a.one_gpu else [2]):
-                report["rows"].setdefault(r.name, {})[f"plain_x{world}"] = part(
-                    f"plain {r.name} x{world}", lambda: guarded(left(), plain, r, world, kind, config, a.out))
-        from tcperf import models
         batch = models.get(model).CONFIGS[config]["batch"]
-        db = ["--db", a.db] if a.db else []
-        results = part(f"tcperf {model}", lambda: guarded(left(), tcperf_rows, model, mine, kind, config, batch,
-                                                          db)) or []
-        for r in mine:
-            report["rows"][r.name].update(tcperf=tcperf_figures(r, results), **asdict(r))
-            finish(report["rows"][r.name])
-        part(f"compare {model}", lambda: None)
+        if a.one_gpu:
+            for r in mine:
+                report["rows"].setdefault(r.name, {})["plain_x1"] = part(
+                    f"plain {r.name} x1", lambda: guarded(left(), plain, r, 1, kind, config, a.out))
+        for world in worlds:
+            rank_count(report, part, left, model, mine, world, batch, kind, config, a)
     return report
+
+
+def rank_count(report: dict, part, left, model: str, mine: list[Row], world: int, batch: int, kind: str,
+               config: str, a) -> None:
+    """The rows of one model at `world` ranks: each plain loop, one tcperf call, the comparison printed."""
+    key = f"x{world}"
+    for r in mine:
+        report["rows"].setdefault(r.name, {})[key] = {"plain": part(
+            f"plain {r.name} {key}", lambda: guarded(left(), plain, r, world, kind, config, a.out))}
+    db = ["--db", a.db] if a.db else []
+    results = part(f"tcperf {model} {key}", lambda: guarded(left(), tcperf_rows, model, mine, kind, config, batch,
+                                                            world, db)) or []
+    for r in mine:
+        entry = report["rows"][r.name]
+        entry[key].update(tcperf=tcperf_figures(r, results), world=world, **asdict(r))
+        finish(entry[key], entry.get("plain_x1"))
+    part(f"compare {model} {key}", lambda: None)
 
 
 def guarded(limit: float, fn, *args):
@@ -229,18 +270,19 @@ def guarded(limit: float, fn, *args):
     return fn(*args, limit)
 
 
-def finish(entry: dict) -> None:
-    """The ratio tcperf / plain of the 2-GPU throughput (and the plain loop's own scaling with --one-gpu); printed."""
-    plain2, plain1, tc = entry.get("plain_x2") or {}, entry.get("plain_x1") or {}, entry["tcperf"]
-    ratio = tc.get("throughput") / plain2["throughput"] if tc.get("throughput") and plain2.get("throughput") else None
+def finish(entry: dict, plain1: dict | None) -> None:
+    """The ratio tcperf / plain of the N-GPU throughput (and the plain loop's own scaling with --one-gpu); printed
+    with tcperf's efficiency and where its step goes."""
+    plain, tc, n = entry.get("plain") or {}, entry["tcperf"], entry["world"]
+    ratio = tc.get("throughput") / plain["throughput"] if tc.get("throughput") and plain.get("throughput") else None
     entry.update(ratio=ratio, within_3pct=ratio is not None and abs(ratio - 1) <= WITHIN)
-    if plain1.get("throughput") and plain2.get("throughput"):
-        entry["plain_scaling_efficiency"] = plain2["throughput"] / (2 * plain1["throughput"])
-    share = tc.get("exposed_comm_share")
-    print(f"  {entry['name']}: plain {plain2.get('throughput') or 0:,.0f}, tcperf {tc.get('throughput') or 0:,.0f} "
+    if (plain1 or {}).get("throughput") and plain.get("throughput"):
+        entry["plain_scaling_efficiency"] = plain["throughput"] / (n * plain1["throughput"])
+    print(f"  {entry['name']} x{n}: plain {plain.get('throughput') or 0:,.0f}, tcperf {tc.get('throughput') or 0:,.0f} "
           f"{tc.get('unit') or ''}: ratio tcperf/plain {ratio or 0:.3f}; tcperf efficiency "
-          f"{tc.get('scaling_efficiency') or 0:.3f}, exposed comm {share or 0:.1%} {tc.get('message') or ''}"[:300],
-          flush=True)
+          f"{tc.get('scaling_efficiency') or 0:.3f} {tc.get('message') or ''}"[:300], flush=True)
+    print(f"    where a step goes: {overlap.breakdown_line(tc['breakdown'])}; the cause: {tc['cause']}"
+          if tc.get("breakdown") else "    where a step goes: not measured", flush=True)
 
 
 def parse():
@@ -251,9 +293,10 @@ def parse():
     p.add_argument("--one-gpu", action="store_true", help="also the plain loops on one GPU (their own efficiency)")
     p.add_argument("--budget", type=float, default=540.0, help="seconds for all parts (no part starts with < 30 s)")
     p.add_argument("--part-timeout", type=float, default=300.0)
-    p.add_argument("--check", action="store_true", help="CPU: gloo on 2 processes, small models (does it run?)")
+    p.add_argument("--world", default=None,
+                   help="rank counts, e.g. 2,4 (default: every visible GPU, at least 2; --check: 2,4)")
+    p.add_argument("--check", action="store_true", help="CPU: gloo on 2 and 4 processes, small models (does it run?)")
     p.add_argument("--plain", default=None, help=argparse.SUPPRESS)     # in the child: one row's plain loop
-    p.add_argument("--world", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--kind", default="gpu", help=argparse.SUPPRESS)
     p.add_argument("--config", default="full", help=argparse.SUPPRESS)
     return p.parse_args()

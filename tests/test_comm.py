@@ -124,8 +124,9 @@ def test_the_time_is_the_slowest_ranks_loop_mean_repeated():
     assert m["busbw_gbps"] == pytest.approx(4096 / (row.median_ms * 1e-3) / 1e9)
 
 
-def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
-    argv = ["comm", "--device", "cpu", "--nproc", "2", "--ops", "all_reduce,all_to_all", "--dtypes", "fp32",
+@pytest.mark.parametrize("n", [2, 4])     # 8 ranks take the same path
+def test_comm_command_on_n_cpu_ranks_stores_what_it_prints(n, db_path, capsys):
+    argv = ["comm", "--device", "cpu", "--nproc", str(n), "--ops", "all_reduce,all_to_all", "--dtypes", "fp32",
             "-b", "1K", "-e", "64K", "-f", "64", "--rep-ms", "5", "--db", db_path, "--json"]
     assert cli.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
@@ -137,10 +138,10 @@ def test_comm_command_on_2_cpu_ranks_stores_what_it_prints(db_path, capsys):
         ("comm.all_reduce", 1024), ("comm.all_reduce", 65536), ("comm.all_to_all", 1024), ("comm.all_to_all", 65536)]
     for r in rows:
         m = r["metrics"]
-        assert r["status"] == "ok" and m["world"] == 2 and m["backend"] == "gloo"
+        assert r["status"] == "ok" and m["world"] == n and m["backend"] == "gloo"
         assert m["algbw_gbps"] == pytest.approx(r["bytes"] / (r["median_ms"] * 1e-3) / 1e9)
         assert m["time_us"] == pytest.approx(r["median_ms"] * 1e3)
-        factor = 1.0 if r["op"] == "comm.all_reduce" else 0.5
+        factor = (2 if r["op"] == "comm.all_reduce" else 1) * (n - 1) / n      # nccl-tests' bus factors
         assert r["gbps"] == pytest.approx(m["busbw_gbps"]) == pytest.approx(factor * m["algbw_gbps"])
         assert r["n"] == len(r["samples"]) == m["repeats"] == collectives.REPEATS
         assert m["iters"] >= collectives.MIN_REPS and m["warmup"] == collectives.WARMUP

@@ -152,6 +152,58 @@ def test_exposed_share_on_a_synthetic_trace_is_exact():
     assert overlap.exposed_share(shuffled, steps=2, step_ms=0.1) == figures
 
 
+def test_where_a_step_goes_adds_up_on_the_synthetic_trace():
+    """TRACE per step of 100 µs: computation 63 + 60 µs; step 1's all-reduce exposed 17 µs; step 2's 155-160
+    all-reduce alone (5), 160-170 all-reduce and reduce-scatter together (split 5 + 5), 170-180 and 185-190
+    reduce-scatter alone (15); idle 40-50, 90-100 and 190-200 (30)."""
+    found = overlap.breakdown(TRACE, steps=2, step_ms=0.1)
+    want = {"compute": 61.5, "all_reduce": 13.5, "all_gather": 0, "reduce_scatter": 10, "other_comm": 0, "idle": 15}
+    assert found["ms"] == pytest.approx({k: v / 1e3 for k, v in want.items()})
+    assert found["share"] == pytest.approx({k: v / 100 for k, v in want.items()})
+    exposed = overlap.exposed_share(TRACE, steps=2, step_ms=0.1)["exposed_comm_ms"]
+    assert sum(found["ms"][k] for k in ("all_reduce", "reduce_scatter")) == pytest.approx(exposed)
+    assert overlap.cause(found["share"]).startswith("idle 15% of a step: no kernel runs: the step is host-bound")
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "all_reduce"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_bfloat16", "all_reduce"), ("ncclDevKernel_AllGather_RING_LL", "all_gather"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"), ("ncclDevKernel_SendRecv", "other_comm"),
+    ("c10d::_allgather_base_", "all_gather"), ("c10d::_reduce_scatter_base_", "reduce_scatter"),
+    ("gloo:all_reduce", "all_reduce"), ("sm90_xmma_gemm_bf16bf16_bf16f32", None),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >", None)])
+def test_communication_kernels_are_sorted_by_kind(name, kind):
+    assert overlap.comm_kind(name) == kind
+
+
+# An FSDP2-like step of 100 µs: a GEMM 0-30, an all-gather alone 30-50 (exposed), a GEMM 50-80 overlapping a
+# reduce-scatter 60-85 (exposed 80-85), idle 85-100.
+FSDP_STEP = [Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 0, 30), Kernel("ncclDevKernel_AllGather_RING_LL", 30, 50),
+             Kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 50, 80),
+             Kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 60, 85)]
+
+
+@pytest.mark.parametrize("kernels, step_ms, starts", [
+    (FSDP_STEP, 0.1, "exposed all-gather 20% of a step: parameter all-gathers"),
+    (FSDP_STEP[:1], 0.031, "compute 97% of a step: compute-bound"),       # 1 µs idle: under LOSS_FLOOR
+    ([Kernel("gemm", 0, 10), Kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10, 90)], 0.1,
+     "exposed all-reduce 80% of a step: gradient all-reduces"),
+    ([Kernel("gemm", 0, 50), Kernel("ncclDevKernel_SendRecv", 50, 60)], 0.06, "exposed other communication 17%"),
+])
+def test_the_cause_is_the_largest_part_beyond_computation(kernels, step_ms, starts):
+    share = overlap.breakdown(kernels, steps=1, step_ms=step_ms)["share"]
+    assert sum(share.values()) == pytest.approx(1.0)
+    assert overlap.cause(share).startswith(starts), overlap.cause(share)
+
+
+def test_a_step_timed_faster_than_its_profile_has_no_idle_and_shares_of_one():
+    """The profiled steps ran slower than the timed ones (the profiler's cost): idle is 0, the shares still add up."""
+    found = overlap.breakdown(FSDP_STEP, steps=1, step_ms=0.05)
+    assert found["ms"]["idle"] == 0 and sum(found["share"].values()) == pytest.approx(1.0)
+    assert found["share"]["all_gather"] == pytest.approx(20 / 85)
+    assert overlap.breakdown_line(found["share"]) == "compute 71%, exposed all-gather 24%, exposed reduce-scatter 6%"
+
+
 def test_a_profile_without_communication_is_unmeasured_not_zero(monkeypatch):
     """Two ranks whose profiles hold no communication kernel (as 2 H200s' did): the figures are unmeasured, not 0.0."""
     monkeypatch.setattr(dist, "get_world_size", lambda: 2)
@@ -160,12 +212,15 @@ def test_a_profile_without_communication_is_unmeasured_not_zero(monkeypatch):
     monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: TRACE[:4])
     parallel.exposed_comm(row, None, torch.device("cpu"))
     assert row.metrics["exposed_comm_share"] is not None and row.metrics["profiled_comm_kernels"] == 2
+    assert sum(row.metrics["breakdown"].values()) == pytest.approx(1.0)
+    assert row.metrics["breakdown"]["idle"] > 0.99 and row.metrics["cause"].startswith("idle")   # 90 µs of 40 ms
     compute_only = [k for k in TRACE if not overlap.is_comm(k.name)]
     monkeypatch.setattr(parallel, "profiled_kernels", lambda step, device: compute_only)
     row = Result("model", {}, "fp32", mean_ms=40.0)
     parallel.exposed_comm(row, None, torch.device("cpu"))
     m = row.metrics
     assert m["exposed_comm_share"] is None and m["comm_ms"] is None and m["profiled_comm_kernels"] == 0
+    assert m["breakdown"] is None and m["cause"] is None
     assert "none of them communication" in m["exposed_note"]
 
 
@@ -251,51 +306,67 @@ def test_parallel_options_are_named_as_stored():
     assert parallel.PARALLELS["fsdp2"].options(recipes.get("compile"))["param_dtype"] == "bfloat16"
 
 
-# --- the ladder on 2 gloo ranks ---------------------------------------------------------------------------------------
-def test_models_nproc_2_on_a_cpu(db_path, capsys):
-    code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "fp32", "--nproc", "2", "--parallel", "ddp",
-                     "--batch", "1", "--steps", "2", "--rep-ms", "20", "--db", db_path])
+# --- the ladder on 2 and 4 gloo ranks ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("n, parallels", [(2, "ddp"), (4, "fsdp2")])    # 8 ranks take the same path; DDP and
+# FSDP2 at 4 ranks with every option: tests/test_strategy.py
+def test_models_nproc_n_on_a_cpu(n, parallels, db_path, capsys):
+    code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "fp32", "--nproc", str(n), "--parallel",
+                     parallels, "--batch", "1", "--steps", "2", "--rep-ms", "20", "--db", db_path])
     assert code == 0
-    rows = Store.open(db_path).results(Store.open(db_path).run()["id"])
-    one, ddp = rows
+    one, *ranked = Store.open(db_path).results(Store.open(db_path).run()["id"])
     assert one["shape"] == {"model": "gpt2", "mode": "train", "batch": 1}
-    assert ddp["shape"] == {**one["shape"], "nproc": 2, "parallel": "ddp"}, ddp["message"]
-    assert ddp["status"] == "ok", ddp["message"]
-    m = ddp["metrics"]
-    assert m["throughput"] == pytest.approx(2 * m["items_per_step"] / (ddp["mean_ms"] * 1e-3))
-    assert m["scaling_efficiency"] == pytest.approx(m["throughput"] / (2 * one["metrics"]["throughput"]))
-    assert m["exposed_comm_share"] is not None and 0 <= m["exposed_comm_share"] <= 1, m
-    assert m["exposed_steps"] == parallel.PROFILED_STEPS
-    assert m["profiled_comm_kernels"] > 0       # gloo's all-reduce operators, on both ranks
-    assert m["accuracy"]["gap"] < 1e-4          # the same batch on both ranks: the one-GPU losses
-    assert m["parallel_options"] == {"gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
-    out = capsys.readouterr().out
-    assert "2 ranks · ddp" in out
-    assert "gradient_as_bucket_view=True, bucket_cap_mb=25.0, static_graph=True" in out   # the options, printed
+    assert [r["shape"] for r in ranked] == [{**one["shape"], "nproc": n, "parallel": p} for p in parallels.split(",")]
+    out = " ".join(capsys.readouterr().out.split())       # the console's line wrapping undone
+    assert f"{n} ranks · {parallels}" in out
+    for row in ranked:
+        assert row["status"] == "ok", row["message"]
+        m = row["metrics"]
+        assert m["throughput"] == pytest.approx(n * m["items_per_step"] / (row["mean_ms"] * 1e-3))
+        assert m["scaling_efficiency"] == pytest.approx(m["throughput"] / (n * one["metrics"]["throughput"]))
+        assert m["exposed_comm_share"] is not None and 0 <= m["exposed_comm_share"] <= 1, m
+        assert m["exposed_steps"] == parallel.PROFILED_STEPS
+        assert m["profiled_comm_kernels"] > 0       # gloo's collectives, on every rank
+        assert m["accuracy"]["gap"] < 1e-4          # the same batch on every rank: the one-GPU losses
+        assert sum(m["breakdown"].values()) == pytest.approx(1.0) and set(m["breakdown"]) == {
+            p for p, _, _ in overlap.PARTS}
+        assert m["cause"] == overlap.cause(m["breakdown"]) and f"the cause: {m['cause']}" in out
+    assert "where a step goes: compute " in out
+    if parallels == "ddp":
+        options = {"gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
+        assert ranked[0]["metrics"]["parallel_options"] == options
+        assert "gradient_as_bucket_view=True, bucket_cap_mb=25.0, static_graph=True" in out   # the options, printed
 
 
 # --- the benchmark against plain DDP / FSDP2 loops, end to end on a CPU -----------------------------------------------
 @pytest.mark.slow
 def test_ddp_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
-    """Its tcperf side is `tcperf models gpt2 --recipes amp_bf16 --nproc 2 --parallel fsdp2 --device cpu --small`:
-    the ladder's FSDP2 cell under amp_bf16 on 2 gloo ranks is checked here (bf16 parameters, fp32 reduction, the
-    exposed share and the scaling), not in a second run of its own (13-29 s on 2 cores)."""
+    """Its tcperf side is `tcperf models gpt2 --recipes amp_bf16 --nproc N --parallel fsdp2 --device cpu --small`
+    at 2 and at 4 gloo ranks (--check's default): the ladder's FSDP2 cell under amp_bf16 is checked here (bf16
+    parameters, fp32 reduction, where the step goes and the scaling), not in a second run of its own."""
     out = tmp_path / "out"
     argv = [sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt2-fsdp2", "--out", str(out)]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
-    row = json.loads((out / "ddp_gpu.json").read_text())["rows"]["gpt2-fsdp2"]
-    assert row["plain_x2"]["throughput"] > 0 and row["tcperf"]["status"] == "ok" and row["ratio"] > 0
-    tc = row["tcperf"]
-    assert tc["parallel_options"]["param_dtype"] == "bfloat16" and tc["parallel_options"]["reduce_dtype"] == "float32"
-    assert 0 <= tc["exposed_comm_share"] <= 1 and tc["scaling_efficiency"] > 0, tc
-    assert "ratio tcperf/plain" in done.stdout
+    report = json.loads((out / "ddp_gpu.json").read_text())
+    assert report["worlds"] == [2, 4]
+    for n in (2, 4):
+        row = report["rows"]["gpt2-fsdp2"][f"x{n}"]
+        assert row["plain"]["world"] == n and row["plain"]["throughput"] > 0 and row["ratio"] > 0
+        tc = row["tcperf"]
+        assert tc["status"] == "ok" and tc["parallel_options"]["param_dtype"] == "bfloat16"
+        assert tc["parallel_options"]["reduce_dtype"] == "float32"
+        assert 0 <= tc["exposed_comm_share"] <= 1 and tc["scaling_efficiency"] > 0, tc
+        assert sum(tc["breakdown"].values()) == pytest.approx(1.0) and tc["cause"]
+        assert f"gpt2-fsdp2 x{n}: plain" in done.stdout
+    assert done.stdout.count("ratio tcperf/plain") == 2 and done.stdout.count("the cause: ") == 2
 
 
-def test_ddp_benchmark_bad_row_is_one_line():
-    done = subprocess.run([sys.executable, "benchmarks/ddp_gpu.py", "--check", "--rows", "gpt3-ddp"], cwd=ROOT,
+@pytest.mark.parametrize("args, said", [(["--rows", "gpt3-ddp"], "unknown row 'gpt3-ddp'"),
+                                        (["--world", "1,2"], "at least 2 ranks"), (["--world", "two"], "bad --world")])
+def test_ddp_benchmark_bad_input_is_one_line(args, said):
+    done = subprocess.run([sys.executable, "benchmarks/ddp_gpu.py", "--check", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "unknown row 'gpt3-ddp'" in done.stderr
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
 
 
 def test_the_whole_step_graph_rung_is_not_applicable_across_ranks():

@@ -4,6 +4,7 @@ and what it costs in accuracy; stored as a run of kind "advise".
     tcperf advise examples/awkward_mlp.py:factory                  # inference, default tolerance 0.05
     tcperf advise examples/fp16_overflow.py:factory --mode train --json
     tcperf advise examples/bert_stream.py:factory --steps 10000    # a workload of varying shapes, a job's length
+    tcperf advise examples/gpt2_small.py:factory --mode train --nproc 4   # DDP or FSDP2 on 4 GPUs, and how
 
 factory() returns a model, (model, example_inputs), or {"model", "inputs", "loss_fn"?, "metric_fn"?, "workload"?}
 (workload: a list of per-step inputs or workload(step) -> inputs; tcperf.workload). --steps N weighs one-time costs
@@ -13,20 +14,36 @@ Nothing of the user's runs in this process: a problem loading the model (the fil
 rejects, a hang, a crash) is one line naming the stage and exit status 2, before anything is stored
 (tcperf.advisor.probe). A recipe that hangs past --timeout or kills its worker is recorded as such and the others go
 on; each row is stored as it arrives, so an interrupted advice keeps them.
+
+With --nproc N (training): which way to spread the step over N GPUs instead of which precision
+(tcperf.advisor.strategy): DDP and FSDP2 with their options, each timed on your model at N ranks under one recipe,
+the fastest that passes the accuracy check picked, where each one's step goes, and a training script to paste with
+its torchrun line. It is an advise option, not a `models --parallel auto`, because the question is about the
+user's model, which only advise loads (FILE:factory); the ladder's models reach it through examples/gpt2_small.py
+and examples/resnet50.py.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
 
 from .. import env as envmod
 from .. import peaks, source
-from ..advisor import api, trials
+from ..advisor import api, strategy, trials
 from ..advisor.result import recipe_row
+from ..distributed import overlap
+from ..recipes import get as get_recipe
 from ..recipes import parse_list
+from ..records import Job
 from ..store import Store
 from ..errors import UserError
-from .common import (add_db, add_device, add_json, command_line, console, err_console, positive_number,
-                     print_json)
+from ..table import fmt_ms, status_cell
+from .common import (add_db, add_device, add_json, command_line, console, err_console, measure_into_store,
+                     positive_number, print_json, print_stored)
+from .models import accuracy_cell
 
 
 def add_parser(sub) -> None:
@@ -54,12 +71,19 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=int, default=None,
                    help="recipes prepared (compiled) at once in parallel workers (default: 5 for every 8 "
                         "cores, at most 10, on a GPU)")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="--mode train on N ranks (one a GPU; gloo processes on a CPU): DDP and FSDP2 with their "
+                        "options timed on your model, the fastest that passes the accuracy check picked, and a "
+                        "script to paste; --recipes names the one recipe they share (default: amp_bf16 on a GPU, "
+                        "fp32 on a CPU); --timeout is per option")
     add_device(p)
     add_db(p)
     add_json(p)
 
 
 def main(args) -> int:
+    if args.nproc is not None:
+        return strategy_main(args)
     device = envmod.parse_device(args.device)
     recipes = parse_list(args.recipes) if args.recipes else None
     tol = api.check_args(args.mode, args.tolerance, recipes, args.check_steps, args.timeout, args.budget, args.jobs,
@@ -123,3 +147,73 @@ class _progress:
     def __exit__(self, *exc):
         if self.bar is not None:
             self.bar.stop()
+
+
+# --- --nproc N: the parallel strategy ---------------------------------------------------------------------------------
+def strategy_main(args) -> int:
+    """DDP against FSDP2 and their options on the user's model at N ranks (tcperf.advisor.strategy), each row stored
+    as it comes, then the pick's row; printed from the store."""
+    device = envmod.parse_device(args.device)
+    recipe = _strategy_recipe(args, device)
+    with tempfile.TemporaryDirectory() as folder:
+        cases = strategy.cases(args.target, recipe, args.nproc, args.check_steps, os.path.join(folder, "ref.pt"))
+        job = Job(timeout=args.timeout, ceilings=peaks.measured(args.db, device) or None)
+
+        def run_and_pick(cases, device, job, *, on_result):
+            on_result(strategy.pick_row(strategy.run(cases, device, job, on_result=on_result), args.target))
+        run_id, _, store = measure_into_store("advise", cases, args, job, label="parallel strategies",
+                                              runner=run_and_pick)
+    return print_stored(args, store, run_id, lambda: print_strategy(store.results(run_id), console))
+
+
+def _strategy_recipe(args, device) -> str:
+    """--nproc's input checked (one line and exit 2 when wrong): the recipe the options share."""
+    from ..distributed import launch
+    if launch.under_torchrun():
+        raise UserError("tcperf advise --nproc starts its own ranks on this host; run it without torchrun")
+    if args.mode != "train":
+        raise UserError("--nproc advises on data-parallel training; give --mode train")
+    if args.nproc < 2:
+        raise UserError(f"bad --nproc {args.nproc}; DDP and FSDP2 spread training over 2 ranks or more")
+    launch.check_nproc(args.nproc, device)          # more ranks than GPUs: one line
+    names = parse_list(args.recipes) if args.recipes else ["amp_bf16" if device.type == "cuda" else "fp32"]
+    if len(names) != 1:
+        raise UserError(f"--nproc compares the parallel strategies under one recipe; give one, not {len(names)}")
+    if get_recipe(names[0]).step_graph:
+        raise UserError(f"--nproc: {names[0]} captures the whole step in a CUDA graph, which is not measured across "
+                        "ranks; give a recipe below it (e.g. fused)")
+    path, _ = source.split_target(args.target)
+    if not path.is_file():
+        raise UserError(f"no such file: {path} (give path/to/file.py:factory)")
+    return names[0]
+
+
+def print_strategy(rows: list[dict], out) -> None:
+    """The options' table (one GPU first), where each step goes, the pick and the script to paste."""
+    verdict = next((r for r in rows if r["op"].endswith(".pick")), None)
+    timed = [r for r in rows if r is not verdict]
+    t = Table(title=f"{timed[0]['shape']['model']} · train · {timed[0]['precision']} · parallel strategies"
+              if timed else "parallel strategies")
+    for col in ("option", "status", "total throughput", "per GPU", "efficiency", "step ms (median ± IQR)",
+                "accuracy", "note"):
+        t.add_column(col, justify="left" if col in ("option", "status", "accuracy", "note") else "right")
+    for r in timed:
+        m = r.get("metrics") or {}
+        n = (r.get("shape") or {}).get("nproc") or 1
+        t.add_row(m.get("parallel") or "one GPU", status_cell(r["status"]),
+                  f"{m['throughput']:,.0f} {m.get('unit', '')}" if m.get("throughput") else "",
+                  f"{m['throughput'] / n:,.0f}" if m.get("throughput") else "",
+                  f"{m['scaling_efficiency']:.2f}" if m.get("scaling_efficiency") else "", fmt_ms(r),
+                  accuracy_cell(r), r.get("message") or "; ".join(r.get("warnings") or []))
+    out.print(t)
+    for r in timed:
+        m = r.get("metrics") or {}
+        if m.get("breakdown"):
+            out.print(f"  {m['parallel']}: {overlap.breakdown_line(m['breakdown'])}; {m['cause']}",
+                      markup=False, highlight=False)
+    if verdict is not None:
+        v = verdict["metrics"]
+        out.print(v["verdict"], markup=False, highlight=False)
+        if v.get("script"):
+            out.print(f"launch: {v['launch']}\n", markup=False, highlight=False)
+            out.print(v["script"], markup=False, highlight=False)

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from .. import env as envmod
 from .. import ladder, models, peaks, recipes
+from ..distributed import overlap
 from ..errors import UserError
 from ..table import fmt_ms, status_cell
 from .common import add_measuring, console, err_console, job_from, measure_into_store, positive_ints, print_stored
@@ -43,8 +44,10 @@ def add_parser(sub) -> None:
                    help="also train each cell on N ranks (one a GPU; gloo processes on a CPU): total throughput, "
                         "scaling efficiency against one GPU, exposed communication (default: one GPU only)")
     p.add_argument("--parallel", default="ddp,fsdp2",
-                   help="with --nproc: ddp, fsdp2 and/or fsdp2_no_reshard (FSDP2 on the transformer models only; "
-                        "default ddp,fsdp2); docs/many-gpus.md lists the options each runs with")
+                   help="with --nproc: a comma list of ddp, ddp_bucket100, ddp_no_view, fsdp2, fsdp2_no_reshard "
+                        "(FSDP2 on the transformer models only; default ddp,fsdp2); docs/many-gpus.md lists the "
+                        "options each runs with; `tcperf advise FILE:factory --mode train --nproc N` times them all "
+                        "on your model and picks one")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--small", action="store_true", help="the small configurations (the default on a CPU)")
     size.add_argument("--full", action="store_true", help="the full-size models (the default on a GPU)")
@@ -204,4 +207,6 @@ def scaling_lines(rows: list[dict]) -> str:
         if m.get("parallel_options"):
             parts.append(", ".join(f"{k}={v}" for k, v in m["parallel_options"].items()))
         lines.append(f"  {r['precision']}: " + "; ".join(parts))
+        if m.get("breakdown"):
+            lines.append(f"    where a step goes: {overlap.breakdown_line(m['breakdown'])}; the cause: {m['cause']}")
     return "\n".join(lines)

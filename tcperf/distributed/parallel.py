@@ -38,6 +38,7 @@ from ..runner import Rows
 from . import launch, overlap
 
 TIMED_STEPS = 20
+TIMING = {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": TIMED_STEPS, "max_reps": TIMED_STEPS}   # the checks warmed up
 WARM_PROFILED = 2       # steps under the profiler before the ones it records: the ranks' profiler start-up settles
 PROFILED_STEPS = 5      # steps the exposed communication is averaged over
 RANK_SHARE = 0.9        # of the cell's --timeout, for the ranks: the worker that started them answers in time
@@ -50,6 +51,7 @@ class Parallel:
     name: str
     kind: str                       # "ddp" | "fsdp2"
     bucket_cap_mb: float = 25.0     # DDP: gradients are all-reduced in buckets of this size (torch's default)
+    bucket_view: bool = True        # DDP gradient_as_bucket_view: gradients live in the buckets (no copy into them)
     reshard: str = "default"        # FSDP2 reshard_after_forward: "default" = every block but the last (torchtitan),
                                     # "always", "never" (parameters kept gathered from forward to backward)
     about: str = ""
@@ -57,7 +59,7 @@ class Parallel:
     def options(self, rec: recipes.Recipe) -> dict:
         """What the wrapper is given under recipe `rec`, as stored with the row."""
         if self.kind == "ddp":       # static_graph: the models' graphs are fixed, but DDPOptimizer (compile) rejects it
-            return {"gradient_as_bucket_view": True, "bucket_cap_mb": self.bucket_cap_mb,
+            return {"gradient_as_bucket_view": self.bucket_view, "bucket_cap_mb": self.bucket_cap_mb,
                     "static_graph": not rec.compile}
         dtype = precision.get(rec.precision).autocast       # bf16 for amp_bf16, fp16 for amp_fp16, None for fp32/tf32
         return {"param_dtype": str(dtype).removeprefix("torch.") if dtype else None, "reduce_dtype": "float32",
@@ -66,6 +68,10 @@ class Parallel:
 
 PARALLELS: dict[str, Parallel] = {p.name: p for p in (
     Parallel("ddp", "ddp", about="DistributedDataParallel: gradient buckets all-reduced during backward"),
+    Parallel("ddp_bucket100", "ddp", bucket_cap_mb=100.0,
+             about="DDP with 100 MB buckets: fewer, larger all-reduces, the last one later in backward"),
+    Parallel("ddp_no_view", "ddp", bucket_view=False,
+             about="DDP with gradients copied into its buckets (gradient_as_bucket_view=False, torch's default)"),
     Parallel("fsdp2", "fsdp2", about="fully_shard per block, then the model; params in the autocast dtype"),
     Parallel("fsdp2_no_reshard", "fsdp2", reshard="never",
              about="FSDP2 keeping the gathered parameters from forward to backward (ZeRO-2-like)"),
@@ -109,7 +115,7 @@ def add_scaling(row: Result, earlier: list[Result]) -> None:
     s, m = row.shape or {}, row.metrics
     if not s.get("nproc") or not m.get("throughput"):
         return
-    same = {k: s[k] for k in ("model", "mode", "batch")}
+    same = {k: v for k, v in s.items() if k not in ("nproc", "parallel")}     # the one-GPU row's shape
     one = [r for r in earlier if r.shape == same and r.precision == row.precision and r.metrics.get("throughput")]
     if one:
         single = one[-1].metrics["throughput"]
@@ -126,21 +132,29 @@ def run_cell(case: Case, device, job: Job) -> Result:
 
 # --- on every rank --------------------------------------------------------------------------------------------------
 def cell_task(case: Case, device, job: Job) -> Result:
-    """The cell on this rank: engine.measure with DDP or FSDP2 around the recipe's model, then the totals."""
+    """The cell on this rank: the ladder's model and batch measured under DDP or FSDP2 (measure_ranked)."""
     s, a = case.shape, case.args
     rec, par = recipes.with_cudnn_benchmark(recipes.get(case.precision)), PARALLELS[s["parallel"]]
     launch.beat(f"{s['model']} {rec.name} {par.name}: set-up")
     base = ladder._base(s["model"], s["mode"], rec, s["batch"], models.get(s["model"]), a.config)
     cell = source.builtin(s["model"], a.config, s["batch"], case.seed, device)
-    timing = {"warmup_ms": 0.0, "rep_ms": 0.0, "min_reps": TIMED_STEPS, "max_reps": TIMED_STEPS}
-    row = engine.measure(cell, rec, s["mode"], device, reference_file=a.reference, steps=a.steps, timing=timing,
+    row = measure_ranked(cell, rec, par, s["mode"], device, job, steps=a.steps, reference=a.reference)
+    row.op, row.suite, row.shape = base.op, base.suite, s
+    row.metrics = {**base.metrics, **row.metrics,
+                   "label": f"{s['model']} {s['mode']} b={s['batch']} x{s['nproc']} {par.name}"}
+    return row
+
+
+def measure_ranked(spec, rec: recipes.Recipe, par: Parallel, mode: str, device, job: Job, *, steps: int,
+                   reference: str | None = None) -> Result:
+    """On this rank: engine.measure with `par` around the recipe's model (TIMED_STEPS steps back to back, then
+    the profile that says where a step goes), then the totals over the ranks. Any model a spec holds: the ladder's
+    (cell_task) or a user's (tcperf.advisor.strategy)."""
+    row = engine.measure(spec, rec, mode, device, reference_file=reference, steps=steps, timing=TIMING,
                          flops=True, ceilings=job.ceilings, wrap=functools.partial(wrap, parallel=par, rec=rec),
                          probe=exposed_comm)
-    row.op, row.suite, row.shape = base.op, base.suite, s
-    row.metrics = {**base.metrics, **row.metrics, "parallel": par.name, "nproc": s["nproc"],
-                   "parallel_options": par.options(rec),
-                   "label": f"{s['model']} {s['mode']} b={s['batch']} x{s['nproc']} {par.name}"}
-    _totals(row, cell.items, device)
+    row.metrics.update(parallel=par.name, nproc=dist.get_world_size(), parallel_options=par.options(rec))
+    _totals(row, spec.items, device)
     return row
 
 
@@ -185,32 +199,42 @@ def _totals(row: Result, items: int | None, device) -> None:
 
 # --- exposed communication ------------------------------------------------------------------------------------------
 def exposed_comm(row: Result, step, device) -> None:
-    """engine.measure's probe: the exposed communication (tcperf.distributed.overlap) of the profiled steps, averaged
-    over the steps and the ranks. Ranks that communicate and show no communication kernel in the profile leave the
-    figures unmeasured (None, with the reason): 0.0 would claim a step that waits on nothing. gpu_busy (GPUs only):
-    the share of a step in which some kernel runs (computation or exposed communication); the rest waits on the host."""
+    """engine.measure's probe: the exposed communication and where a step's time goes (tcperf.distributed.overlap)
+    in the profiled steps, averaged over the steps and the ranks. Ranks that communicate and show no communication
+    kernel in the profile leave the figures unmeasured (None, with the reason): 0.0 would claim a step that waits on
+    nothing. gpu_busy (GPUs only): the share of a step in which some kernel runs (computation or exposed
+    communication); the rest waits on the host."""
     kernels = profiled_kernels(step, device)
     figures = overlap.exposed_share(kernels, PROFILED_STEPS, row.mean_ms)
+    parts = overlap.breakdown(kernels, PROFILED_STEPS, row.mean_ms)["ms"]
     seen = sum(overlap.is_comm(k.name) for k in kernels)
-    mine = [figures["comm_ms"], figures["exposed_comm_ms"], seen, len(kernels), figures["compute_ms"]]
+    mine = [figures["comm_ms"], figures["exposed_comm_ms"], seen, len(kernels), figures["compute_ms"], row.mean_ms,
+            *parts.values()]
     both = torch.tensor(mine, dtype=torch.float64, device=device)
     dist.all_reduce(both)                       # gloo has no AVG: a sum over the ranks, then / n
     n = dist.get_world_size()
-    comm_ms, exposed_ms, comm_seen, all_seen, compute_ms = (both / n).tolist()
-    step_ms = row.mean_ms
+    comm_ms, exposed_ms, comm_seen, all_seen, compute_ms, step_ms, *part_ms = (both / n).tolist()
     basis = "GPU kernels" if device.type == "cuda" else "CPU events (gloo runs on its own threads)"
     counts = {"exposed_steps": PROFILED_STEPS, "exposed_basis": basis,
               "profiled_kernels": round(all_seen * n), "profiled_comm_kernels": round(comm_seen * n)}
     if n > 1 and comm_seen == 0:
-        row.metrics.update(comm_ms=None, exposed_comm_ms=None, exposed_comm_share=None, **counts,
-                           exposed_note=f"not measured: the profile held {counts['profiled_kernels']} "
-                                        f"{'kernels' if device.type == 'cuda' else 'events'}, none of them "
-                                        "communication")
+        row.metrics.update(comm_ms=None, exposed_comm_ms=None, exposed_comm_share=None, breakdown=None, cause=None,
+                           **counts, exposed_note=f"not measured: the profile held {counts['profiled_kernels']} "
+                                                  f"{'kernels' if device.type == 'cuda' else 'events'}, none of them "
+                                                  "communication")
         return
     busy = gpu_busy(compute_ms + exposed_ms, step_ms) if device.type == "cuda" else None
+    share = _shares(dict(zip(parts, part_ms)), step_ms)
     row.metrics.update(comm_ms=comm_ms, exposed_comm_ms=exposed_ms, rank0_exposed_comm_ms=mine[1],
                        exposed_comm_share=min(1.0, exposed_ms / step_ms) if step_ms else None,
-                       compute_ms=compute_ms, gpu_busy=busy, **counts)
+                       compute_ms=compute_ms, gpu_busy=busy, breakdown=share, cause=overlap.cause(share),
+                       breakdown_ms=dict(zip(parts, part_ms)), **counts)
+
+
+def _shares(ms: dict[str, float], step_ms: float) -> dict[str, float]:
+    """The ranks' mean ms a step per part over their mean step (or over the parts' sum where it is larger)."""
+    whole = max(step_ms or 0.0, sum(ms.values()))
+    return {part: v / whole if whole else 0.0 for part, v in ms.items()}
 
 
 def profiled_kernels(step, device) -> list[overlap.Kernel]:
