@@ -550,9 +550,9 @@ def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_
         return r
     monkeypatch.setattr(streams.Plan, "_alone", lambda self, name, keep, label: ran.append(name) or name)
     monkeypatch.setattr(streams.RecipeResult, "from_result", classmethod(measured))
-    grid = [_timed("tf32", 12.1), _timed("bf16", 13.5), _timed("fp16", 24.6)]
-    for r, matmul in zip(grid, (3.0, 1.5, 1.6)):
-        r.gpu_busy, r.matmul_ms = 0.3, matmul
+    grid = [_timed("tf32", 12.1), _timed("bf16", 13.5), _timed("fp16", 24.6), _timed("amp_fp16", 14.0)]
+    for r, matmul, kernels in zip(grid, (3.0, 1.5, 1.6, 1.4), (4.0, 3.9, 4.4, 4.2)):
+        r.gpu_busy, r.matmul_ms, r.kernel_ms = 0.3, matmul, kernels     # amp_fp16: the shortest GEMMs, not kernels
     stage = streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {}, 10_000, later=("int8",))
     assert ran[:3] == ["tf32", "bf16+cuda_graphs@marked", "bf16"], ran
     assert ran.index("bf16+cuda_graphs@dynamic") < ran.index("bf16+compile@marked")

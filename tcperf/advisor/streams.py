@@ -9,9 +9,11 @@ The candidates, in the order they are measured (run):
      LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
      compiled way then removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the
      precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too.
-     Where the first of them is host-bound on the stream, CUDA graphs at the precision with the shortest such kernels
-     come straight after it: the launch gaps, not the precision, set a host-bound step, and the eager recipes
-     measured before it had used the whole --budget on T5 (4 x H200, cf96fd1);
+     Where the first of them is host-bound on the stream, CUDA graphs at the precision whose kernels (all of them: a
+     graph keeps every kernel) were the shortest come straight after it: the launch gaps, not the precision, set a
+     host-bound step, and the eager recipes measured before it had used the whole --budget on T5 (4 x H200,
+     cf96fd1; with graphs next, at 1cc56e6, amp_fp16's graphs at 2.27 ms, chosen by GEMM time alone where bf16's
+     kernels were 8% shorter);
   2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound) at the precision
      whose eager job is the cheapest (host-bound: whose GEMM/conv/attention kernels are the shortest on the stream);
   3. the cheapest of those ways at each other leading precision, cheapest eager job first;
@@ -134,12 +136,17 @@ def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None) -> 
     return list(dict.fromkeys(keys))
 
 
-def least_lasting(grid: list[RecipeResult], roots: list[tuple[str, tuple]]) -> tuple[str, tuple]:
-    """Of `roots`, the one whose GEMM, convolution and attention kernels were the shortest on the example input."""
-    def lasting(key):
+def graphed_ms(r: RecipeResult) -> float:
+    """The kernels a CUDA graph keeps: every one of them (it removes the launch gaps between them, nothing else)."""
+    return r.kernel_ms if r.kernel_ms is not None else math.inf
+
+
+def least(grid: list[RecipeResult], roots: list[tuple[str, tuple]], kernels=lasting_ms) -> tuple[str, tuple]:
+    """Of `roots`, the one whose `kernels` (lasting_ms, graphed_ms) were the shortest on the example input."""
+    def shortest(key):
         mine = [r for r in grid if r.passes and (root_of(r.runs), tuple(r.keep_fp32)) == key]
-        return min((lasting_ms(r) for r in mine), default=math.inf)
-    return min(roots, key=lasting)
+        return min((kernels(r) for r in mine), default=math.inf)
+    return min(roots, key=shortest)
 
 
 @dataclass
@@ -164,7 +171,7 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
         return plan.stage
     plan.measure([roots[0][0]], roots[0][1])
     if host_bound(plan.found(roots[0][0])):     # the launch gaps, not the precision, set the step: graphs first
-        root, keep = least_lasting(grid, roots)
+        root, keep = least(grid, roots, graphed_ms)
         plan.measure(family(root, "cuda", plan.refused, graphs_first=True)[:1], keep)
     for root, keep in roots:
         plan.measure([root], keep)
