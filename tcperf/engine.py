@@ -561,12 +561,17 @@ class StreamSession:
         self.case, self.device = case, torch.device(device)
         if case.args.cold:
             _cold_caches(case.args.cold)
+        t0 = time.perf_counter()
         self.spec = spec_of(case.args, device)
         self.rec = recipes.get(case.args.recipe)
         self.stream = stream_of(self.spec)
         self.varying = _workload_shapes(self.spec)[0]
         self.first_seen, self.second_s, self.pass_ms = None, None, []
+        t1 = time.perf_counter()
         self._row, self.step, self.ref = self._open()
+        # where a worker's set-up went (the advisor adds the worker's start): the model and its stream loaded and on
+        # the device, then fp32's reference and the recipe prepared
+        self.setup = {"load_s": t1 - t0, "reference_and_prepare_s": time.perf_counter() - t1}
         _named(self._row, case)
 
     def _open(self):
@@ -591,7 +596,7 @@ class StreamSession:
         self.first_seen = stream.first_pass(self.step.call, self.stream, self.device, limit=limit, key=self._key,
                                             per_shape=_recompile_stop(rec))
         row.metrics["stream"] = {**self.first_seen.to_dict(), "length": len(self.stream),
-                                 "distinct": workload.distinct_shapes(self.stream)}
+                                 "distinct": workload.distinct_shapes(self.stream), "setup": dict(self.setup)}
         acc = stream_accuracy(self.first_seen.outputs, self.ref["stream"])
         err, what, passes, why = accuracy.judge(acc, "infer", row.tolerance)
         row.metrics.update(accuracy=acc, criterion=f"{what} on the stream's first steps")

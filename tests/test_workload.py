@@ -333,6 +333,9 @@ def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(fi
     rows = Store.open(db_path).results(out["run"])
     assert {r["precision"] for r in rows if r["op"] == "advise.stream"} == {"bf16", "bf16@pad64", "bf16@pad128"}
     assert not math.isnan(out["workload"]["flops_per_step"])
+    row = next(r for r in rows if r["precision"] == "bf16" and r["op"] == "advise.stream")
+    setup = row["metrics"]["stream"]["setup"]           # where its set-up went
+    assert setup["load_s"] > 0 and setup["reference_and_prepare_s"] > 0 and setup["worker_imports_s"] > 0
 
 
 # --- on a GPU ---------------------------------------------------------------------------------------------------------

@@ -254,6 +254,8 @@ class Plan:
             worker.close()
         if isinstance(row.metrics.get("stream"), dict):
             row.metrics["stream"]["setup_s"] = setup_s
+            started = getattr(worker, "started", None) or {}     # the worker's imports and device, where it ran one
+            row.metrics["stream"].setdefault("setup", {}).update({f"worker_{k}_s": v for k, v in started.items()})
         return row
 
     def over_budget(self) -> bool:
