@@ -67,6 +67,9 @@ class Row:
     channels_last: bool = False
     fused: bool = False     # AdamW(fused=True): as the recipe (the `fused` rung and above), else foreach
     dynamic: bool | None = False    # torch.compile's dynamic: False as tcperf's recipes; None, its default
+    bucket_cap_mb: float = 25.0     # DDP's buckets (tcperf.distributed.parallel.PARALLELS' options, by hand)
+    bucket_view: bool = True        # DDP's gradient_as_bucket_view
+    reshard: bool = True            # FSDP2: every block but the last resharded after forward; False: none
 
 
 ROWS = [Row("resnet50-ddp", "resnet50", "ddp", False, "channels_last", channels_last=True),
@@ -75,6 +78,19 @@ ROWS = [Row("resnet50-ddp", "resnet50", "ddp", False, "channels_last", channels_
         Row("gpt2-fsdp2", "gpt2", "fsdp2", False, "amp_bf16"),
         Row("gpt2-fsdp2-compile", "gpt2", "fsdp2", True, "fused", fused=True),
         Row("gpt2-fsdp2-compile-dynamic", "gpt2", "fsdp2", True, "fused", fused=True, dynamic=None)]
+def strategy_row(model: str, option: str) -> str:
+    """The row of `option` for the advice's recipe on `model`: 'gpt2-fused-ddp_bucket100'."""
+    return f"{model}-{STRATEGY_RECIPES[model]['recipe']}-{option}"
+
+
+# The options `tcperf advise --nproc N` times (tcperf.advisor.strategy.OPTIONS), each by hand, for the recipe the
+# advice is run with on each model (benchmarks/strategy_gpu.py): GPT-2 small under `fused`, ResNet-50 `channels_last`
+OPTION_FIELDS = {"ddp": {}, "ddp_bucket100": {"bucket_cap_mb": 100.0}, "ddp_no_view": {"bucket_view": False},
+                 "fsdp2": {}, "fsdp2_no_reshard": {"reshard": False}}
+STRATEGY_RECIPES = {"gpt2": dict(recipe="fused", compile=True, fused=True), "resnet50": dict(recipe="channels_last",
+                    compile=False, channels_last=True)}
+ROWS += [Row(strategy_row(model, option), model, option.split("_")[0], **STRATEGY_RECIPES[model], **fields)
+         for model in STRATEGY_RECIPES for option, fields in OPTION_FIELDS.items()]
 DEFAULT_ROWS = {"gpu": "resnet50-ddp,gpt2-ddp-compile,gpt2-fsdp2,gpt2-fsdp2-compile,gpt2-fsdp2-compile-dynamic",
                 "cpu": "gpt2-ddp,gpt2-fsdp2"}
 
@@ -110,7 +126,7 @@ def plain_step(row: Row, device, config: str):
         model = model.to(memory_format=torch.channels_last)
         inputs = tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
     torch.backends.cudnn.benchmark = True
-    model = ddp(model, device, row.compile) if row.parallel == "ddp" else fsdp2(model)
+    model = ddp(model, device, row) if row.parallel == "ddp" else fsdp2(model, row.reshard)
     runner = torch.compile(model, dynamic=row.dynamic) if row.compile else model
     opt = adamw(model.parameters(), mod.OPTIMIZER, fused=row.fused and device.type == "cuda")
 
@@ -123,19 +139,21 @@ def plain_step(row: Row, device, config: str):
     return step, mod.items_per_batch(cfg, cfg["batch"])
 
 
-def ddp(model, device, compiled: bool):
+def ddp(model, device, row: Row):
     ids = [device.index] if device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=True,
-                                                     bucket_cap_mb=25, static_graph=not compiled)
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, gradient_as_bucket_view=row.bucket_view,
+                                                     bucket_cap_mb=row.bucket_cap_mb, static_graph=not row.compile)
 
 
-def fsdp2(model):
-    """torchtitan's way: every block, then the root; bf16 parameters, fp32 gradient reduction."""
+def fsdp2(model, reshard: bool = True):
+    """torchtitan's way: every block (a model without `blocks`, such as ResNet-50: none), then the root; bf16
+    parameters, fp32 gradient reduction; reshard: every block but the last resharded after forward, else none."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    for i, block in enumerate(model.blocks):
-        fully_shard(block, mp_policy=policy, reshard_after_forward=i < len(model.blocks) - 1)
-    fully_shard(model, mp_policy=policy)
+    blocks = list(getattr(model, "blocks", []))
+    for i, block in enumerate(blocks):
+        fully_shard(block, mp_policy=policy, reshard_after_forward=reshard and i < len(blocks) - 1)
+    fully_shard(model, mp_policy=policy, reshard_after_forward=reshard)
     return model
 
 

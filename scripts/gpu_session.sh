@@ -11,6 +11,8 @@
 #                                            wlbench (benchmarks/workload_gpu.py: hand loops and advise, WL_ARGS)
 #                                            wlcards (the same, WL_STREAMS one a card side by side, WL_STATE)
 #                                            gemv (benchmarks/gemv_gpu.py: the weight-only kernels side by side)
+#                                            strategy (benchmarks/strategy_gpu.py: advise --nproc against plain loops
+#                                            of every option, STRATEGY_ARGS)
 #                                            commprobe (benchmarks/comm_pin_probe.py: small all-reduces with the
 #                                            ranks free, pinned near their GPU and pinned far from it)
 #                                            bandwidth (benchmarks/inductor_bandwidth.py: Inductor's kernels of a
@@ -95,6 +97,7 @@ for s in "$@"; do
         bandwidth) stage bandwidth ${BW_LIMIT:-300} python3 benchmarks/inductor_bandwidth.py --out "$OUT/files/bandwidth" ${BW_ARGS:-} ;;
         bnrelu)   stage bnrelu ${BNRELU_LIMIT:-240} python3 benchmarks/bn_relu_probe.py --out "$OUT/files/bn_relu" ;;
         maxpool)  stage maxpool ${MAXPOOL_LIMIT:-180} python3 benchmarks/maxpool_probe.py --out "$OUT/files/maxpool" ;;
+        strategy) stage strategy ${STRATEGY_LIMIT:-580} python3 benchmarks/strategy_gpu.py --out "$OUT/files/strategy" --db "$TCPERF_DB" --budget $(( ${STRATEGY_LIMIT:-580} - 40 )) ${STRATEGY_ARGS:-} ;;
         commprobe) stage commprobe ${PROBE_LIMIT:-150} python3 benchmarks/comm_pin_probe.py --out "$OUT/files/commprobe" ;;
         gemv)     stage gemv ${GEMV_LIMIT:-200} python3 benchmarks/gemv_gpu.py --out "$OUT/files/gemv" ${GEMV_ARGS:-} ;;
         wladvise) for t in ${WL_TARGETS:-examples/bert_stream.py:factory examples/llama_prefill.py:factory}; do

@@ -108,3 +108,25 @@ def test_more_ranks_than_gpus_is_one_line(monkeypatch, capsys):
     assert cli.main(["advise", MODELS["cnn"], "--mode", "train", "--nproc", "4", "--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "only 2 CUDA GPU(s) visible" in err, err
+
+
+# --- benchmarks/strategy_gpu.py: the advice against plain loops of every option -------------------------------------
+def test_the_strategy_benchmark_judges_the_picks_plain_loop_against_the_fastest():
+    from test_benchmarks import load
+    bench = load("strategy_gpu")
+    plains = {"ddp": {"throughput": 100.0}, "ddp_bucket100": {"throughput": 98.0}, "fsdp2": None,
+              "ddp_no_view": {"throughput": 96.0}}
+    assert bench.judge({"pick": "ddp_bucket100"}, plains) == {"ratio": 0.98, "passes": True, "best_plain": "ddp"}
+    assert bench.judge({"pick": "ddp_no_view"}, plains)["passes"] is False                    # 0.96: outside 3%
+    assert bench.judge({"pick": "fsdp2"}, plains) == {"ratio": None, "passes": False, "best_plain": "ddp"}
+    assert bench.judge({}, {}) == {"ratio": None, "passes": False, "best_plain": None}
+    ddp = load("ddp_gpu")           # a plain row for every option the advice times, on both models
+    names = {r.name for r in ddp.ROWS}
+    assert all(ddp.strategy_row(m, o) in names for m in bench.FACTORY for o in strategy.OPTIONS)
+
+
+@pytest.mark.parametrize("args, said", [(["--models", "vgg"], "unknown model 'vgg'"), (["--world", "1"], "at least 2")])
+def test_the_strategy_benchmarks_bad_input_is_one_line(args, said):
+    done = subprocess.run([sys.executable, "benchmarks/strategy_gpu.py", "--check", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
