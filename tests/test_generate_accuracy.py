@@ -118,7 +118,7 @@ def test_training_forward_matches_the_cached_forward(stdlib):
 def test_cli_judges_each_precision_on_the_trained_model(stdlib, capsys):
     """One run, printed as a table; its rows read back from the store (the rows --json prints: tests/test_generate).
     The command runs in this process (its cases in worker processes all the same): a `python -m tcperf` of its own
-    cost 5-7 s more on 2 cores; test_generate_text's table test still runs `python -m tcperf generate`."""
+    cost 5-7 s more on 2 cores (tests/test_cli_core.py runs the console entry point)."""
     folder, _ = stdlib
     db = folder / "r.db"
     capsys.readouterr()

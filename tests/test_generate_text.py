@@ -4,18 +4,13 @@ a Llama folder's weights (checked against transformers' logits), transformers' l
 Bad input exits 2 in one line. Everything is built offline in tmp_path: a tiny model and a BPE tokenizer trained in
 memory on a few sentences."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import child_env
 from tcperf import cli
 from tcperf.generate import hf, loop, sweep
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ["the quick brown fox jumps over the lazy dog.", "a tensor core multiplies small matrices quickly.",
              "perplexity is the exponential of the mean cross entropy.", "decoding one token reads every weight once."]
 
@@ -78,8 +73,7 @@ def test_text_is_capped_in_windows(tmp_path, text):
 
 def _generate(tmp_path, capsys, *argv) -> dict:
     """The command in this process (its cases run in worker processes all the same): a `python -m tcperf` of its
-    own cost 5-7 s more on 2 cores, importing torch, transformers and matplotlib again. The gpt2 table test below
-    still runs `python -m tcperf generate`."""
+    own cost 5-7 s more on 2 cores, importing torch, transformers and matplotlib again."""
     capsys.readouterr()                                         # save_pretrained's progress bar
     rc = cli.main(["generate", "--device", "cpu", "--db", str(tmp_path / "r.db"), "--json", "--plot-dir",
                    str(tmp_path), "--prompt", "8", "--output", "4", "--rep-ms", "1", "--batch", "1", *argv])
@@ -105,16 +99,18 @@ def test_cli_judges_a_folder_on_the_users_text_in_both_loops(tmp_path, text, cap
 
 
 @pytest.mark.slow
-def test_cli_judges_a_gpt2_folder_in_the_hf_loop_and_says_so_in_the_table(tmp_path, text):
+def test_cli_judges_a_gpt2_folder_in_the_hf_loop_and_says_so_in_the_table(tmp_path, text, capsys, monkeypatch):
+    """The printed table, not --json: the command in this process as in _generate (a `python -m tcperf generate` of
+    its own cost 5-7 s more on 2 cores; tests/test_cli_core.py runs the console entry point)."""
     folder = _folder(tmp_path / "gpt2", kind="gpt2")
-    cmd = [sys.executable, "-m", "tcperf", "generate", folder, "--text", text, "--device", "cpu", "--db",
-           str(tmp_path / "r.db"), "--plot-dir", str(tmp_path), "--precision", "bf16,int8wo", "--batch", "1",
-           "--prompt", "8", "--output", "4", "--rep-ms", "1", "--loop", "hf"]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env=child_env(COLUMNS="120"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "ppl " in done.stdout and "top1 " in done.stdout and "Model accuracy: perplexity on 8 window(s)" in \
-        done.stdout
+    monkeypatch.setenv("COLUMNS", "120")
+    capsys.readouterr()                                         # save_pretrained's progress bar
+    rc = cli.main(["generate", folder, "--text", text, "--device", "cpu", "--db", str(tmp_path / "r.db"),
+                   "--plot-dir", str(tmp_path), "--precision", "bf16,int8wo", "--batch", "1", "--prompt", "8",
+                   "--output", "4", "--rep-ms", "1", "--loop", "hf"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err[-2000:]
+    assert "ppl " in out and "top1 " in out and "Model accuracy: perplexity on 8 window(s)" in out
 
 
 def test_a_config_only_folder_is_not_judged(tmp_path):

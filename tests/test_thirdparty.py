@@ -10,8 +10,8 @@ What these tests prove:
 - a model that kills its process (os._exit) or hangs under autocast costs only its own recipe: amp_bf16 ends as
   "error" / "timeout", fp32 is still measured, reported "ok" and stored in the results store.
 
-The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded). BERT in training, ViT
-and ConvNeXt run `python -m tcperf advise` in a subprocess, as a user does; the tiny MLPs of outputs.py and
+The factories are in tests/thirdparty/ (tiny configs, random weights, nothing downloaded). BERT in training runs
+`python -m tcperf advise` in a subprocess, as a user does; ViT, ConvNeXt and the tiny MLPs of outputs.py and
 killers.py call the CLI's main in this process (their recipes still run in worker processes of their own, as
 always): a `python -m tcperf` of its own costs 4-5 s on 2 cores (importing torch and tcperf again) and told those
 tests nothing more. BERT in inference and the containers in inference run tcperf.advise in this process without
@@ -107,18 +107,18 @@ def test_hf_bert_infer_every_cpu_recipe_on_its_model_output():
 
 # --- torchvision ViT: a zero-initialised head, so a constant reference --------------------------------------------
 @pytest.mark.slow
-def test_tv_vit_infer_says_reference_is_degenerate(tmp_path):
+def test_tv_vit_infer_says_reference_is_degenerate(tmp_path, capfd):
     pytest.importorskip("torchvision")
-    _, statuses, _, stdout = advise("tv_vit.py:factory", tmp_path)
+    _, statuses, _, stdout = advise("tv_vit.py:factory", tmp_path, capfd=capfd)
     no_errors(statuses)
     assert "degenerate" in stdout.lower(), "the all-zero reference output is not called degenerate anywhere"
 
 
 # --- timm ConvNeXt -----------------------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_timm_convnext_infer(tmp_path):
+def test_timm_convnext_infer(tmp_path, capfd):
     pytest.importorskip("timm")
-    _, statuses, _, _ = advise("timm_convnext.py:factory", tmp_path)
+    _, statuses, _, _ = advise("timm_convnext.py:factory", tmp_path, capfd=capfd)
     no_errors(statuses)
 
 
