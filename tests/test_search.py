@@ -224,15 +224,22 @@ class Gated(Script):
         return row
 
 
-def test_workers_still_preparing_are_stopped_while_a_recipe_is_timed():
-    """The GPU runs only the recipe being timed: a worker compiling meanwhile is paused, and resumed after."""
+def _fast_beside_slow(session=None):
+    """A search of two recipes, "fast" timed while "slow" still prepares (sessions of class `session`, Gated by
+    default): (the bench with its log, the search)."""
     import threading
     gates = {"slow opening": threading.Event(), "release": threading.Event()}
     table = {"fast": (1.0, 0.5, 0.9, True), "slow": (2.0, 1.0, 1.8, True)}
     bench = ScriptedBench(table)
-    bench.open = lambda item: Gated(item.label or item.recipe, table, bench.log, gates)
+    bench.open = lambda item: (session or Gated)(item.label or item.recipe, table, bench.log, gates)
     s = search.Search(bench, jobs=2, grow=False)
     s.run([Item("fp32", (), "fast", "fp32"), Item("tf32", (), "slow", "tf32")])
+    return bench, s
+
+
+def test_workers_still_preparing_are_stopped_while_a_recipe_is_timed():
+    """The GPU runs only the recipe being timed: a worker compiling meanwhile is paused, and resumed after."""
+    bench, _ = _fast_beside_slow()
     log = bench.log
     timed = log.index(("time", "fast"))
     assert log.index(("pause", "slow")) < timed < log.index(("resume", "slow"))
@@ -258,13 +265,7 @@ class Timed(Gated):
 
 def test_a_first_call_reads_without_the_seconds_its_worker_was_stopped():
     """A recipe still preparing while another is timed is stopped; its first call must not count those seconds."""
-    import threading
-    gates = {"slow opening": threading.Event(), "release": threading.Event()}
-    table = {"fast": (1.0, 0.5, 0.9, True), "slow": (2.0, 1.0, 1.8, True)}
-    bench = ScriptedBench(table)
-    bench.open = lambda item: Timed(item.label or item.recipe, table, bench.log, gates)
-    s = search.Search(bench, jobs=2, grow=False)
-    s.run([Item("fp32", (), "fast", "fp32"), Item("tf32", (), "slow", "tf32")])
+    bench, s = _fast_beside_slow(Timed)
     slow = next(r for r in s.results if r.recipe == "slow")
     assert ("pause", "slow") in bench.log
     assert slow.first_call_s is not None and slow.first_call_s < 0.2      # 0.3 s of it was the pause
