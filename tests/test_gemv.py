@@ -103,6 +103,21 @@ def test_triton_int4_layer_keeps_only_the_plain_layout():
     assert torch.equal(tiny.dequantized(), layer.dequantized())       # one quantization, two layouts
 
 
+def test_int8_widens_exactly_without_a_conversion():
+    """widen_int8 (add and subtract under 2^23's exponent) gives every int8 value back as float32; the Inductor
+    layer's one-row form on it matches its own dequantised weights, eager and compiled, and so do more rows."""
+    q = torch.arange(-128, 128, dtype=torch.int8)
+    assert torch.equal(core_quant.widen_int8(q), q.float())
+    layer = core_quant.Int8WeightOnlyLinear(_lin())
+    for rows in (1, 3):
+        x = torch.randn(rows, 64).bfloat16()
+        want = layer.reference(x)
+        for run in (layer, torch.compile(layer, fullgraph=True)):
+            got = run(x)
+            err = float((got.double() - want.double()).norm() / want.double().norm())
+            assert got.dtype == torch.bfloat16 and err < core_quant.KERNEL_TOLERANCE, (rows, run, err)
+
+
 def test_unknown_layer_kernel_is_refused():
     with pytest.raises(ValueError, match="choose from: inductor, triton"):
         core_quant.Int8WeightOnlyLinear(_lin(), kernel="cublas")
@@ -176,7 +191,8 @@ def _loop_bodies(ptx: str) -> list[str]:
 @pytest.mark.parametrize("cc", [90, 80])
 def test_kernels_compile_for_hopper_and_ampere(cc):
     """Every configuration compiles to PTX without a GPU. The int8 GEMV (one row) reads the weights in 16-byte
-    loads and sums its rows after the loop, not a shuffle tree a step; the int4 kernel and int8 above one row are
+    loads, widens them without the int-to-float conversion and sums its rows after the loop, not a shuffle tree a
+    step; the int4 kernel and int8 above one row are
     Tensor Core MMAs, int4's weights dequantised two a packed bf16x2 instruction (lop3, fma.rn.bf16x2), not by
     the int-to-float conversion (cvt.rn.f32.s*/u*: a quarter of the FMA rate)."""
     import re
@@ -188,6 +204,8 @@ def test_kernels_compile_for_hopper_and_ampere(cc):
         ptx = _ptx(gemv.int8_gemv_kernel, config, cc)
         assert "mma" not in ptx and "ld.global.v4" in ptx, config.kwargs
         assert _loop_bodies(ptx) and not any("shfl" in body for body in _loop_bodies(ptx)), config.kwargs
+        assert any("prmt.b32" in body for body in _loop_bodies(ptx)), config.kwargs
+        assert not any(converts.search(body) for body in _loop_bodies(ptx)), config.kwargs
     for config in gemv.INT4_CONFIGS:
         ptx = _ptx(gemv.int4_kernel, config, cc, GROUP=128, BLOCK_M=16, SPLIT=4, UPCAST=False)
         loops = _loop_bodies(ptx)

@@ -10,7 +10,8 @@ CUDA graphs capture them; tcperf.quant's weight-only layers run them with kernel
 
 The kernels. int8 at M = 1 (the decode GEMV, int8_gemv_kernel): each program owns BLOCK_N weight rows and walks K
 in BLOCK_K steps into a (BLOCK_N, BLOCK_K) fp32 accumulator, the row sums taken once, after the loop (summing every
-step, a cross-thread reduction a step, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). int8 above
+step, a cross-thread reduction a step, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). Both int8
+kernels widen their weights by an integer add and a float subtract (_widen), not the quarter-rate I2F. int8 above
 one row (int8_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as the left operand (W x^T: the
 weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
 
@@ -83,6 +84,25 @@ def _store(y_ptr, acc, offs_m, offs_n, M, N, stride_ym):
     tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_m[None, :] < M) & (offs_n[:, None] < N))
 
 
+# int8 -> float32 four weights a 32-bit word, exact, without I2F (a quarter-rate conversion): one XOR makes each byte
+# q + 128, one PRMT a weight sets it under the exponent of 2^23 (0x4B), one FADD takes 2^23 + 128 off:
+# tcperf.quant.widen_int8's arithmetic.
+WIDEN_ASM = tl.constexpr(
+    "{ .reg .b32 u, m; mov.b32 m, 0x4B000000; xor.b32 u, $4, 0x80808080; "
+    "prmt.b32 $0, u, m, 0x7540; prmt.b32 $1, u, m, 0x7541; prmt.b32 $2, u, m, 0x7542; prmt.b32 $3, u, m, 0x7543; "
+    "sub.f32 $0, $0, 0f4B000080; sub.f32 $1, $1, 0f4B000080; sub.f32 $2, $2, 0f4B000080; "
+    "sub.f32 $3, $3, 0f4B000080; }")
+PTX = tl.constexpr(not INTERPRETING)      # the interpreter runs no PTX: it widens by the same arithmetic in numpy
+
+
+@triton.jit
+def _widen(w):
+    """int8 (any shape, four consecutive a thread) -> float32, exact: WIDEN_ASM."""
+    if PTX:
+        return tl.inline_asm_elementwise(WIDEN_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4)
+    return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+
+
 @triton.jit
 def int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
@@ -96,7 +116,7 @@ def int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, strid
                     mask=(offs_n[:, None] < N) & (k[None, :] < K), other=0)                 # (BLOCK_N, BLOCK_K) int8
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
                     mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0)                 # (BLOCK_M, BLOCK_K)
-        acc = _product(w.to(tl.float32), x, acc, UPCAST)        # int8 -> fp32 (and bf16) is exact
+        acc = _product(_widen(w), x, acc, UPCAST)        # int8 -> fp32 (and bf16) is exact
     scale = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0).to(tl.float32)
     _store(y_ptr, acc * scale[:, None], offs_m, offs_n, M, N, stride_ym)
 
@@ -112,7 +132,7 @@ def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.co
         k = k0 + offs_k
         w = tl.load(rows + k[None, :], mask=(offs_n[:, None] < N) & (k[None, :] < K), other=0)   # int8
         x = tl.load(x_ptr + k, mask=k < K, other=0)
-        acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        acc += _widen(w) * x.to(tl.float32)[None, :]
     scale = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0).to(tl.float32)
     tl.store(y_ptr + offs_n, (tl.sum(acc, axis=1) * scale).to(y_ptr.dtype.element_ty), mask=offs_n < N)
 
