@@ -4,10 +4,10 @@ layers: each block's four, the output layer once).
 
 Kernels (KERNELS): bf16 `F.linear` (cuBLAS); int8 Inductor (Int8WeightOnlyLinear's forward under torch.compile
 with coordinate-descent tuning, as `tcperf generate` compiles it: batch 1 a static graph, the larger batches one
-graph with a dynamic batch), and beside it the same with gpt-fast's `W.to(bf16)` widening (Int8CastToBf16); int8
-triton and int4 triton (tcperf.kernels.gemv); int4 tinygemm (torch._weight_int4pack_mm); torchao's int8 and int4
-weight-only where torchao imports (one line says so otherwise). Shapes (MODELS, K x N): Llama-3.1-8B's and
-Llama-3.2-1B's decode layers (qkv, o, gate+up fused, down, the vocabulary head). int4 in groups of 128 (GROUP).
+graph with a dynamic batch); int8 triton and int4 triton (tcperf.kernels.gemv); int4
+tinygemm (torch._weight_int4pack_mm); torchao's int8 and int4 weight-only where torchao imports (one line says so
+otherwise). Shapes (MODELS, K x N): Llama-3.1-8B's and Llama-3.2-1B's decode layers (qkv, o, gate+up fused, down,
+the vocabulary head). int4 in groups of 128 (GROUP).
 
 Each kernel is first checked at the batch it is timed at against the layer's reference() (its own dequantised
 weights in float32, tcperf.quant.KERNEL_TOLERANCE; torchao's and bf16 against the bf16 weights, TOLERANCE_BF16):
@@ -49,7 +49,7 @@ from rich.table import Table
 
 from tcperf import peaks
 from tcperf.errors import one_line
-from tcperf.quant import KERNEL_TOLERANCE, Int4WeightOnlyLinear, Int8WeightOnlyLinear, QuantLinear, apart
+from tcperf.quant import KERNEL_TOLERANCE, Int4WeightOnlyLinear, Int8WeightOnlyLinear, QuantLinear
 from tcperf.timing import UNSTABLE_SPREAD, Measurement, time_fn
 
 console = Console(width=160)
@@ -93,18 +93,9 @@ def _torchao(bits: int):
     return make
 
 
-class Int8CastToBf16(Int8WeightOnlyLinear):
-    """Int8WeightOnlyLinear's Inductor form before widen_int8 (2026-11-28): gpt-fast's `W.to(bf16)` at every batch,
-    an I2F and an F2F a weight; kept here to time the two side by side."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(apart(x), self.w8.to(x.dtype)) * self.scales
-
-
 KERNELS = [k for k in (
     Kernel("bf16 cuBLAS", 16, lambda lin: lin, own_reference=False),
     Kernel("int8 inductor", 8, Int8WeightOnlyLinear, compiled=True),
-    Kernel("int8 inductor, W.to(bf16)", 8, Int8CastToBf16, compiled=True),
     Kernel("int8 triton", 8, lambda lin: Int8WeightOnlyLinear(lin, kernel="triton")),
     Kernel("int4 tinygemm", 4, lambda lin: Int4WeightOnlyLinear(lin, GROUP)),
     Kernel("int4 triton", 4, lambda lin: Int4WeightOnlyLinear(lin, GROUP, kernel="triton")),
@@ -342,25 +333,41 @@ def main() -> int:
     env = environment(device)
     bandwidth = peaks.measure_now(device)["bandwidth"]
     torch.cuda.empty_cache()
-    rows = []
+    rows, found = [], []
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "gemv_gpu.json")
+    save = lambda: _save(path, {"env": env, "bandwidth_gbs": bandwidth, "wall_s": time.time() - t0, "quick": a.quick,
+                                "group": GROUP, "crossings": found, "rows": rows})
     for model in models:
         for name, k, n in MODELS[model]:
-            rows += shape_rows(model, name, k, n, batches, bandwidth, env["l2_bytes"], kernels)
-            console.print(f"{model} {name} ({k}x{n}) done at {time.time() - t0:.0f} s", highlight=False)
-    add_ratios(rows)
+            shape = shape_rows(model, name, k, n, batches, bandwidth, env["l2_bytes"], kernels)
+            rows += shape
+            add_ratios(rows)
+            console.print(f"{model} {name} ({k}x{n}) done at {time.time() - t0:.0f} s: " + "; ".join(
+                shape_line(r) for r in shape), highlight=False)
+            save()                   # a call cut short keeps every shape it finished
     for model in models:
         console.print(table(rows, model))
     found = crossings(rows)
     console.print(f"Copy bandwidth measured now: {bandwidth or 0:,.0f} GB/s. Where each quantized kernel stops "
                   "beating bf16:\n" + "\n".join(crossing_line(c) for c in found), highlight=False)
-    wall = time.time() - t0
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "gemv_gpu.json")
-    with open(path, "w") as fh:
-        json.dump({"env": env, "bandwidth_gbs": bandwidth, "wall_s": wall, "quick": a.quick, "group": GROUP,
-                   "crossings": found, "rows": rows}, fh, indent=1, default=str)
-    console.print(f"wrote {path} ({wall:.0f} s)")
+    save()
+    console.print(f"wrote {path} ({time.time() - t0:.0f} s)")
     return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def shape_line(r: dict) -> str:
+    """One kernel at one batch, as it finishes: 'int8 triton b1 12.3 us 87% BW 0.55x bf16' (or its status)."""
+    if not r.get("us"):
+        return f"{r['kernel']} b{r['batch']} {r['status']}"
+    share = f" {r['bw_share']:.0%} BW" if r.get("bw_share") else ""
+    ratio = f" {r['vs_bf16']:.2f}x bf16" if r.get("vs_bf16") and r["bits"] < 16 else ""
+    return f"{r['kernel']} b{r['batch']} {r['us']:.1f} us{share}{ratio}"
+
+
+def _save(path: str, doc: dict) -> None:
+    with open(path, "w") as fh:
+        json.dump(doc, fh, indent=1, default=str)
 
 
 if __name__ == "__main__":

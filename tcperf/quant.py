@@ -172,24 +172,10 @@ def apart(x: torch.Tensor) -> torch.Tensor:
     return inductor_prims.force_stride_order(x, x.stride())
 
 
-# int8 -> float32 without a conversion instruction: q + 128 in the low byte of 2^23's mantissa is 2^23 + 128 + q
-# exactly, an integer add and a float subtract. A GPU converts int8 (I2F) and float32 to bf16 (F2F) at a quarter of
-# its integer and float rate, 16 a multiprocessor a clock on Hopper; W.to(bf16) takes both, 8 weights a clock, 2.1 TB/s
-# of int8 on an H100's 132 SMs: the 70-74% of the copy bandwidth int8 decode's GEMVs stopped at (2026-11-27).
-WIDEN_BIAS = 0x4B000000 + 128       # the bits of 2^23, plus 128
-WIDEN_SUB = 8388608.0 + 128         # 2^23 + 128
-
-
-def widen_int8(q: torch.Tensor) -> torch.Tensor:
-    """int8 q -> float32, exact, by integer add and float subtract (no I2F; under torch.compile they fuse into the
-    GEMV that reads q)."""
-    return (q.to(torch.int32) + WIDEN_BIAS).view(torch.float32) - WIDEN_SUB
-
-
 class Int8WeightOnlyLinear(QuantLinear):
     """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2, the int8 values in `w8`. kernel="inductor":
-    the widening (at one row widen_int8's, to float32) and the scale fused into the matmul by torch.compile (eager
-    widens the whole weight first), its input through apart(); kernel="triton": tcperf.kernels.gemv's int8 kernel, the same in eager and compiled
+    the widening to bf16 and the scale fused into the matmul by torch.compile (eager widens the whole weight first),
+    its input through apart(); kernel="triton": tcperf.kernels.gemv's int8 kernel, the same in eager and compiled
     (which a decode takes is tcperf.generate.quant.KERNELS's choice, measured there)."""
 
     def __init__(self, linear: nn.Linear, kernel: str = "inductor"):
@@ -200,10 +186,7 @@ class Int8WeightOnlyLinear(QuantLinear):
         self.register_buffer("scales", scales.to(torch.bfloat16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernel == "inductor" and x.numel() == x.shape[-1]:
-            # one row, the decode GEMV: products and sums in float32, as Inductor's GEMV makes them from bf16
-            return (F.linear(apart(x).float(), widen_int8(self.w8)) * self.scales).to(x.dtype)
-        if self.kernel == "inductor":       # more rows: a GEMM on the Tensor Cores, its weight widened apart
+        if self.kernel == "inductor":
             return F.linear(apart(x), self.w8.to(x.dtype)) * self.scales
         y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales)     # (M, N)
         return y.reshape(*x.shape[:-1], self.out_features)
