@@ -528,6 +528,38 @@ def test_a_short_job_leads_with_the_precisions_whose_first_call_is_short():
     assert [p for p, _ in streams.leading(grid, convs=False)] == ["amp_fp16", "fp16"]      # no job: the step
 
 
+def test_over_many_shapes_a_first_call_beyond_the_quickest_is_paid_at_each_new_shape():
+    """conv_seq's grid on an H200 (2026-11-28, 63 shapes in 64 steps): amp_fp16's first call 2.7 s against tf32's
+    0.43; its plain loop's warm-up over the stream took 96 s and its job at 10,000 steps 211 s, tf32's eager 180 s. The
+    fp16s no longer lead at 10,000 steps; at 100 steps tf32 alone does (the plain loops' best there)."""
+    from tcperf.advisor import streams
+    grid = [_timed(name, step, first_call_s=first) for name, step, first in (
+        ("fp32", 24.91, 0.46), ("tf32", 13.98, 0.43), ("amp_fp16", 7.99, 2.66), ("amp_bf16", 15.58, 0.49),
+        ("fp16", 8.17, 2.37), ("bf16", 15.48, 0.54))]
+    for r in grid:
+        r.gpu_busy = 0.98
+    assert [p for p, _ in streams.leading(grid, False, 10_000, shapes=63)] == ["tf32", "amp_bf16", "bf16"]
+    assert [p for p, _ in streams.leading(grid, False, 100, shapes=63)] == ["tf32"]
+    assert [p for p, _ in streams.leading(grid, False, 10_000)][:2] == ["amp_fp16", "fp16"]    # one shape: as before
+
+
+def test_graphs_come_first_where_their_saving_outruns_the_whole_budget_left():
+    """T5 on an H200 (2026-11-28): bf16 eager 23 ms a step at 17% GPU busy, 3.9 ms of kernels; at 10,000 steps graphs
+    would save 191 s, more than the 89 s of budget left: measured first. At 100 steps (1.9 s), or with the GPU busy,
+    or without a budget, eager comes first."""
+    import time as clock
+    from tcperf.advisor import streams
+    eager, graphed = _timed("bf16", 23.0), _timed("bf16", 23.0)
+    eager.gpu_busy, graphed.kernel_ms = 0.17, 3.9
+    plan = lambda steps, deadline: streams.Plan(None, {}, steps, None, deadline, None, None)
+    left = clock.perf_counter() + 89
+    assert plan(10_000, left).graphs_first(eager, graphed)
+    assert not plan(100, left).graphs_first(eager, graphed)
+    assert not plan(10_000, None).graphs_first(eager, graphed)
+    eager.gpu_busy = 0.95
+    assert not plan(10_000, left).graphs_first(eager, graphed)
+
+
 def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_matmuls():
     """T5 on an H100: eager bf16 and tf32 both ran 12-14 ms a step (launch-bound), and tf32's ways were tried; bf16's
     CUDA graphs made it 2.1 ms. Where the eager step is host-bound the ways go to the shortest GEMM kernels."""
@@ -567,6 +599,10 @@ def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_
     assert ran.index("bf16+cuda_graphs@dynamic") < ran.index("bf16+compile@marked")
     assert "tf32+cuda_graphs@marked" in ran and ran[-1] == "int8@marked" and "fp16" not in ran
     assert job.pick([r for r in stage.results if r.passes], 10_000).recipe == "bf16+cuda_graphs@marked"
+    ran.clear()            # a budget of 60 s left, less than graphs' 81 s saving at 10,000 steps: graphs first
+    streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {}, 10_000, later=("int8",),
+                deadline=time.perf_counter() + 60)
+    assert ran[:2] == ["bf16+cuda_graphs@marked", "tf32"], ran
 
 
 def test_a_recipe_that_cannot_win_at_its_speed_of_light_is_not_started(monkeypatch):

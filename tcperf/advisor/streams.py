@@ -4,9 +4,11 @@ caches and nothing else of tcperf's running (tcperf.engine.StreamSession). Its f
 cost a user pays on a new machine, its steady passes the step time.
 
 The candidates, in the order they are measured (run):
-  1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call + N x
-     step: a first call that searches cuDNN's algorithms at each new shape foretells a long stream) is within
-     LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
+  0. where the example input's step is host-bound and what CUDA graphs would save over it at the job's steps is more
+     than the whole budget left (Plan.graphs_first), CUDA graphs at the precision whose kernels were the shortest;
+  1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call, paid
+     again at each of the stream's distinct shapes for what it took beyond the grid's quickest first call, + N x
+     step: estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
      compiled way then removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the
      precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too.
      Where the first of them is host-bound on the stream, CUDA graphs at the precision whose kernels (all of them: a
@@ -107,33 +109,48 @@ def lasting_ms(r: RecipeResult) -> float:
     return r.matmul_ms if r.matmul_ms is not None else r.kernel_ms if r.kernel_ms is not None else math.inf
 
 
-def estimated_s(r: RecipeResult, steps: int | None) -> float:
-    """A recipe's job at `steps` as the example input foretells it: its first call (a slow one, such as cuDNN's
-    search for each new convolution shape at fp16, grows over a stream of shapes) + steps x its step; without a
-    job length, its step."""
+def estimated_s(r: RecipeResult, steps: int | None, shapes: int = 1, quickest: float = 0.0) -> float:
+    """A recipe's job at `steps` as the example input foretells it: its first call + steps x its step; without a job
+    length, its step. Over a stream of `shapes` distinct shapes an eager recipe pays again at each new one what its
+    first call took beyond the grid's quickest first call (`quickest`: the process's own start, paid once): cuDNN's
+    kernels for a new convolution shape at fp16 (conv_seq on an H200, 2026-11-28: amp_fp16's first call 2.7 s, tf32's
+    0.4; over 63 shapes its plain loop's warm-up took 96 s, tf32's 1.3)."""
     step = r.step_ms if r.step_ms else math.inf
-    return step if steps is None else (r.first_call_s or 0.0) + steps * step / 1e3
+    if steps is None:
+        return step
+    first = r.first_call_s or 0.0
+    return first + max(0, shapes - 1) * max(0.0, first - quickest) + steps * step / 1e3
 
 
-def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None) -> list[tuple[str, tuple]]:
+def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None,
+            shapes: int = 1) -> list[tuple[str, tuple]]:
     """(precision, modules kept in fp32) of the leading recipes on the example input, best first (see the module's
-    doc), ranked by the job at `steps` the example input foretells (estimated_s); on convolutions each reduced
-    precision with channels_last too. Recipes compiled by definition are not here (`later` in run)."""
+    doc), ranked by the job at `steps` over `shapes` distinct shapes the example input foretells (estimated_s); on
+    convolutions each reduced precision with channels_last too. Recipes compiled by definition are not here (`later`
+    in run)."""
+    eager = [r for r in grid if r.passes and not recipes.get(root_of(r.runs)).compile]
+    quickest = min((r.first_call_s for r in eager if r.first_call_s is not None), default=0.0)
+    estimate = lambda r: estimated_s(r, steps, shapes, quickest)
     best: dict[tuple, RecipeResult] = {}
-    for r in (r for r in grid if r.passes and not recipes.get(root_of(r.runs)).compile):
+    for r in eager:
         key = (root_of(r.runs), tuple(r.keep_fp32))
-        if key not in best or estimated_s(r, steps) < estimated_s(best[key], steps):
+        if key not in best or estimate(r) < estimate(best[key]):
             best[key] = r
     if not best:
         return []
-    ranked = sorted(best, key=lambda k: estimated_s(best[k], steps))
-    top, least = best[ranked[0]], estimated_s(best[ranked[0]], steps)
-    keys = [k for k in ranked if math.isinf(least) or estimated_s(best[k], steps) <= least * (1 + LEAD_MARGIN)]
+    ranked = sorted(best, key=lambda k: estimate(best[k]))
+    top, least = best[ranked[0]], estimate(best[ranked[0]])
+    keys = [k for k in ranked if math.isinf(least) or estimate(best[k]) <= least * (1 + LEAD_MARGIN)]
     if host_bound(top):
         keys.append(min(ranked, key=lambda k: lasting_ms(best[k])))
     if convs:
         keys += [(recipes.on_top(p, "channels_last"), keep) for p, keep in list(keys) if p in REDUCED]
     return list(dict.fromkeys(keys))
+
+
+def row_of(grid: list[RecipeResult], key: tuple[str, tuple]) -> RecipeResult | None:
+    """The grid's eager row of a (precision, modules kept in fp32) root."""
+    return next((r for r in grid if r.passes and (r.runs, tuple(r.keep_fp32)) == key), None)
 
 
 def graphed_ms(r: RecipeResult) -> float:
@@ -166,13 +183,15 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
         pick = verdict.candidate(grid)
         root = root_of(pick.runs)
         return plan.measure([root, *family(root, "cpu", plan.refused)], tuple(pick.keep_fp32))
-    roots = leading(grid, convs, steps)
+    roots = leading(grid, convs, steps, workload.get("distinct") or 1)
     if not roots:
         return plan.stage
+    graphs = least(grid, roots, graphed_ms)
+    if plan.graphs_first(row_of(grid, roots[0]), row_of(grid, graphs)):
+        plan.measure(family(graphs[0], "cuda", plan.refused, graphs_first=True)[:1], graphs[1])
     plan.measure([roots[0][0]], roots[0][1])
-    if host_bound(plan.found(roots[0][0])):     # the launch gaps, not the precision, set the step: graphs first
-        root, keep = least(grid, roots, graphed_ms)
-        plan.measure(family(root, "cuda", plan.refused, graphs_first=True)[:1], keep)
+    if host_bound(plan.found(roots[0][0])):     # the launch gaps, not the precision, set the step: graphs next
+        plan.measure(family(graphs[0], "cuda", plan.refused, graphs_first=True)[:1], graphs[1])
     for root, keep in roots:
         plan.measure([root], keep)
     first, keep = plan.family_root(roots)
@@ -203,6 +222,16 @@ class Plan:
             return cheapest
         measured = [k for k in roots if self.found(k[0]) is not None]
         return min(measured, key=lambda k: lasting_ms(self.found(k[0])), default=cheapest)
+
+    def graphs_first(self, eager: RecipeResult | None, graphed: RecipeResult | None) -> bool:
+        """CUDA graphs before any eager recipe: the example input's step is host-bound and, at the job's steps, what
+        graphs would save over it (the eager step against the kernels a graph keeps) is more than the whole budget
+        left, so no warm-up the budget allows could lose to eager. T5 on an H200 (2026-11-28): eager bf16 measured
+        first left 17 s of the budget to its graphs, whose warm-up takes 36 s and whose job is 3.8x shorter."""
+        if not (host_bound(eager) and graphed is not None and self.steps and self.deadline is not None):
+            return False
+        saved_s = self.steps * (eager.step_ms - graphed_ms(graphed)) / 1e3
+        return saved_s > self.deadline - time.perf_counter()
 
     def found(self, name: str) -> RecipeResult | None:
         return next((r for r in job.eligible(self.stage.results) if r.runs == name), None)
