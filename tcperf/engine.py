@@ -243,7 +243,8 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
     rec, device = recipes.get(recipe), torch.device(device)
     row, step = prepare_checked(spec, rec, mode, device, ref=ref, reference_file=reference_file,
                                 tolerance=tolerance, steps=steps, check=check, keep=keep, wrap=wrap)
-    row.metrics.pop("first_call_window", None)      # for a parent that stops workers; nobody stops this one
+    for window in ("first_call_window", "new_shape_window"):      # for a parent that stops workers; nobody stops this one
+        row.metrics.pop(window, None)
     if step is None:
         return row
     if time_it:
@@ -292,7 +293,27 @@ def prepare_checked(spec: Spec, rec: recipes.Recipe, mode: str, device: torch.de
     row.metrics.update(first_call_s=t1 - t0, first_call_window=(t0, t1), notes=list(step.notes))
     if check:
         _judge(row, acc, mode, tol, ref)
+    if spec.workload and row.ok and not (rec.compile or rec.cuda_graphs):
+        row.metrics.update(_new_shape(step, spec, device))
     return row, step
+
+
+def _new_shape(step, spec: Spec, device: torch.device) -> dict:
+    """An eager recipe's first call at the workload's first shape other than the example input's: what it pays again
+    at each new shape of a stream (cuDNN's kernels for a new convolution shape), apart from what its first call paid
+    once (the precision's kernels loaded, its handles made). {} where every step has the example's shape."""
+    example = workload.shape_key(tensor_inputs(spec))
+    other = next((x for x in stream_of(spec) if workload.shape_key(x) != example), None)
+    if other is None:
+        return {}
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    step.call(other)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)   # sync point: the new shape's call must end with the GPU's work
+    t1 = time.perf_counter()
+    return {"new_shape_s": t1 - t0, "new_shape_window": (t0, t1)}
 
 
 def _fails_eagerly(spec: Spec, rec: recipes.Recipe, mode: str, device, ref: dict, steps: int, tol: float, keep,

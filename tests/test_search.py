@@ -279,6 +279,11 @@ def test_unpaused_takes_out_each_pause_inside_the_first_calls_window():
     assert "first_call_window" not in out.metrics
     kept = unpaused(Result("advise.recipe", {}, "x", "ok", metrics={"first_call_s": 1.0}), [[0.0, 1.0]])
     assert kept.metrics == {"first_call_s": 1.0}
+    both = unpaused(Result("advise.recipe", {}, "x", "ok", metrics={
+        "first_call_s": 3.0, "first_call_window": (0.0, 3.0), "new_shape_s": 4.0, "new_shape_window": (3.0, 7.0)}),
+        [[2.0, 4.0]])                       # a pause across both windows: 1 s out of each
+    assert both.metrics == {"first_call_s": 2.0, "first_call_paused_s": 1.0, "new_shape_s": 3.0,
+                            "new_shape_paused_s": 1.0}
 
 
 def test_a_recipes_compiled_tiers_are_queued_together_and_compiled_evidence_tightens_them():

@@ -528,19 +528,44 @@ def test_a_short_job_leads_with_the_precisions_whose_first_call_is_short():
     assert [p for p, _ in streams.leading(grid, convs=False)] == ["amp_fp16", "fp16"]      # no job: the step
 
 
-def test_over_many_shapes_a_first_call_beyond_the_quickest_is_paid_at_each_new_shape():
-    """conv_seq's grid on an H200 (2026-11-28, 63 shapes in 64 steps): amp_fp16's first call 2.7 s against tf32's
-    0.43; its plain loop's warm-up over the stream took 96 s and its job at 10,000 steps 211 s, tf32's eager 180 s. The
-    fp16s no longer lead at 10,000 steps; at 100 steps tf32 alone does (the plain loops' best there)."""
+def test_over_many_shapes_what_a_second_shape_costs_is_paid_at_each_new_one():
+    """conv_seq on an H200 (2026-11-28, 63 shapes in 64 steps): amp_fp16's first call 2.7 s against tf32's 0.43, and
+    its plain loop's warm-up over the stream 96 s (1.5 s a new shape), its job at 10,000 steps 211 s against tf32's
+    eager 180. With each recipe's call at a second shape (here the plain loops' warm-up over the shapes), tf32 and
+    bf16 lead at 10,000 steps and fp16 does not; T5's reduced precisions, whose first calls (1.5 s against fp32's
+    0.5) are paid once, lead by their step."""
     from tcperf.advisor import streams
-    grid = [_timed(name, step, first_call_s=first) for name, step, first in (
-        ("fp32", 24.91, 0.46), ("tf32", 13.98, 0.43), ("amp_fp16", 7.99, 2.66), ("amp_bf16", 15.58, 0.49),
-        ("fp16", 8.17, 2.37), ("bf16", 15.48, 0.54))]
-    for r in grid:
-        r.gpu_busy = 0.98
-    assert [p for p, _ in streams.leading(grid, False, 10_000, shapes=63)] == ["tf32", "amp_bf16", "bf16"]
-    assert [p for p, _ in streams.leading(grid, False, 100, shapes=63)] == ["tf32"]
-    assert [p for p, _ in streams.leading(grid, False, 10_000)][:2] == ["amp_fp16", "fp16"]    # one shape: as before
+
+    def grid(rows):
+        made = []
+        for name, step, first, again in rows:
+            r = _timed(name, step, first_call_s=first)
+            r.gpu_busy, r.new_shape_s = 0.98, again + step / 1e3
+            made.append(r)
+        return made
+    conv_seq = grid((("fp32", 24.91, 0.46, 0.005), ("tf32", 13.98, 0.43, 0.006), ("amp_fp16", 7.99, 2.66, 1.49),
+                     ("amp_bf16", 15.58, 0.49, 0.015), ("fp16", 8.17, 2.37, 1.89), ("bf16", 15.48, 0.54, 0.01)))
+    at_10000 = [p for p, _ in streams.leading(conv_seq, False, 10_000, shapes=63)]
+    assert at_10000[:3] == ["tf32", "bf16", "amp_bf16"] and "fp16" not in at_10000, at_10000
+    assert [p for p, _ in streams.leading(conv_seq, False, 100, shapes=63)] == ["tf32", "bf16"]
+    assert [p for p, _ in streams.leading(conv_seq, False, 10_000)][:2] == ["amp_fp16", "fp16"]   # one shape
+    t5 = grid((("fp32", 24.2, 0.5, 0.05), ("bf16", 15.2, 1.54, 0.08), ("amp_bf16", 16.1, 1.68, 0.08)))
+    assert [p for p, _ in streams.leading(t5, False, 10_000, shapes=64)][:2] == ["bf16", "amp_bf16"]
+
+
+def test_an_eager_recipe_on_a_workload_times_its_first_call_at_a_second_shape():
+    """prepare_checked on a stream's spec (the GRU model's CPU size): an eager recipe also runs once at the stream's
+    first shape other than the example's and records how long that took; a compiled recipe (its new shapes are
+    compiles, measured on the stream) and a spec without a workload do not."""
+    from tcperf import engine, recipes, source
+    spec = source.load_spec("benchmarks/streams/gru_asr.py:tiny")
+    row, _ = engine.prepare_checked(spec, recipes.get("fp32"), "infer", torch.device("cpu"), check=False)
+    assert row.metrics["new_shape_s"] > 0 and len(row.metrics["new_shape_window"]) == 2
+    compiled, _ = engine.prepare_checked(spec, recipes.get("fp32+compile"), "infer", torch.device("cpu"), check=False)
+    spec.workload = None
+    plain, _ = engine.prepare_checked(spec, recipes.get("fp32"), "infer", torch.device("cpu"), check=False)
+    assert compiled.ok and plain.ok, (compiled.message, plain.message)
+    assert "new_shape_s" not in compiled.metrics and "new_shape_s" not in plain.metrics
 
 
 def test_graphs_come_first_where_their_saving_outruns_the_whole_budget_left():

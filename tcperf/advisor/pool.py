@@ -143,14 +143,17 @@ class Pool:
 
 
 def unpaused(row: Result, pauses: list) -> Result:
-    """The row with the seconds its worker was stopped during its first call taken out of first_call_s (the
-    window the worker noted on the shared monotonic clock; a pause not yet ended counts to the window's end)."""
-    window = (row.metrics or {}).pop("first_call_window", None)
-    if not window or not pauses or row.metrics.get("first_call_s") is None:
-        return row
-    start, end = window
-    stopped = sum(max(0.0, min(end, b if b is not None else end) - max(start, a)) for a, b in pauses)
-    if stopped > 0:
-        row.metrics["first_call_s"] = max(0.0, row.metrics["first_call_s"] - stopped)
-        row.metrics["first_call_paused_s"] = stopped
+    """The row with the seconds its worker was stopped during its first call (and its first call at a new shape)
+    taken out of first_call_s (new_shape_s): the windows the worker noted on the shared monotonic clock; a pause
+    not yet ended counts to the window's end."""
+    for seconds, window_key, paused in (("first_call_s", "first_call_window", "first_call_paused_s"),
+                                        ("new_shape_s", "new_shape_window", "new_shape_paused_s")):
+        window = (row.metrics or {}).pop(window_key, None)
+        if not window or not pauses or row.metrics.get(seconds) is None:
+            continue
+        start, end = window
+        stopped = sum(max(0.0, min(end, b if b is not None else end) - max(start, a)) for a, b in pauses)
+        if stopped > 0:
+            row.metrics[seconds] = max(0.0, row.metrics[seconds] - stopped)
+            row.metrics[paused] = stopped
     return row

@@ -6,9 +6,9 @@ cost a user pays on a new machine, its steady passes the step time.
 The candidates, in the order they are measured (run):
   0. where the example input's step is host-bound and what CUDA graphs would save over it at the job's steps is more
      than the whole budget left (Plan.graphs_first), CUDA graphs at the precision whose kernels were the shortest;
-  1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call, paid
-     again at each of the stream's distinct shapes for what it took beyond the grid's quickest first call, + N x
-     step: estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
+  1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call, what
+     a call at the stream's second shape took beyond a step paid again at each distinct shape, + N x step:
+     estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
      compiled way then removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the
      precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too.
      Where the first of them is host-bound on the stream, CUDA graphs at the precision whose kernels (all of them: a
@@ -109,17 +109,16 @@ def lasting_ms(r: RecipeResult) -> float:
     return r.matmul_ms if r.matmul_ms is not None else r.kernel_ms if r.kernel_ms is not None else math.inf
 
 
-def estimated_s(r: RecipeResult, steps: int | None, shapes: int = 1, quickest: float = 0.0) -> float:
+def estimated_s(r: RecipeResult, steps: int | None, shapes: int = 1) -> float:
     """A recipe's job at `steps` as the example input foretells it: its first call + steps x its step; without a job
-    length, its step. Over a stream of `shapes` distinct shapes an eager recipe pays again at each new one what its
-    first call took beyond the grid's quickest first call (`quickest`: the process's own start, paid once): cuDNN's
-    kernels for a new convolution shape at fp16 (conv_seq on an H200, 2026-11-28: amp_fp16's first call 2.7 s, tf32's
-    0.4; over 63 shapes its plain loop's warm-up took 96 s, tf32's 1.3)."""
+    length, its step. Over a stream of `shapes` distinct shapes it pays again, at each new one, what its first call at
+    the stream's second shape took beyond a step (new_shape_s: cuDNN's kernels for a new convolution shape; on an
+    H200 amp_fp16's first call on conv_seq took 2.7 s, and its plain loop's warm-up over 63 lengths 96 s)."""
     step = r.step_ms if r.step_ms else math.inf
     if steps is None:
         return step
-    first = r.first_call_s or 0.0
-    return first + max(0, shapes - 1) * max(0.0, first - quickest) + steps * step / 1e3
+    again = max(0.0, r.new_shape_s - step / 1e3) if r.new_shape_s is not None and step < math.inf else 0.0
+    return (r.first_call_s or 0.0) + max(0, shapes - 1) * again + steps * step / 1e3
 
 
 def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None,
@@ -129,8 +128,7 @@ def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None,
     convolutions each reduced precision with channels_last too. Recipes compiled by definition are not here (`later`
     in run)."""
     eager = [r for r in grid if r.passes and not recipes.get(root_of(r.runs)).compile]
-    quickest = min((r.first_call_s for r in eager if r.first_call_s is not None), default=0.0)
-    estimate = lambda r: estimated_s(r, steps, shapes, quickest)
+    estimate = lambda r: estimated_s(r, steps, shapes)
     best: dict[tuple, RecipeResult] = {}
     for r in eager:
         key = (root_of(r.runs), tuple(r.keep_fp32))

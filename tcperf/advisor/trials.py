@@ -58,6 +58,7 @@ class RecipeResult:
     kernel_ms: float | None = None   # a step's GPU kernel time (profiled) ...
     matmul_ms: float | None = None   # ... of it in GEMM, convolution and attention kernels
     op: str = "advise.recipe"        # advise.recipe (on the example input) | advise.stream (on the workload)
+    new_shape_s: float | None = None  # eager, with a workload: its first call at the stream's second shape
 
     @property
     def passes(self) -> bool:
@@ -88,7 +89,7 @@ class RecipeResult:
                    m.get("criterion", ""), m.get("accuracy") or {}, timing, m.get("first_call_s"), None,
                    m.get("tc_share"), m.get("gpu_busy"), m.get("kernels") or [], m.get("keep_fp32") or [],
                    m.get("base"), row.warnings, m.get("stream"), m.get("kernel_ms"), m.get("matmul_ms"),
-                   row.op or "advise.recipe")
+                   row.op or "advise.recipe", m.get("new_shape_s"))
 
 
 # --- what a recipe is (tcperf.recipes) --------------------------------------------------------------------------
