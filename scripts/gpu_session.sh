@@ -22,6 +22,7 @@
 #                                            and tcperf's, with the kernels each launched)
 #                                            wladvise (`time tcperf advise` on each of WL_TARGETS at --steps WL_STEPS,
 #                                            a fresh store each: the workload stage's time, issue 32)
+#                                            cpusuite (every test file with the GPU hidden, in shards side by side)
 #                                            cputests (CPU tests, CPU_TESTS, on this machine's torch with the GPU
 #                                            hidden: the torch the README's set-up installs is newer, and torch 2.11
 #                                            alone dropped the fused batch norms' compiled backward)
@@ -72,6 +73,16 @@ for s in "$@"; do
         tests)    stage tests ${TESTS_LIMIT:-420} python3 -m pytest -m gpu -v -p no:cacheprovider -rfEs --timeout ${TEST_TIMEOUT:-150} --durations 15 --tb=short ${TESTS:-} ;;
         cputests) stage cputests ${CPU_TESTS_LIMIT:-300} env CUDA_VISIBLE_DEVICES= python3 -m pytest -q -p no:cacheprovider -rfEs \
                       --tb=short ${CPU_TESTS:-tests/test_batchnorm.py tests/test_maxpool.py} ;;
+        cpusuite) # the README's test command on this machine's CPU, its GPU hidden, in shards side by side: each of
+                  # CPU_SHARDS (default cores / 4) a group of files of about equal time (scripts/test_shards.py),
+                  # pinned to its share of the cores
+                  n=${CPU_SHARDS:-$(( $(nproc) / 4 ))}; per=$(( $(nproc) / n )); i=0
+                  while read -r files; do
+                      stage "cpusuite-$i" ${CPU_SUITE_LIMIT:-480} env CUDA_VISIBLE_DEVICES= taskset -c $(( i * per ))-$(( i * per + per - 1 )) \
+                          python3 -m pytest -q -p no:cacheprovider -rfE --tb=short $files &
+                      i=$(( i + 1 ))
+                  done < <(python3 scripts/test_shards.py "$n"); wait
+                  grep -h -E "^(FAILED|ERROR)|passed|failed" "$OUT"/logs/cpusuite-*.log ;;
         testfiles) for f in ${TESTS:-$(grep -l "mark.gpu" tests/test_*.py)}; do   # one pytest a file: a hang or the
                   stage "tests-$(basename "$f" .py)" ${FILE_LIMIT:-150} python3 -m pytest -m gpu -v -p no:cacheprovider \
                       -rs --timeout ${TEST_TIMEOUT:-120} --tb=short "$f"              # limit costs that file alone

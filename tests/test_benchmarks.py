@@ -522,3 +522,16 @@ def test_the_hand_written_step_is_one_function_that_trains():
     losses = [float(step()) for _ in range(3)]
     assert all(math.isfinite(x) for x in losses) and items == 2 * inputs[0].shape[1]
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_suite_splits_into_shards_of_about_equal_time_each_file_once():
+    """scripts/test_shards.py (the GPU machine's cpusuite stage): longest file first onto the emptiest shard; a file
+    without a recorded time counts as the median one; every test file of the repository lands in one shard."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import test_shards
+    got = test_shards.shards(2, ["a", "b", "c", "d", "new"], {"a": 10.0, "b": 6.0, "c": 5.0, "d": 1.0})
+    assert got == [(15.0, ["a", "c"]), (12.5, ["b", "new", "d"])], got      # "new": the median, 5.5 s
+    files = sorted(p.name for p in Path(__file__).parent.glob("test_*.py"))
+    lines = subprocess.run([sys.executable, str(Path(test_shards.__file__)), "4"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    assert len(lines) == 4 and sorted(Path(f).name for line in lines for f in line.split()) == files
