@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from . import accuracy, env, peaks, recipes, stream, workload
+from .errors import one_line
 from .records import Case, Job, Result, Source, to_wire
 from .source import import_files, load_source, on_device
 from .spec import Spec, callable_model, tensor_inputs
@@ -309,9 +310,13 @@ def _new_shape(step, spec: Spec, device: torch.device) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     t0 = time.perf_counter()
-    step.call(other)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)   # sync point: the new shape's call must end with the GPU's work
+    try:
+        step.call(other)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)   # sync point: the new shape's call must end with the GPU's work
+    except Exception as e:      # noqa: BLE001 - out of memory at a larger shape, say: the stream will say so
+        _release(device)
+        return {"new_shape_error": one_line(e)}
     t1 = time.perf_counter()
     return {"new_shape_s": t1 - t0, "new_shape_window": (t0, t1)}
 

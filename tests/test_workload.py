@@ -566,6 +566,12 @@ def test_an_eager_recipe_on_a_workload_times_its_first_call_at_a_second_shape():
     plain, _ = engine.prepare_checked(spec, recipes.get("fp32"), "infer", torch.device("cpu"), check=False)
     assert compiled.ok and plain.ok, (compiled.message, plain.message)
     assert "new_shape_s" not in compiled.metrics and "new_shape_s" not in plain.metrics
+    spec = source.load_spec("benchmarks/streams/gru_asr.py:tiny")
+    real = spec.model.forward
+    spec.model.forward = lambda x, *a, **k: real(x, *a, **k) if x.shape == spec.args[0].shape else 1 / 0
+    failed, _ = engine.prepare_checked(spec, recipes.get("fp32"), "infer", torch.device("cpu"), check=False)
+    assert failed.ok and "new_shape_s" not in failed.metrics and "ZeroDivisionError" in failed.metrics[
+        "new_shape_error"]          # the recipe stands; its stream will say what a new shape does
 
 
 def test_graphs_come_first_where_their_saving_outruns_the_whole_budget_left():
