@@ -309,6 +309,19 @@ def s_result(label: str, ms: float):
     return RecipeResult(label, "ok", timing={"mean_ms": ms, "median_ms": ms})
 
 
+def test_without_a_runoff_no_worker_is_kept_and_no_round_is_timed():
+    """With a workload the stream decides, so the grid keeps no leader's worker and times no runoff (T5 on an H200:
+    9-14 s of its 150 s budget): every worker is closed as its recipe is in, and no 'window' call is made."""
+    bench = ScriptedBench(TABLE)
+    s = search.Search(bench, jobs=2, grow=False, runoff=False)
+    assert {r.recipe for r in s.run([Item("tf32"), Item("bf16"), Item("amp_bf16")])} == {"tf32", "bf16", "amp_bf16"}
+    assert not s.alive and s.decision == {} and not any(call == "window" for call, _ in bench.log)
+    assert sorted(label for call, label in bench.log if call == "close") == ["amp_bf16", "bf16", "tf32"]
+    with_runoff = ScriptedBench(TABLE)
+    search.Search(with_runoff, jobs=2, grow=False).run([Item("tf32"), Item("bf16"), Item("amp_bf16")])
+    assert any(call == "window" for call, _ in with_runoff.log)
+
+
 def test_given_recipes_get_no_tiers_above_them():
     s = search.Search(ScriptedBench(TABLE), jobs=2, grow=False)
     assert {r.recipe for r in s.run([Item("tf32"), Item("bf16")])} == {"tf32", "bf16"}

@@ -115,7 +115,7 @@ def run(spec: source.Spec | None = None, *, mode: str = "infer", tolerance=None,
         # with a workload the one-shape grid only ranks the precisions (eager): the ways of meeting varying shapes
         # are measured on the stream, where a compile's cost is what the job pays (tcperf.advisor.streams)
         search = Search(bench, jobs=jobs, budget=budget, progress=progress, log=log, started=started,
-                        grow=not recipes and not facts.workload, layers=layers)
+                        grow=not recipes and not facts.workload, layers=layers, runoff=not facts.workload)
         found: dict = {}
 
         def sensitive_items(results):

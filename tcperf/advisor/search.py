@@ -107,6 +107,7 @@ class Plan:
         self.running, self.eager_open = 0, 0            # started and not in yet; ... of them eager
         self.walls: dict[str, list] = {"eager": [], "compile": []}
         self.pruned, self.untried = [], []
+        self.runoff = True                              # the leaders timed again, interleaved, at the end
 
     def _add(self, cands: list[Candidate]) -> None:
         for c in cands:
@@ -188,7 +189,7 @@ class Plan:
         return walls[len(walls) // 2] if walls else FIRST_GUESS_S[kind]
 
     def _runoff_guess(self) -> float:
-        best = self.best()
+        best = self.best() if self.runoff else None
         return 0.0 if best is None else MAX_LEADERS * runoff.ROUNDS * (runoff.window_ms(best.step_ms) / 1e3 + 0.1)
 
     def eta(self) -> float:
@@ -205,13 +206,15 @@ class Search(Plan):
     others stopped, the leaders' workers kept alive for the runoff."""
 
     def __init__(self, bench: Bench, *, jobs: int | None = None, budget: float | None = None, progress=None,
-                 log=None, started: float | None = None, grow: bool = True, layers: list | None = None):
+                 log=None, started: float | None = None, grow: bool = True, layers: list | None = None,
+                 runoff: bool = True):
         """grow: build the compiled tiers (False: only the recipes given); layers: the shape lint's (tcperf.advisor.
-        lint.Layer), for the share of GEMM FLOPs whose eager time bounds nothing (loose_share)."""
+        lint.Layer), for the share of GEMM FLOPs whose eager time bounds nothing (loose_share). runoff=False: no
+        runoff, no worker kept for one (with a workload the stream decides: its 4-14 s went to the budget)."""
         started = started or time.perf_counter()
         super().__init__(bench.mode, timed=bench.device.type == "cuda", grow=grow, layers=layers or [],
                          jobs=jobs or default_jobs(bench.device), budget=budget, started=started)
-        self.bench = bench
+        self.bench, self.runoff = bench, runoff
         self.progress, self.log = progress or (lambda *a: None), log or (lambda text: None)
         self._timeline = Timeline(started)
         self.pool = Pool(bench, self._timeline)
@@ -320,7 +323,7 @@ class Search(Plan):
         """Keep the worker of a leading recipe alive for the runoff; close the others."""
         if session is None:
             return
-        if r.passes and r.step_ms:
+        if r.passes and r.step_ms and self.runoff:
             self.alive[r.recipe] = (session, r)
         best = self.best()
         for i, (label, (s, res)) in enumerate(sorted(self.alive.items(), key=lambda kv: kv[1][1].step_ms)):
