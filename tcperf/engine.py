@@ -244,7 +244,7 @@ def measure(spec: Spec, recipe, mode: str, device, *, ref: dict | None = None, r
     rec, device = recipes.get(recipe), torch.device(device)
     row, step = prepare_checked(spec, rec, mode, device, ref=ref, reference_file=reference_file,
                                 tolerance=tolerance, steps=steps, check=check, keep=keep, wrap=wrap)
-    for window in ("first_call_window", "new_shape_window"):      # for a parent that stops workers; nobody stops this one
+    for window in ("first_call_window", "new_shape_window"):    # for a parent that stops workers: none stops this one
         row.metrics.pop(window, None)
     if step is None:
         return row

@@ -8,9 +8,10 @@ The candidates, in the order they are measured (run):
      than the whole budget left (Plan.graphs_first), CUDA graphs at the precision whose kernels were the shortest;
   1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call, what
      a call at the stream's second shape took beyond a step paid again at each distinct shape, + N x step:
-     estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under verdict.HOST_BOUND: a
-     compiled way then removes the launch gaps, and what is left is the GEMM, convolution and attention kernels), the
-     precision whose such kernels are the shortest; on 2-D convolutions, each reduced precision with channels_last too.
+     estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under
+     verdict.HOST_BOUND: a compiled way then removes the launch gaps, and what is left is the GEMM, convolution and
+     attention kernels), the precision whose such kernels are the shortest; on 2-D convolutions, each reduced
+     precision with channels_last too.
      Where the first of them is host-bound on the stream, CUDA graphs at the precision whose kernels (all of them: a
      graph keeps every kernel) were the shortest come straight after it: the launch gaps, not the precision, set a
      host-bound step, and the eager recipes measured before it had used the whole --budget on T5 (4 x H200,
@@ -148,7 +149,7 @@ def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None,
 
 def row_of(grid: list[RecipeResult], key: tuple[str, tuple]) -> RecipeResult | None:
     """The grid's eager row of a (precision, modules kept in fp32) root."""
-    return next((r for r in grid if r.passes and (r.runs, tuple(r.keep_fp32)) == key), None)
+    return next((r for r in grid if r.passes and (root_of(r.runs), tuple(r.keep_fp32)) == key), None)
 
 
 def graphed_ms(r: RecipeResult) -> float:

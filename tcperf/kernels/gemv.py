@@ -11,9 +11,9 @@ CUDA graphs capture them; tcperf.quant's weight-only layers run them with kernel
 The kernels. int8 at M = 1 (the decode GEMV, int8_gemv_kernel): each program owns BLOCK_N weight rows and walks K
 in BLOCK_K steps into a (BLOCK_N, BLOCK_K) fp32 accumulator, the row sums taken once, after the loop (summing every
 step, a cross-thread reduction a step, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). Both int8
-kernels widen their weights by an integer add and a float subtract (_widen), not the quarter-rate I2F. int8 above
-one row (int8_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as the left operand (W x^T: the
-weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
+kernels widen their weights by XOR, PRMT and a float subtract under 2^23 (_widen), not the quarter-rate I2F. int8
+above one row (int8_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as the left operand (W x^T:
+the weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
 
 int4 at every M (int4_kernel): one group of K a step, the tile dequantised to bf16 eight weights a 32-bit word
 (DEQUANT_ASM), then a Tensor Core tl.dot, M padded to 16 at one row: 6.6-10.2 instructions a weight byte in its loop
