@@ -1,5 +1,6 @@
 """Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store;
-Triton kernels run in the interpreter in a child process (`in_interpreter`)."""
+Triton kernels run in the interpreter in a child process (`in_interpreter`); several command lines run in one fresh
+process (`commands_in_one_process`)."""
 import json
 import os
 import subprocess
@@ -37,6 +38,37 @@ def in_interpreter(code: str, argument, timeout: float) -> dict:
                           text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+END = "\x00end of command\x00"
+COMMANDS_IN_ONE_PROCESS = f"""
+import json, sys
+from tcperf.cli import main
+for argv in json.loads(sys.argv[1]):
+    try:
+        code = main(argv)
+    except SystemExit as e:               # what `python -m tcperf` would exit with
+        code = e.code
+    print({END!r}, code, flush=True)
+    print({END!r}, file=sys.stderr, flush=True)
+"""
+
+
+def commands_in_one_process(argvs: list[list[str]], *, prefix: tuple = (), timeout: float = 300,
+                            **run) -> list[tuple[int, str, str]]:
+    """Each argv as main() runs it for `python -m tcperf`, in order, all in one fresh Python (a process each cost 2-4 s
+    on 2 cores, importing torch again), started under `prefix` (a wrapper such as unshare) with subprocess.run's
+    `run` options: [(exit code, stdout, stderr)], one a command line. A command's module is imported by the first
+    line that names it, so what an import prints lands in that line's output."""
+    p = subprocess.run([*prefix, sys.executable, "-c", COMMANDS_IN_ONE_PROCESS, json.dumps(argvs)],
+                       capture_output=True, text=True, timeout=timeout, **run)
+    assert p.returncode == 0, p.stderr[-3000:]
+    outs, errs = p.stdout.split(END), p.stderr.split(END)
+    codes = [int(o.split(None, 1)[0]) for o in outs[1:]]
+    outs = [outs[0]] + [o.split("\n", 1)[1] if "\n" in o else "" for o in outs[1:-1]]     # less the code line
+    errs = [errs[0]] + [e.split("\n", 1)[1] if "\n" in e else "" for e in errs[1:-1]]
+    assert len(codes) == len(outs) == len(errs) == len(argvs), (p.stdout[-2000:], p.stderr[-2000:])
+    return list(zip(codes, outs, errs))
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,14 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import types
 
 import pytest
 import torch
 
 import tcperf
 
+from conftest import commands_in_one_process
 from tcperf.records import Result
 from tcperf.advisor import api
 from tcperf.cli import main
@@ -25,6 +27,10 @@ from tcperf.store import Store
 
 @pytest.fixture
 def stored(db_path):
+    return one_run_store(db_path)
+
+
+def one_run_store(db_path) -> str:
     """A store holding one finished run of one result."""
     store = Store.open(db_path)
     run_id = store.start_run("bench", "tcperf bench --suite quick", {"cpu": {"model": "test cpu"}})
@@ -49,10 +55,11 @@ def one_line(capsys, rc: int, *words: str) -> str:
     return err[0]
 
 
-def refused(done: subprocess.CompletedProcess, *words: str) -> str:
-    """one_line() for a command run in a process of its own."""
-    err = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(err) == 1 and err[0].startswith("tcperf: "), (done.returncode, err)
+def refused(ran: tuple[int, str, str], *words: str) -> str:
+    """one_line() for a command run in a process of its own: (exit code, stdout, stderr)."""
+    code, _, err = ran
+    err = err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("tcperf: "), (code, err)
     assert all(w in err[0] for w in words), err[0]
     return err[0]
 
@@ -68,24 +75,26 @@ def _unshare_works() -> bool:
 
 
 _RO_MOUNT = 'mount --bind -o ro "$0" "$0" && exec "$@"'      # $0: the folder; "$@": the command, if any
+# each folder before "--" on a read-only mount of its own, then the command after it
+_RO_MOUNTS = 'while [ "$1" != -- ]; do mount --bind -o ro "$1" "$1" || exit 1; shift; done; shift; exec "$@"'
 
 
-def read_only(folder, *args: str) -> subprocess.CompletedProcess:
-    """`tcperf args` in a fresh process that sees `folder` as on a read-only mount. Root ignores chmod, so a
-    read-only bind mount in a user and mount namespace of the process's own (unshare); without unshare, chmod (not
-    for root: skipped)."""
-    cmd = [sys.executable, "-m", "tcperf", *args]
+def read_only(folders: list, argvs: list[list[str]]) -> list[tuple[int, str, str]]:
+    """Each `tcperf argv` in turn, in one fresh process that sees each of `folders` as on a read-only mount
+    (conftest.commands_in_one_process: a process a command cost 2-3 s on 2 cores, importing torch): [(exit code,
+    stdout, stderr)]. Root ignores chmod, so read-only bind mounts in a user and mount namespace of the process's
+    own (unshare); without unshare, chmod (not for root: skipped)."""
     if _unshare_works():
-        return subprocess.run(["unshare", "-rm", "sh", "-c", _RO_MOUNT, str(folder), *cmd], capture_output=True,
-                              text=True, timeout=300)
+        prefix = ("unshare", "-rm", "sh", "-c", _RO_MOUNTS, "sh", *map(str, folders), "--")
+        return commands_in_one_process(argvs, prefix=prefix)
     if os.geteuid() == 0:
         pytest.skip("root ignores chmod, and unshare cannot make a read-only mount here")
-    paths = [folder, *folder.iterdir()]
+    paths = [p for folder in folders for p in (folder, *folder.iterdir())]
     modes = {p: p.stat().st_mode for p in paths}
     try:
         for p in paths:
             p.chmod(0o555 if p.is_dir() else 0o444)
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        return commands_in_one_process(argvs)
     finally:
         for p, mode in modes.items():
             p.chmod(mode)
@@ -148,14 +157,6 @@ def test_an_out_that_cannot_be_written_is_one_line(stored, tmp_path, capsys, com
     assert list((tmp_path / "folder").iterdir()) == []
 
 
-def test_export_to_a_read_only_file_system_is_one_line(stored, tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    line = refused(read_only(folder, "export", "1", "--out", str(folder / "run.json"), "--db", stored),
-                   f"cannot write {folder / 'run.json'}: ")
-    assert line.endswith(("Read-only file system", "Permission denied")) and not (folder / "run.json").exists()
-
-
 # --- where the store is ----------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("command", [["runs"], ["show"], ["export", "1"], ["bench", "--suite", "quick", "--device", "cpu"]])
 @pytest.mark.parametrize("where", ["file/results.db", "file/sub/results.db"])
@@ -167,50 +168,82 @@ def test_a_store_whose_folder_is_a_file_is_one_line(tmp_path, capsys, command, w
     assert sorted(tmp_path.iterdir()) == [tmp_path / "file"] and (tmp_path / "file").read_text() == "kept"
 
 
-def test_a_store_whose_folder_cannot_be_made_is_one_line(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    line = refused(read_only(folder, "runs", "--db", str(folder / "new" / "results.db")),
-                   f"cannot use results store {folder / 'new' / 'results.db'}: cannot make folder {folder / 'new'}: ")
-    assert line.endswith(("Read-only file system", "Permission denied")) and list(folder.iterdir()) == []
+# --- a read-only folder: every command below in one process that sees each test's folder read-only ----------------
+READS = [(["runs", "--json"], '"kind": "bench"'), (["show"], "run 1 · bench · test cpu"),
+         (["export", "1"], '"case_key": "gemm|k=8,m=8,n=8|fp32"')]
+WRITES = [["bench", "--suite", "quick", "--device", "cpu", "--limit", "1"],
+          ["advise", "MODEL:factory", "--device", "cpu"]]
 
 
-@pytest.fixture
-def read_only_store(stored, tmp_path):
-    """The one-run store, alone in a folder of its own (read_only() mounts that folder read-only)."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    shutil.copy(stored, folder / "results.db")
-    return folder / "results.db"
+@pytest.fixture(scope="module")
+def read_only_runs(tmp_path_factory):
+    """The commands of the tests below, each on a folder of its own that it sees read-only, all in one fresh process
+    (read_only): {name: SimpleNamespace(folder, ran=(exit code, stdout, stderr), before=the store's rows, files=the
+    folder's files before)}. Each folder but the export's and the new store's holds a copy of the one-run store;
+    `in_use`: a writer elsewhere holds the copy open while the command runs, so its -wal and -shm files are there and
+    SQLite opens it read-only by itself; else tcperf opens it read-only."""
+    base = tmp_path_factory.mktemp("read_only")
+    stored = one_run_store(str(base / "results.db"))
+    cases = {}
+
+    def case(name, argv, copy=True):
+        folder = base / name / "ro"
+        folder.mkdir(parents=True)
+        if copy:
+            shutil.copy(stored, folder / "results.db")
+        tokens = {"DB": str(folder / "results.db"), "MODEL:factory": f"{base / name / 'model.py'}:factory"}
+        argv = [tokens.get(a, a) for a in argv]
+        cases[name] = types.SimpleNamespace(folder=folder, db=folder / "results.db", argv=argv)
+    case("export", ["export", "1", "--out", str(base / "export" / "ro" / "run.json"), "--db", stored], copy=False)
+    case("new-store", ["runs", "--db", str(base / "new-store" / "ro" / "new" / "results.db")], copy=False)
+    for i, (command, _) in enumerate(READS):
+        case(f"read-{i}", [*command, "--db", "DB"])
+    for i, command in enumerate(WRITES):
+        for in_use in (False, True):
+            case(f"write-{i}-{in_use}", [*command, "--db", "DB"])
+            (base / f"write-{i}-{in_use}" / "model.py").write_text(
+                "import torch\ndef factory():\n    return torch.nn.Linear(4, 4), torch.randn(2, 4)\n")
+    with contextlib.ExitStack() as writers:
+        for name, c in cases.items():
+            if name.startswith("write-"):
+                writer = writers.enter_context(contextlib.closing(sqlite3.connect(c.db)))
+                if name.endswith("True"):
+                    writer.execute("SELECT count(*) FROM runs").fetchall()
+            c.before = rows(c.db) if c.db.exists() else None
+            c.files = sorted(c.folder.iterdir())
+        ran = read_only([c.folder for c in cases.values()], [c.argv for c in cases.values()])
+    for c, r in zip(cases.values(), ran):
+        c.ran = r
+    return cases
 
 
-@pytest.mark.parametrize("command, shows", [(["runs", "--json"], '"kind": "bench"'),
-                                            (["show"], "run 1 · bench · test cpu"),
-                                            (["export", "1"], '"case_key": "gemm|k=8,m=8,n=8|fp32"')])
-def test_a_read_only_store_is_read(read_only_store, command, shows):
-    before = rows(read_only_store)
-    done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
-    assert done.returncode == 0 and shows in done.stdout and "Traceback" not in done.stderr, done.stderr
-    assert rows(read_only_store) == before
+def test_export_to_a_read_only_file_system_is_one_line(read_only_runs):
+    c = read_only_runs["export"]
+    line = refused(c.ran, f"cannot write {c.folder / 'run.json'}: ")
+    assert line.endswith(("Read-only file system", "Permission denied")) and not (c.folder / "run.json").exists()
 
 
-@pytest.mark.parametrize("command", [["bench", "--suite", "quick", "--device", "cpu", "--limit", "1"],
-                                     ["advise", "MODEL:factory", "--device", "cpu"]])
+def test_a_store_whose_folder_cannot_be_made_is_one_line(read_only_runs):
+    c = read_only_runs["new-store"]
+    line = refused(c.ran, f"cannot use results store {c.folder / 'new' / 'results.db'}: cannot make folder "
+                          f"{c.folder / 'new'}: ")
+    assert line.endswith(("Read-only file system", "Permission denied")) and list(c.folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("i, shows", [(i, shows) for i, (_, shows) in enumerate(READS)])
+def test_a_read_only_store_is_read(read_only_runs, i, shows):
+    c = read_only_runs[f"read-{i}"]
+    code, out, err = c.ran
+    assert code == 0 and shows in out and "Traceback" not in err, err
+    assert rows(c.db) == c.before
+
+
+@pytest.mark.parametrize("i", range(len(WRITES)))
 @pytest.mark.parametrize("in_use", [False, True])
-def test_a_read_only_store_refuses_a_write_before_anything_runs(read_only_store, tmp_path, command, in_use):
-    """in_use: a writer elsewhere holds it open, so its -wal and -shm files are there and SQLite opens it read-only
-    by itself; else tcperf opens it read-only."""
-    command = [c.replace("MODEL", str(tmp_path / "model.py")) for c in command]
-    (tmp_path / "model.py").write_text("import torch\ndef factory():\n    return torch.nn.Linear(4, 4), "
-                                       "torch.randn(2, 4)\n")
-    before = rows(read_only_store)
-    with contextlib.closing(sqlite3.connect(read_only_store)) as writer:
-        if in_use:
-            writer.execute("SELECT count(*) FROM runs").fetchall()
-        files = sorted(read_only_store.parent.iterdir())
-        done = read_only(read_only_store.parent, *command, "--db", str(read_only_store))
-    refused(done, f"cannot write results store {read_only_store}: it is read-only here")
-    assert rows(read_only_store) == before and len(files) == (3 if in_use else 1)
+def test_a_read_only_store_refuses_a_write_before_anything_runs(read_only_runs, i, in_use):
+    c = read_only_runs[f"write-{i}-{in_use}"]
+    refused(c.ran, f"cannot write results store {c.db}: it is read-only here")
+    assert rows(c.db) == c.before and len(c.files) == (3 if in_use else 1)
 
 
 # --- a garbled JSON cell ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from conftest import commands_in_one_process
 from tcperf.cli import COMMANDS, build_parser, main
 from tcperf.commands.show import time_spent
 from tcperf.store import Store
@@ -32,38 +33,17 @@ BAD_INPUT = [
     (["export", "1", "--format", "xml"], "unknown format 'xml'; choose from: json, csv"),
 ]
 CUDA_WITHOUT_GPU = ["run", "--device", "cuda:0"]
-END = "\x00end of command\x00"
-COMMANDS_IN_ONE_PROCESS = f"""
-import json, sys
-from tcperf.cli import main
-for argv in json.loads(sys.argv[1]):
-    try:
-        code = main(argv)
-    except SystemExit as e:               # what `python -m tcperf` would exit with
-        code = e.code
-    print({END!r}, code, flush=True)
-    print({END!r}, file=sys.stderr, flush=True)
-"""
 
 
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory):
     """The bad command lines below and `run --device cuda:0`, each as main() runs it for `python -m tcperf`, all in
-    one fresh process (a process each cost 3-4 s on 2 cores, importing torch): {argv: (exit code, stdout, stderr)}.
-    A command's module is imported by the first line that names it, so what an import prints lands in its lines."""
+    one fresh process (conftest.commands_in_one_process): {argv: (exit code, stdout, stderr)}."""
     db = str(tmp_path_factory.mktemp("refused") / "results.db")
-    argvs = [args + (["--db", db] if args[0] in ("run", "show", "export") else [])
-             for args in [a for a, _ in BAD_INPUT] + [CUDA_WITHOUT_GPU]]
-    p = subprocess.run([sys.executable, "-c", COMMANDS_IN_ONE_PROCESS, json.dumps(argvs)], capture_output=True,
-                       text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    outs, errs = p.stdout.split(END)[:-1], p.stderr.split(END)[:-1]
-    assert len(outs) == len(errs) == len(argvs), (p.stdout[-2000:], p.stderr[-2000:])
-    codes = [int(o.split(None, 1)[0]) for o in p.stdout.split(END)[1:]]
-    outs = [outs[0]] + [o.split("\n", 1)[1] if "\n" in o else "" for o in outs[1:]]   # less the code line
-    errs = [errs[0]] + [e.split("\n", 1)[1] if "\n" in e else "" for e in errs[1:]]
-    return {tuple(args): (code, out, err) for args, code, out, err in zip(
-        [a for a, _ in BAD_INPUT] + [CUDA_WITHOUT_GPU], codes, outs, errs)}
+    lines = [a for a, _ in BAD_INPUT] + [CUDA_WITHOUT_GPU]
+    ran = commands_in_one_process([args + (["--db", db] if args[0] in ("run", "show", "export") else [])
+                                   for args in lines])
+    return {tuple(args): result for args, result in zip(lines, ran)}
 
 
 @pytest.mark.parametrize("args,expect", BAD_INPUT)

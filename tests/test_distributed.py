@@ -1,5 +1,5 @@
 """The launcher (real gloo ranks started by the tests: a rank that raises, a rank that hangs, nothing left running),
-torchrun's in-process path, and `tcperf models --nproc 2` on a CPU."""
+torchrun's in-process path, and `tcperf models --nproc 2` and `--nproc 4` (the DDP benchmark's tcperf side) on a CPU."""
 import json
 import os
 import subprocess
@@ -306,18 +306,32 @@ def test_parallel_options_are_named_as_stored():
     assert parallel.PARALLELS["fsdp2"].options(recipes.get("compile"))["param_dtype"] == "bfloat16"
 
 
-# --- the ladder on 2 and 4 gloo ranks ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("n, parallels", [(2, "ddp"), (4, "fsdp2")])    # 8 ranks take the same path; DDP and
-# FSDP2 at 4 ranks with every option: tests/test_strategy.py
-def test_models_nproc_n_on_a_cpu(n, parallels, db_path, capsys):
-    code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "fp32", "--nproc", str(n), "--parallel",
-                     parallels, "--batch", "1", "--steps", "2", "--rep-ms", "20", "--db", db_path])
+# --- the ladder on gloo ranks: 2 here, 4 through the DDP benchmark's tcperf side below ------------------------------
+def test_models_nproc_2_on_a_cpu_with_ddp_and_fsdp2(db_path, capsys):
+    """Both wrappers on one launch of 2 ranks (8 ranks take the same path; 4: the benchmark below, whose tcperf side
+    is `tcperf models --nproc 4`; DDP and FSDP2 at 4 ranks with every option: tests/test_strategy.py). fp32 on every
+    rank's same batch: the one-GPU losses."""
+    code = cli.main(["models", "gpt2", "--device", "cpu", "--recipes", "fp32", "--nproc", "2", "--parallel",
+                     "ddp,fsdp2", "--batch", "1", "--steps", "2", "--rep-ms", "20", "--db", db_path])
     assert code == 0
-    one, *ranked = Store.open(db_path).results(Store.open(db_path).run()["id"])
-    assert one["shape"] == {"model": "gpt2", "mode": "train", "batch": 1}
-    assert [r["shape"] for r in ranked] == [{**one["shape"], "nproc": n, "parallel": p} for p in parallels.split(",")]
+    rows = Store.open(db_path).results(Store.open(db_path).run()["id"])
     out = " ".join(capsys.readouterr().out.split())       # the console's line wrapping undone
-    assert f"{n} ranks · {parallels}" in out
+    ranked = check_models_nproc(rows, out, 2, ["ddp", "fsdp2"], batch=1)
+    for row in ranked:
+        assert row["metrics"]["accuracy"]["gap"] < 1e-4        # the same batch on every rank: the one-GPU losses
+    options = {"gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
+    assert ranked[0]["metrics"]["parallel_options"] == options
+    assert "gradient_as_bucket_view=True, bucket_cap_mb=25.0, static_graph=True" in out   # the options, printed
+
+
+def check_models_nproc(rows: list[dict], out: str, n: int, parallels: list[str], batch: int) -> list[dict]:
+    """What `tcperf models gpt2 --nproc N --parallel P` stored and printed (`out`, its wrapping undone): the one-GPU
+    row, then a row a wrapper at N ranks, each with its throughput, scaling, exposed communication and where a step
+    goes; the N-rank rows."""
+    one, *ranked = rows
+    assert one["shape"] == {"model": "gpt2", "mode": "train", "batch": batch}
+    assert [r["shape"] for r in ranked] == [{**one["shape"], "nproc": n, "parallel": p} for p in parallels]
+    assert all(f"{n} ranks · {p}" in out for p in parallels)
     for row in ranked:
         assert row["status"] == "ok", row["message"]
         m = row["metrics"]
@@ -326,30 +340,34 @@ def test_models_nproc_n_on_a_cpu(n, parallels, db_path, capsys):
         assert m["exposed_comm_share"] is not None and 0 <= m["exposed_comm_share"] <= 1, m
         assert m["exposed_steps"] == parallel.PROFILED_STEPS
         assert m["profiled_comm_kernels"] > 0       # gloo's collectives, on every rank
-        assert m["accuracy"]["gap"] < 1e-4          # the same batch on every rank: the one-GPU losses
         assert sum(m["breakdown"].values()) == pytest.approx(1.0) and set(m["breakdown"]) == {
             p for p, _, _ in overlap.PARTS}
         assert m["cause"] == overlap.cause(m["breakdown"]) and f"the cause: {m['cause']}" in out
     assert "where a step goes: compute " in out
-    if parallels == "ddp":
-        options = {"gradient_as_bucket_view": True, "bucket_cap_mb": 25.0, "static_graph": True}
-        assert ranked[0]["metrics"]["parallel_options"] == options
-        assert "gradient_as_bucket_view=True, bucket_cap_mb=25.0, static_graph=True" in out   # the options, printed
+    return ranked
 
 
 # --- the benchmark against plain DDP / FSDP2 loops, end to end on a CPU -----------------------------------------------
-@pytest.mark.slow
-def test_ddp_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
-    """Its tcperf side is `tcperf models gpt2 --recipes amp_bf16 --nproc 4 --parallel fsdp2 --device cpu --small`
-    on 4 gloo ranks: the ladder's FSDP2 cell under amp_bf16 is checked here (bf16
-    parameters, fp32 reduction, where the step goes and the scaling), not in a second run of its own."""
-    out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def ddp_check(tmp_path_factory):
+    """`benchmarks/ddp_gpu.py --check --world 4 --rows gpt2-fsdp2`, once for the two tests below: (its stdout, its
+    report, the store its tcperf side wrote). Its tcperf side is `tcperf models gpt2 --recipes amp_bf16 --nproc 4
+    --parallel fsdp2 --device cpu --small` on 4 gloo ranks, the one 4-rank run of `tcperf models --nproc` (a run of
+    its own beside it cost 18 s on 2 cores)."""
+    out = tmp_path_factory.mktemp("ddp_check")
     argv = [sys.executable, "benchmarks/ddp_gpu.py", "--check", "--world", "4", "--rows", "gpt2-fsdp2", "--out",
-            str(out)]
+            str(out), "--db", str(out / "results.db")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
-    report = json.loads((out / "ddp_gpu.json").read_text())
-    assert report["worlds"] == [4]              # 2 ranks: test_models_nproc_n_on_a_cpu; 8 take the same path
+    return done.stdout, json.loads((out / "ddp_gpu.json").read_text()), str(out / "results.db")
+
+
+@pytest.mark.slow
+def test_ddp_benchmark_runs_end_to_end_on_a_cpu(ddp_check):
+    """The ladder's FSDP2 cell under amp_bf16 is checked here (bf16 parameters, fp32 reduction, where the step goes
+    and the scaling), not in a second run of its own."""
+    stdout, report, _ = ddp_check
+    assert report["worlds"] == [4]              # 2 ranks: test_models_nproc_2_on_a_cpu_with_ddp_and_fsdp2
     for n in (4,):
         row = report["rows"]["gpt2-fsdp2"][f"x{n}"]
         assert row["plain"]["world"] == n and row["plain"]["throughput"] > 0 and row["ratio"] > 0
@@ -358,16 +376,38 @@ def test_ddp_benchmark_runs_end_to_end_on_a_cpu(tmp_path):
         assert tc["parallel_options"]["reduce_dtype"] == "float32"
         assert 0 <= tc["exposed_comm_share"] <= 1 and tc["scaling_efficiency"] > 0, tc
         assert sum(tc["breakdown"].values()) == pytest.approx(1.0) and tc["cause"]
-        assert f"gpt2-fsdp2 x{n}: plain" in done.stdout
-    assert done.stdout.count("ratio tcperf/plain") == 1 and done.stdout.count("the cause: ") == 1
+        assert f"gpt2-fsdp2 x{n}: plain" in stdout
+    assert stdout.count("ratio tcperf/plain") == 1 and stdout.count("the cause: ") == 1
+
+
+@pytest.mark.slow
+def test_models_nproc_4_on_a_cpu_is_the_ddp_benchmarks_tcperf_side(ddp_check):
+    """`tcperf models --nproc 4` as the benchmark ran it: what it stored, and the table it prints for those rows
+    (print_ladder, as the command prints them without --json), checked as the 2-rank run is above; amp_bf16 moves
+    bf16 parameters under FSDP2, so its losses are held to the accuracy check (status ok), not to fp32's gap."""
+    from rich.console import Console
+    from tcperf import models
+    from tcperf.commands.models import print_ladder
+    _, _, db = ddp_check
+    rows = Store.open(db).results(Store.open(db).run()["id"])
+    shown = Console(record=True, width=200)
+    print_ladder(rows, shown)
+    check_models_nproc(rows, " ".join(shown.export_text().split()), 4, ["fsdp2"],
+                       batch=models.get("gpt2").CONFIGS["small"]["batch"])
+    assert [r["precision"] for r in rows] == ["amp_bf16", "amp_bf16"]
 
 
 @pytest.mark.parametrize("args, said", [(["--rows", "gpt3-ddp"], "unknown row 'gpt3-ddp'"),
                                         (["--world", "1,2"], "at least 2 ranks"), (["--world", "two"], "bad --world")])
-def test_ddp_benchmark_bad_input_is_one_line(args, said):
-    done = subprocess.run([sys.executable, "benchmarks/ddp_gpu.py", "--check", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+def test_ddp_benchmark_bad_input_is_one_line(args, said, monkeypatch, capsys):
+    """main() in this process, as tests/test_benchmarks.py runs the other scripts' bad input (a python of its own
+    imported torch again for each: 3 s)."""
+    from test_benchmarks import load
+    bench = load("ddp_gpu")
+    monkeypatch.setattr(sys, "argv", ["benchmarks/ddp_gpu.py", "--check", *args])
+    assert bench.main() == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err, err
 
 
 def test_the_whole_step_graph_rung_is_not_applicable_across_ranks():

@@ -3,17 +3,15 @@ set-up and test lines CI runs; its example factory the file in examples/, whole,
 inside the repository; and every `tcperf` command its ```bash blocks show run, here (on the CPU, in a temporary
 store, as written) or by the test named for it in RUN_ELSEWHERE (the slow `tcperf run` runs once, in
 tests/test_cli_core.py)."""
-import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from conftest import commands_in_one_process
 from tcperf import source
 from tcperf.cli import COMMANDS
 
@@ -30,18 +28,6 @@ RUN_ELSEWHERE = {
 }
 # What a command's output must hold besides its exit status 0, by subcommand.
 SAYS = {"advise": "Recipes on", "generate": "tokens/s", "report": "wrote "}
-END = "\x00end of command\x00"
-IN_ONE_PROCESS = f"""
-import json, sys
-from tcperf.cli import main
-for argv in json.loads(sys.argv[1]):
-    try:
-        code = main(argv)
-    except SystemExit as e:               # what the `tcperf` console script would exit with
-        code = e.code
-    print({END!r}, code, flush=True)
-    print({END!r}, file=sys.stderr, flush=True)
-"""
 
 
 def bash_lines() -> list[str]:
@@ -86,16 +72,8 @@ def ran(tmp_path_factory):
     stdout, stderr)}. advise, generate and report: 86 s on 2 cores other work shared (45 s of CPU)."""
     store = tmp_path_factory.mktemp("readme") / "results.db"
     env = {**os.environ, "TCPERF_DB": str(store), "CUDA_VISIBLE_DEVICES": ""}
-    argvs = [shlex.split(line)[1:] for line in RUN_HERE]
-    p = subprocess.run([sys.executable, "-c", IN_ONE_PROCESS, json.dumps(argvs)], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=540)
-    assert p.returncode == 0, p.stderr[-3000:]
-    outs, errs = p.stdout.split(END), p.stderr.split(END)
-    codes = [int(o.split(None, 1)[0]) for o in outs[1:]]
-    outs = [outs[0]] + [o.split("\n", 1)[1] if "\n" in o else "" for o in outs[1:-1]]
-    errs = [errs[0]] + [e.split("\n", 1)[1] if "\n" in e else "" for e in errs[1:-1]]
-    assert len(codes) == len(outs) == len(errs) == len(RUN_HERE), (p.stdout[-2000:], p.stderr[-2000:])
-    return {line: (code, out, err) for line, code, out, err in zip(RUN_HERE, codes, outs, errs)}
+    ran = commands_in_one_process([shlex.split(line)[1:] for line in RUN_HERE], cwd=ROOT, env=env, timeout=540)
+    return dict(zip(RUN_HERE, ran))
 
 
 @pytest.mark.slow

@@ -46,13 +46,19 @@ def test_good_case_is_checked_then_timed(apart):
     assert r.gbps > 0
 
 
+@pytest.fixture(scope="module")
+def gated():
+    """Three wrong kernels, one out of memory, then a good one, in one worker (one group: fp32): shared by the tests
+    of each (a worker each took 2 s on 2 cores); the good case last shows the group went on after every one."""
+    return run(case("WRONG"), case("UNWRITTEN"), case("NAN"), case("OOM"), case("GOOD"))
+
+
 @pytest.mark.parametrize("bug", ["WRONG", "UNWRITTEN", "NAN"])
-def test_wrong_kernel_is_caught_and_not_timed(bug):
-    r = run(case(bug), case("GOOD"))
-    bad = r[bug.lower()]
+def test_wrong_kernel_is_caught_and_not_timed(gated, bug):
+    bad = gated[bug.lower()]
     assert bad.status == "wrong" and bad.median_ms is None
     assert "tolerance" in bad.message
-    assert r["good"].status == "ok"
+    assert gated["good"].status == "ok"
 
 
 def test_crash_is_recorded_and_the_group_goes_on():
@@ -72,10 +78,9 @@ def test_hang_past_timeout_is_recorded():
     assert r["good"].status == "ok"
 
 
-def test_out_of_memory_is_recorded():
-    r = run(case("OOM"), case("GOOD"))
-    assert r["oom"].status == "oom" and "out of memory" in r["oom"].message
-    assert r["good"].status == "ok"
+def test_out_of_memory_is_recorded(gated):
+    assert gated["oom"].status == "oom" and "out of memory" in gated["oom"].message
+    assert gated["good"].status == "ok"
 
 
 def test_unsupported_precision_is_skipped_with_reason():
@@ -157,45 +162,56 @@ def test_the_in_process_twin_answers_the_same_calls():
     assert failed.status == "error" and "no_such_method" in failed.message and failed.op == "held"
 
 
-def test_a_worker_killed_from_another_thread_answers_its_call_with_its_death():
+@pytest.fixture(scope="module")
+def held_worker():
+    """One worker holding an object, taken through what three tests below ask of it, in turn (a worker each took
+    2-3 s on 2 cores): {step: what it answered}. Started in its own process group (as the advisor starts them) and
+    without TEARDOWN_CUPTI in the parent's environment; paused, then resumed; then killed from another thread while a
+    call of 30 s is under way, and asked once more."""
     import threading
-    worker = Worker(CPU, case=held_case())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("TEARDOWN_CUPTI", raising=False)
+        worker = Worker(CPU, own_group=True, case=held_case())
+    seen = {}
     try:
-        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
+        seen["held"] = worker.call(Held, worker.case, CPU, hold=True, timeout=60)
+        seen["cupti"] = worker.call("env", variable="TEARDOWN_CUPTI", timeout=60)
+        if os.path.exists("/proc/self/stat"):
+            worker.pause()
+            time.sleep(0.2)
+            seen["paused_state"] = process_state(worker.proc.pid)
+            worker.resume()
+        seen["count"] = worker.call("count", timeout=60)
         threading.Timer(0.5, worker.kill).start()
         t0 = time.perf_counter()
-        row = worker.call("nap", seconds=30, timeout=60)
-        assert row.status == "error" and "SIGKILL" in row.message and time.perf_counter() - t0 < 10
-        assert row.op == "held"                                  # the failure is its case's row
-        assert worker.call("count", timeout=60).status == "error"   # every later call: the same, at once
+        seen["killed"] = worker.call("nap", seconds=30, timeout=60)
+        seen["killed_s"] = time.perf_counter() - t0
+        seen["after"] = worker.call("count", timeout=60)
     finally:
         worker.close()
+    return seen
 
 
-def test_a_worker_that_holds_an_object_has_cupti_let_go_after_each_profile(monkeypatch):
+def test_a_worker_killed_from_another_thread_answers_its_call_with_its_death(held_worker):
+    assert held_worker["held"].status == "ok"
+    row = held_worker["killed"]
+    assert row.status == "error" and "SIGKILL" in row.message and held_worker["killed_s"] < 10
+    assert row.op == "held"                                  # the failure is its case's row
+    assert held_worker["after"].status == "error"            # every later call: the same, at once
+
+
+def test_a_worker_that_holds_an_object_has_cupti_let_go_after_each_profile(held_worker):
     """A held recipe is timed again after it is profiled (the advisor): TEARDOWN_CUPTI=1 there, as
     tcperf.profiler.detach_after_profiling sets it, else CUPTI stays attached and slows every launch."""
-    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
-    worker = Worker(CPU, case=held_case())
-    try:
-        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
-        assert worker.call("env", variable="TEARDOWN_CUPTI", timeout=60).metrics["value"] == "1"
-    finally:
-        worker.close()
+    assert held_worker["held"].status == "ok"
+    assert held_worker["cupti"].metrics["value"] == "1"
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
-def test_a_paused_worker_is_stopped_until_resumed():
-    worker = Worker(CPU, own_group=True, case=held_case())
-    try:
-        assert worker.call(Held, worker.case, CPU, hold=True, timeout=60).status == "ok"
-        worker.pause()
-        time.sleep(0.2)
-        assert process_state(worker.proc.pid) == "T"
-        worker.resume()
-        assert worker.call("count", timeout=60).metrics["calls"] == 1
-    finally:
-        worker.close()
+def test_a_paused_worker_is_stopped_until_resumed(held_worker):
+    assert held_worker["held"].status == "ok"
+    assert held_worker["paused_state"] == "T"
+    assert held_worker["count"].metrics["calls"] == 1           # resumed: it answers
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
