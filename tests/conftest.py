@@ -1,6 +1,8 @@
 """Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store;
 Triton kernels run in the interpreter in a child process (`in_interpreter`); several command lines run in one fresh
-process (`commands_in_one_process`)."""
+process (`commands_in_one_process`); checks that each wait on processes of their own run side by side (`side_by_side`)."""
+import concurrent.futures
+import functools
 import gc
 import json
 import os
@@ -70,6 +72,26 @@ def commands_in_one_process(argvs: list[list[str]], *, prefix: tuple = (), timeo
     errs = [errs[0]] + [e.split("\n", 1)[1] if "\n" in e else "" for e in errs[1:-1]]
     assert len(codes) == len(outs) == len(errs) == len(argvs), (p.stdout[-2000:], p.stderr[-2000:])
     return list(zip(codes, outs, errs))
+
+
+def side_by_side(*calls) -> list:
+    """Each call (a function of no arguments) in a thread of its own, all at once; their answers in order, the first
+    exception raised again. For checks that each wait on processes of their own (a command and its workers): one
+    after the other, a core of two sat idle while a worker imported torch or a hang ran out its --timeout."""
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+        return [f.result() for f in futures]
+
+
+def commands_side_by_side(lines: dict[str, list[str]], processes: int = 2, **run) -> dict[str, tuple[int, str, str]]:
+    """Named command lines, dealt in turn to `processes` fresh processes that run side by side (side_by_side), each
+    its share in order (commands_in_one_process, with subprocess.run's `run` options): {name: (exit code, stdout,
+    stderr)}. Put the long ones first, one a process."""
+    names = list(lines)
+    shares = [names[i::processes] for i in range(processes)]
+    ran = side_by_side(*(functools.partial(commands_in_one_process, [lines[n] for n in share], **run)
+                         for share in shares))
+    return {name: result for share, results in zip(shares, ran) for name, result in zip(share, results)}
 
 
 @pytest.fixture(autouse=True, scope="module")
