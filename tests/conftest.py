@@ -1,6 +1,7 @@
 """Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store;
 Triton kernels run in the interpreter in a child process (`in_interpreter`); several command lines run in one fresh
-process (`commands_in_one_process`); checks that each wait on processes of their own run side by side (`side_by_side`)."""
+process (`commands_in_one_process`); checks that each wait on processes of their own run side by side
+(`side_by_side`); the heap alive before each module is frozen (`_heap_frozen_between_modules`)."""
 import concurrent.futures
 import functools
 import gc
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tcperf.env import usable_cores
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -77,8 +80,14 @@ def commands_in_one_process(argvs: list[list[str]], *, prefix: tuple = (), timeo
 def side_by_side(*calls) -> list:
     """Each call (a function of no arguments) in a thread of its own, all at once; their answers in order, the first
     exception raised again. For checks that each wait on processes of their own (a command and its workers): one
-    after the other, a core of two sat idle while a worker imported torch or a hang ran out its --timeout."""
-    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+    after the other, a core of two sat idle while a worker imported torch or a hang ran out its --timeout. The
+    processes started meanwhile get each call's share of the cores for PyTorch's threads (OMP_NUM_THREADS, unless
+    it is set), as tcperf gives each of N ranks theirs: side by side with as many threads as there are cores each,
+    they spin-waited on each other (test_workload's two processes took 48 s so, 32 s with their share)."""
+    share = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, usable_cores() // len(calls)))}
+    with pytest.MonkeyPatch.context() as mp, concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        for name, value in share.items():
+            mp.setenv(name, value)
         futures = [pool.submit(call) for call in calls]
         return [f.result() for f in futures]
 
