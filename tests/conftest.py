@@ -1,6 +1,10 @@
 """Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store;
-Triton kernels run in the interpreter in a child process (`in_interpreter`); several command lines run in one fresh
-process (`commands_in_one_process`)."""
+Triton kernels run in the interpreter in child processes, every module's side by side (`INTERPRETED`); several
+command lines run in one fresh process (`commands_in_one_process`); checks that each wait on processes of their own
+run side by side (`side_by_side`); the heap alive before each module is frozen (`_heap_frozen_between_modules`)."""
+import concurrent.futures
+import functools
+import gc
 import json
 import os
 import subprocess
@@ -9,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tcperf.env import usable_cores
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -40,6 +46,32 @@ def in_interpreter(code: str, argument, timeout: float) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# name -> (code, argument, timeout): each module's interpreter child, registered when the module is imported and run
+# with every other one by the session fixture `interpreted_children`
+INTERPRETED: dict[str, tuple] = {}
+
+
+@pytest.fixture(scope="session")
+def interpreted_children() -> dict:
+    """Every registered interpreter child (in_interpreter), side by side: {name: its answer, or the exception it
+    raised}. The interpreter runs a kernel in NumPy on one core; the three modules' children one after the other
+    took 23 s on 2 cores."""
+    def child(name):
+        try:
+            return in_interpreter(*INTERPRETED[name])
+        except Exception as e:          # noqa: BLE001 - raised again by the module that asks for this child
+            return e
+    return dict(zip(INTERPRETED, side_by_side(*(functools.partial(child, name) for name in INTERPRETED))))
+
+
+def interpreted(children: dict, name: str) -> dict:
+    """Module `name`'s answer from interpreted_children, or the exception its child raised, raised here."""
+    answer = children[name]
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
+
+
 END = "\x00end of command\x00"
 COMMANDS_IN_ONE_PROCESS = f"""
 import json, sys
@@ -69,6 +101,46 @@ def commands_in_one_process(argvs: list[list[str]], *, prefix: tuple = (), timeo
     errs = [errs[0]] + [e.split("\n", 1)[1] if "\n" in e else "" for e in errs[1:-1]]
     assert len(codes) == len(outs) == len(errs) == len(argvs), (p.stdout[-2000:], p.stderr[-2000:])
     return list(zip(codes, outs, errs))
+
+
+def side_by_side(*calls) -> list:
+    """Each call (a function of no arguments) in a thread of its own, all at once; their answers in order, the first
+    exception raised again. For checks that each wait on processes of their own (a command and its workers): one
+    after the other, a core of two sat idle while a worker imported torch or a hang ran out its --timeout. The
+    processes started meanwhile get each call's share of the cores for PyTorch's threads (OMP_NUM_THREADS, unless
+    it is set), as tcperf gives each of N ranks theirs: side by side with as many threads as there are cores each,
+    they spin-waited on each other (test_workload's two processes took 48 s so, 32 s with their share)."""
+    share = {} if "OMP_NUM_THREADS" in os.environ else {"OMP_NUM_THREADS": str(max(1, usable_cores() // len(calls)))}
+    with pytest.MonkeyPatch.context() as mp, concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        for name, value in share.items():
+            mp.setenv(name, value)
+        futures = [pool.submit(call) for call in calls]
+        return [f.result() for f in futures]
+
+
+def commands_side_by_side(lines: dict[str, list[str]], processes: int = 2, **run) -> dict[str, tuple[int, str, str]]:
+    """Named command lines, dealt in turn to `processes` fresh processes that run side by side (side_by_side), each
+    its share in order (commands_in_one_process, with subprocess.run's `run` options): {name: (exit code, stdout,
+    stderr)}. Put the long ones first, one a process."""
+    names = list(lines)
+    shares = [names[i::processes] for i in range(processes)]
+    ran = side_by_side(*(functools.partial(commands_in_one_process, [lines[n] for n in share], **run)
+                         for share in shares))
+    return {name: result for share, results in zip(shares, ran) for name, result in zip(share, results)}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _heap_frozen_between_modules():
+    """Before each module, a full collection, then gc.freeze(): what is alive then (torch, transformers, timm, tcperf,
+    the tests, and what earlier modules imported and cached: half a million objects and more) is set apart, and no
+    later full collection in this process walks it again. tcperf.engine collects three times a measured recipe (a
+    clean slate for each): 0.2-0.3 s each here without the freeze. test_ladder, test_engine and test_workload spent
+    33 s of CPU in full collections without it, 11 s with it. Garbage is collected before each freeze, and what a
+    module makes is collected as ever; a frozen object that became garbage later (a compiled graph torch.compile
+    had cached, dropped by a later reset) would stay until the session ends."""
+    gc.collect()
+    gc.freeze()
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from conftest import commands_side_by_side
 from fragile import Fragile
 
 import tcperf
@@ -176,7 +177,7 @@ def bad_dir(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("target, words", [
+BAD_TARGETS = [
     ("missing.py:factory", "no such file"),
     ("good.py:nothere", "has no 'nothere'"),
     ("raises.py:factory", "raised ValueError: no weights here"),
@@ -185,10 +186,31 @@ def bad_dir(tmp_path):
     ("rejects.py:factory", "rejects its example inputs"),
     ("badkeys.py:factory", "needs 'model' and 'inputs'"),
     ("syntax.py:factory", "cannot import"),
-])
-def test_bad_input_is_one_line_and_exit_2(bad_dir, db_path, capsys, target, words):
-    rc = main(["advise", str(bad_dir / target), "--db", db_path, "--device", "cpu"])
-    err = capsys.readouterr().err.strip().splitlines()
+]
+
+
+@pytest.fixture(scope="module")
+def advised(tmp_path_factory):
+    """The module's `tcperf advise` command lines that run whole, each as main() runs it for `python -m tcperf`: the
+    two examples below and the bad factories above, in two fresh processes side by side
+    (conftest.commands_side_by_side; one at a time, in this process, they took 34 s on 2 cores, most of it a worker
+    importing torch with a core idle): {name: (exit status, stdout, stderr, the store's path)}."""
+    folder = tmp_path_factory.mktemp("advised")
+    for name, text in BAD_FILES.items():
+        (folder / name).write_text(text)
+    lines = {"awkward": [str(EXAMPLES / "awkward_mlp.py:small"), "--device", "cpu", "--json"],
+             "report": [str(EXAMPLES / "fp16_overflow.py:small"), "--device", "cpu", "--mode", "train",
+                        "--check-steps", "2"],
+             **{target: [str(folder / target), "--device", "cpu"] for target, _ in BAD_TARGETS}}
+    dbs = {name: str(folder / f"{i}.db") for i, name in enumerate(lines)}
+    ran = commands_side_by_side({name: ["advise", *words, "--db", dbs[name]] for name, words in lines.items()})
+    return {name: (*result, dbs[name]) for name, result in ran.items()}
+
+
+@pytest.mark.parametrize("target, words", BAD_TARGETS)
+def test_bad_input_is_one_line_and_exit_2(advised, target, words):
+    rc, _, err, db_path = advised[target]
+    err = err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("tcperf:") and words in err[0], err
     assert Store.open(db_path).runs() == []
 
@@ -357,10 +379,10 @@ def test_example_factories_load(target):
     assert isinstance(spec.model, nn.Module) and spec.args and spec.loss_fn is not None
 
 
-def test_command_on_the_awkward_example_stores_an_advise_run(db_path, capsys):
-    rc = main(["advise", str(EXAMPLES / "awkward_mlp.py:small"), "--db", db_path, "--device", "cpu", "--json"])
-    out = json.loads(capsys.readouterr().out)
-    assert rc == 0
+def test_command_on_the_awkward_example_stores_an_advise_run(advised):
+    rc, stdout, stderr, db_path = advised["awkward"]
+    assert rc == 0, stderr[-2000:]
+    out = json.loads(stdout)
     flagged = {l["module"] for l in out["lint"]}
     assert "head" in flagged and {"blocks.0.up", "blocks.0.down"} <= flagged          # 50257 and 1000
     assert "n=50257" in " ".join(next(l for l in out["lint"] if l["module"] == "head")["issues"]["bf16"]["misaligned"])
@@ -374,10 +396,8 @@ def test_command_on_the_awkward_example_stores_an_advise_run(db_path, capsys):
     assert set(verdict["metrics"]) >= {"verdict", "lint", "snippets", "sensitive"}
 
 
-def test_command_prints_a_report(db_path, capsys):
-    rc = main(["advise", str(EXAMPLES / "fp16_overflow.py:small"), "--db", db_path, "--device", "cpu",
-               "--mode", "train", "--check-steps", "2"])
-    out = capsys.readouterr().out
+def test_command_prints_a_report(advised):
+    rc, out, _, _ = advised["report"]
     assert rc == 0 and "tcperf advise · fp16_overflow.py:small · train" in out and "speed verdicts need a CUDA GPU" in out
 
 

@@ -17,7 +17,7 @@ import torch
 
 import tcperf
 
-from conftest import commands_in_one_process
+from conftest import commands_in_one_process, commands_side_by_side
 from tcperf.records import Result
 from tcperf.advisor import api
 from tcperf.cli import main
@@ -295,18 +295,34 @@ def inf_loss():
 '''
 
 
-@pytest.mark.parametrize("factory, mode, words", [
+NONFINITE_CASES = [
     ("nan", "infer", "the model's own fp32 output holds NaN/inf (8 of 8 values of output tensor 0)"),
     ("nan", "train", "the model's own fp32 output holds NaN/inf"),
     ("inf", "infer", "the model's own fp32 output holds NaN/inf"),
     ("inf_loss", "train", "loss_fn(outputs) is inf in fp32 itself"),
-])
-def test_advise_refuses_a_model_whose_fp32_is_not_finite(stored, tmp_path, capsys, factory, mode, words):
-    (tmp_path / "nonfinite.py").write_text(NONFINITE)
-    before = rows(stored)
-    rc = main(["advise", f"{tmp_path / 'nonfinite.py'}:{factory}", "--mode", mode, "--device", "cpu", "--db", stored])
-    one_line(capsys, rc, words)
-    assert rows(stored) == before
+]
+
+
+@pytest.fixture(scope="module")
+def nonfinite_refused(tmp_path_factory):
+    """`tcperf advise nonfinite.py:FACTORY --mode MODE` for each case below, each on a copy of the one-run store, in
+    two fresh processes side by side (conftest.commands_side_by_side: one at a time, in this process, 15 s on 2
+    cores, a worker importing torch with a core idle): {(factory, mode): (exit status, stdout, stderr, store, its
+    rows before)}."""
+    folder = tmp_path_factory.mktemp("nonfinite")
+    (folder / "nonfinite.py").write_text(NONFINITE)
+    stores = {(f, m): one_run_store(str(folder / f"{f}-{m}.db")) for f, m, _ in NONFINITE_CASES}
+    before = {case: rows(db) for case, db in stores.items()}
+    ran = commands_side_by_side({f"{f}-{m}": ["advise", f"{folder / 'nonfinite.py'}:{f}", "--mode", m, "--device",
+                                              "cpu", "--db", stores[f, m]] for f, m in stores})
+    return {(f, m): (*ran[f"{f}-{m}"], stores[f, m], before[f, m]) for f, m in stores}
+
+
+@pytest.mark.parametrize("factory, mode, words", NONFINITE_CASES)
+def test_advise_refuses_a_model_whose_fp32_is_not_finite(nonfinite_refused, factory, mode, words):
+    *ran, db, before = nonfinite_refused[factory, mode]
+    refused(ran, words)
+    assert rows(db) == before
 
 
 def test_the_python_api_refuses_it_too():

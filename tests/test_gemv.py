@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import in_interpreter
+import conftest
 from tcperf import quant as core_quant
 from tcperf.cli import main
 from tcperf.generate import quant
@@ -64,9 +64,12 @@ print(json.dumps({"kernels": {"|".join(map(str, s)): kernels(*s) for s in shapes
 """
 
 
+conftest.INTERPRETED["gemv"] = (CHILD, SHAPES, 120)
+
+
 @pytest.fixture(scope="module")
-def interpreted():
-    return in_interpreter(CHILD, SHAPES, timeout=120)
+def interpreted(interpreted_children):
+    return conftest.interpreted(interpreted_children, "gemv")
 
 
 @pytest.mark.parametrize("kernel", ["int8", "int4", "int4 split"])

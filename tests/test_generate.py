@@ -219,15 +219,6 @@ def test_cli_plain_loop_end_to_end(tmp_path, capsys):
     assert out["plots"] == [str(tmp_path / "generate-tiny.png")] and os.path.getsize(out["plots"][0]) > 0
 
 
-def test_the_table_says_which_run_it_stored_and_where(tmp_path, capsys):
-    """Issue 58: `generate` never said which run it stored; it says so as `tcperf run` does."""
-    db = tmp_path / "r.db"
-    rc = cli.main(["generate", "tiny", "--device", "cpu", "--db", str(db), "--plot-dir", str(tmp_path), "--prompt",
-                   "4", "--output", "3", "--rep-ms", "1", "--precision", "bf16"])
-    out, err = capsys.readouterr()
-    assert rc == 0 and "Batch 1, tiny" in out and f"stored as run 1 in {db}" in err
-
-
 def test_cli_transformers_loop_end_to_end(tmp_path, capsys):
     out = _generate(tmp_path, capsys, "tiny", "--loop", "hf", "--precision", "bf16,int8wo", "--kv", "bf16,fp8",
                     "--batch", "1,2")

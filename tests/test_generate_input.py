@@ -2,10 +2,13 @@
 encoder, a mistyped name on an offline machine and a factory in a loop that cannot run it are each one line and
 exit 2 with nothing stored; int4 runs on transformers' loop at batches 2 and 4 (the lm_head's strided input); a case
 that fails makes the exit status 1 and says which."""
+import contextlib
+import io
 import json
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -170,15 +173,28 @@ def test_default_is_the_headline_and_sweep_is_everything(capsys):
     assert "Expected time: half an hour" in " ".join(capsys.readouterr().out.split())
 
 
-def test_default_run_prints_the_headline(tmp_path, capsys):
-    """One run, printed, in this process as generate() runs it; its rows read back from the store (the rows --json
-    prints, as generate() reads them)."""
-    db = str(tmp_path / "r.db")
-    capsys.readouterr()
-    rc = cli.main(["generate", "--device", "cpu", "--db", db, "--plot-dir", str(tmp_path), "--prompt", "4", "--output",
-                   "3", "--rep-ms", "1"])
-    text, err = capsys.readouterr()
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """`tcperf generate` with its defaults at tiny lengths, printed (no --json), in this process as generate() runs it,
+    once for the two tests below (a run each: 4-7 s on 2 cores): (exit status, stdout, stderr, the store's path)."""
+    db = str(tmp_path_factory.mktemp("default_run") / "r.db")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):      # capsys is one test's
+        rc = cli.main(["generate", "--device", "cpu", "--db", db, "--plot-dir", str(Path(db).parent), "--prompt",
+                       "4", "--output", "3", "--rep-ms", "1"])
+    return rc, out.getvalue(), err.getvalue(), db
+
+
+def test_default_run_prints_the_headline(default_run):
+    """Its rows read back from the store (the rows --json prints, as generate() reads them)."""
+    rc, text, err, db = default_run
     assert rc == 0, err[-2000:]
     rows = [r for r in Store.open(db).results(Store.open(db).run()["id"]) if r["op"] == "generate"]
     assert {r["precision"] for r in rows} == {"bf16", "int8wo", "int4wo-128"}
     assert "Batch 1, tiny" in text and "int8wo:" in text and "not judged on random weights" in text
+
+
+def test_the_table_says_which_run_it_stored_and_where(default_run):
+    """Issue 58: `generate` never said which run it stored; it says so as `tcperf run` does."""
+    rc, text, err, db = default_run
+    assert rc == 0 and "Batch 1, tiny" in text and f"stored as run 1 in {db}" in err

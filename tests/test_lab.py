@@ -5,13 +5,11 @@ bookkeeping; on a GPU, every kernel matches its reference on CUDA.
 The interpreter is chosen when a kernel module is imported (TRITON_INTERPRET is read by @triton.jit), so the
 interpreter checks run in a child process; this process imports the kernels compiled, for the PTX checks.
 """
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+import conftest
 from tcperf import cli, lab
 from tcperf.errors import UserError
 from tcperf.lab import bench
@@ -26,17 +24,15 @@ CASES = [(name, prec, n) for name, entry in lab.KERNELS.items() for prec in entr
          for n in INTERPRETED_N[name]]
 
 
+conftest.INTERPRETED["lab"] = ("import json, sys\nfrom tcperf.lab import bench\ncases = json.loads(sys.argv[1])\n"
+                               "print(json.dumps({f'{k}|{p}|{n}': bench.check(k, p, n, 'cpu').error "
+                               "for k, p, n in cases}))\n", CASES, 300)
+
+
 @pytest.fixture(scope="module")
-def interpreted_errors():
+def interpreted_errors(interpreted_children):
     """{'kernel|precision|n': relative error} for every case, computed in one interpreter child process."""
-    code = ("import json, sys\nfrom tcperf.lab import bench\n"
-            "cases = json.loads(sys.argv[1])\n"
-            "print(json.dumps({f'{k}|{p}|{n}': bench.check(k, p, n, 'cpu').error for k, p, n in cases}))\n")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", code, json.dumps(CASES)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return conftest.interpreted(interpreted_children, "lab")
 
 
 @pytest.mark.parametrize("name,prec,n", CASES, ids=[f"{k}-{p}-{n}" for k, p, n in CASES])

@@ -2,6 +2,7 @@
 recipe is flagged, a NaN is a finding), --batch auto against a simulated out-of-memory, the climb through worker
 processes with its speedups, and the `tcperf models` command (bad input exits 2 with one line)."""
 import dataclasses
+import functools
 import json
 import math
 
@@ -11,6 +12,7 @@ import torch
 
 from rich.console import Console
 
+from conftest import commands_in_one_process, side_by_side
 from tcperf import cli, ladder, models, precision, recipes
 from tcperf.commands.models import print_ladder
 from tcperf.errors import UserError
@@ -229,12 +231,38 @@ def test_the_fastest_batch_is_the_one_with_the_most_items_a_second():
     assert ladder.fastest([{"batch": 1, "status": "oom", "throughput": None}]) is None
 
 
-# --- the climb, through worker processes --------------------------------------------------------------------------
-def test_climb_in_workers_fills_speedups_and_records_oom():
+# --- the climb, through worker processes, and the command -------------------------------------------------------
+def climb_cases() -> list:
     cases = ladder.cells(["gpt2"], "train", ["fp32", "amp_bf16", "tf32"], [2], config="small", steps=3)
     cases.insert(1, ladder.cell_case("gpt2", "train", "fp32", 4, config="small", steps=3, oom_above=2))
-    seen = []
-    rows = ladder.climb(cases, "cpu", Job(timeout=120), on_result=seen.append)
+    return cases
+
+
+@pytest.fixture(scope="module")
+def climbed(tmp_path_factory):
+    """The three climbs below, side by side (conftest.side_by_side: one at a time they took 29 s on 2 cores, each a
+    worker at a time with a core idle): ladder.climb here, and the two `tcperf models` command lines, each as main()
+    runs it for `python -m tcperf`, in a fresh process of its own. {"climb": (rows, on_result's rows), name: (exit
+    status, stdout, stderr, the store's path)}."""
+    folder = tmp_path_factory.mktemp("climbed")
+    lines = {"lstm": ["models", "lstm", "--recipes", "fp32,amp_bf16,tf32", "--batch", "2", "--steps", "2",
+                      "--rep-ms", "20", "--device", "cpu", "--json"],
+             "sizes": ["models", "gpt2", "--recipes", "fp32,amp_bf16", "--sizes", "dim=32,layers=1", "--batch", "2",
+                       "--steps", "2", "--rep-ms", "20", "--device", "cpu", "--json"]}
+
+    def climb():
+        seen = []
+        return ladder.climb(climb_cases(), "cpu", Job(timeout=120), on_result=seen.append), seen
+
+    def command(name):
+        db = str(folder / f"{name}.db")
+        [ran] = commands_in_one_process([[*lines[name], "--db", db]])
+        return (*ran, db)
+    return dict(zip(["climb", *lines], side_by_side(climb, *(functools.partial(command, n) for n in lines))))
+
+
+def test_climb_in_workers_fills_speedups_and_records_oom(climbed):
+    rows, seen = climbed["climb"]
     by = {(r.precision, r.shape["batch"]): r for r in rows}
     assert seen == rows and [r.precision for r in rows] == ["fp32", "fp32", "amp_bf16", "tf32"]
     assert by[("tf32", 2)].message == "tf32 needs a CUDA GPU"        # decided in the parent: no worker
@@ -247,12 +275,11 @@ def test_climb_in_workers_fills_speedups_and_records_oom():
     assert by[("tf32", 2)].status == "skipped"
 
 
-# --- the command --------------------------------------------------------------------------------------------------
-def test_models_command_stores_and_prints(db_path, capsys):
-    rc = cli.main(["models", "lstm", "--recipes", "fp32,amp_bf16,tf32", "--batch", "2", "--steps", "2",
-                   "--rep-ms", "20", "--device", "cpu", "--db", db_path, "--json"])
-    data = json.loads(capsys.readouterr().out)
-    assert rc == 0 and data["run"]["kind"] == "models" and data["run"]["status"] == "done"
+def test_models_command_stores_and_prints(climbed):
+    rc, stdout, stderr, db_path = climbed["lstm"]
+    assert rc == 0, stderr[-2000:]
+    data = json.loads(stdout)
+    assert data["run"]["kind"] == "models" and data["run"]["status"] == "done"
     rows = Store.open(db_path).results(data["run"]["id"])
     order = [r["precision"] for r in rows]
     assert order == ["fp32", "tf32", "amp_bf16"] == [r["precision"] for r in data["results"]]   # climbing order
@@ -266,14 +293,14 @@ def test_models_command_stores_and_prints(db_path, capsys):
     assert "amp_bf16" in text and "loss " in text and "(fp32 " in text
 
 
-def test_changed_sizes_build_that_model_and_climb_apart_from_the_stock_one(db_path, capsys):
+def test_changed_sizes_build_that_model_and_climb_apart_from_the_stock_one(climbed):
     cfg = models.config(models.get("gpt2"), "small:dim=32,layers=1")
     assert cfg == {**models.get("gpt2").CONFIGS["small"], "dim": 32, "layers": 1}
     assert models.get("gpt2").build(cfg).lm_head.weight.shape[1] == 32
-    rc = cli.main(["models", "gpt2", "--recipes", "fp32,amp_bf16", "--sizes", "dim=32,layers=1", "--batch", "2",
-                   "--steps", "2", "--rep-ms", "20", "--device", "cpu", "--db", db_path, "--json"])
-    rows = json.loads(capsys.readouterr().out)["results"]
-    assert rc == 0 and [r["shape"]["sizes"] for r in rows] == ["dim=32,layers=1"] * 2
+    rc, stdout, stderr, _ = climbed["sizes"]
+    assert rc == 0, stderr[-2000:]
+    rows = json.loads(stdout)["results"]
+    assert [r["shape"]["sizes"] for r in rows] == ["dim=32,layers=1"] * 2
     assert rows[0]["flops"] < ladder.measure_cell("gpt2", "train", "fp32", 2, "cpu", config="small",
                                                   steps=2).flops                # a narrower, shallower model
     assert rows[1]["metrics"]["prev"] == "fp32" and "[dim=32,layers=1]" in rows[1]["metrics"]["label"]

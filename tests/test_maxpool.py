@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import in_interpreter
+import conftest
 from tcperf import recipes
 from tcperf.kernels import fusions
 from tcperf.kernels import maxpool as pool
@@ -56,9 +56,12 @@ print(json.dumps(out))
 """
 
 
+conftest.INTERPRETED["maxpool"] = (CHILD, SHAPES, 240)
+
+
 @pytest.fixture(scope="module")
-def interpreted():
-    return in_interpreter(CHILD, SHAPES, timeout=240)
+def interpreted(interpreted_children):
+    return conftest.interpreted(interpreted_children, "maxpool")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -7,6 +7,7 @@ import time
 import pytest
 import torch
 
+from conftest import side_by_side
 from fake_ops import Held, preload
 from tcperf.records import Case, Job, Result, TimingConfig
 from tcperf.runner import InProcess, Spares, Worker, run_cases, task_key
@@ -47,38 +48,49 @@ def test_good_case_is_checked_then_timed(apart):
 
 
 @pytest.fixture(scope="module")
-def gated():
-    """Three wrong kernels, one out of memory, then a good one, in one worker (one group: fp32): shared by the tests
-    of each (a worker each took 2 s on 2 cores); the good case last shows the group went on after every one."""
-    return run(case("WRONG"), case("UNWRITTEN"), case("NAN"), case("OOM"), case("GOOD"))
+def misbehaving():
+    """Three groups of cases, each through run_cases from a thread of its own, side by side (one after the other,
+    a worker each at least, they took 12 s on 2 cores, the hang's 3 s with the cores idle):
+    - "gated": three wrong kernels, one out of memory, then a good one, in one worker (one group: fp32); the good
+      case last shows the group went on after every one;
+    - "crash": a good case, one that kills its worker, another good one (a fresh worker), and what on_result saw;
+    - "hang": a case that hangs past its 3 s timeout, then a good one."""
+    def crash():
+        seen = []
+        rows = run_cases([case("GOOD"), case("CRASH"), case("GOOD", n=2000)], CPU, Job(FAST, timeout=60.0),
+                         on_result=seen.append)
+        return rows, seen
+    return dict(zip(["gated", "crash", "hang"], side_by_side(
+        lambda: run(case("WRONG"), case("UNWRITTEN"), case("NAN"), case("OOM"), case("GOOD")), crash,
+        lambda: run(case("HANG"), case("GOOD"), timeout=3.0))))
 
 
 @pytest.mark.parametrize("bug", ["WRONG", "UNWRITTEN", "NAN"])
-def test_wrong_kernel_is_caught_and_not_timed(gated, bug):
+def test_wrong_kernel_is_caught_and_not_timed(misbehaving, bug):
+    gated = misbehaving["gated"]
     bad = gated[bug.lower()]
     assert bad.status == "wrong" and bad.median_ms is None
     assert "tolerance" in bad.message
     assert gated["good"].status == "ok"
 
 
-def test_crash_is_recorded_and_the_group_goes_on():
-    seen = []
-    rows = run_cases([case("GOOD"), case("CRASH"), case("GOOD", n=2000)], CPU, Job(FAST, timeout=60.0),
-                     on_result=seen.append)
+def test_crash_is_recorded_and_the_group_goes_on(misbehaving):
+    rows, seen = misbehaving["crash"]
     assert seen == rows
     crash = next(x for x in rows if x.op == "fake_ops:CRASH")
     assert crash.status == "error" and "worker died (exit 3)" in crash.message
     assert {x.shape["n"] for x in rows if x.status == "ok"} == {1000, 2000}
 
 
-def test_hang_past_timeout_is_recorded():
-    r = run(case("HANG"), case("GOOD"), timeout=3.0)
+def test_hang_past_timeout_is_recorded(misbehaving):
+    r = misbehaving["hang"]
     assert r["hang"].status == "timeout" and "3 s" in r["hang"].message
     assert "about to hang" in r["hang"].message          # where it was: the last line tcperf's log gave
     assert r["good"].status == "ok"
 
 
-def test_out_of_memory_is_recorded(gated):
+def test_out_of_memory_is_recorded(misbehaving):
+    gated = misbehaving["gated"]
     assert gated["oom"].status == "oom" and "out of memory" in gated["oom"].message
     assert gated["good"].status == "ok"
 

@@ -1,6 +1,7 @@
 """The advisor's search and runoff, on the CPU: the decision rule against injected noise and ties, the grid's
 tiers, pruning on measured kernel time and the budget (through a scripted bench: no model, no GPU), and the probe
 that meets a model which hangs or dies before any recipe starts (real worker processes, through the CLI)."""
+import functools
 import random
 import subprocess
 import sys
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import side_by_side
 from tcperf.advisor import runoff, search
 from tcperf.advisor.trials import Item
 from tcperf.records import Result
@@ -355,37 +357,41 @@ def test_tiers_sit_on_fp8_and_mixed_recipes_by_name():
 
 
 # --- the probe: user code that fails before any recipe ----------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.parametrize("factory,stage", [
-    ("factory_never_returns", "calling the model's factory did not finish within --timeout 4 s"),
-    ("factory_forward_hangs", "the model's first fp32 forward on its inputs did not finish within --timeout 4 s"),
-    ("factory_forward_segfaults", "the model's first fp32 forward on its inputs ended its worker process "
-                                  "(killed by SIGSEGV"),
-])
-def test_a_model_that_fails_before_the_recipes_is_one_line(tmp_path, capfd, factory, stage):
-    """--timeout 4: a hang waits it out; the one stage that must finish within it before the forward hangs, the
-    factory's call, takes about 0.01 s (the worker's start-up has a timeout of its own). The segfault runs `python
-    -m tcperf advise` in a process of its own, as a user does (the one line of a fresh process, imports and all);
-    the two hangs call the CLI's main here, stderr read at the file descriptor (capfd), workers' output included: a
-    process of their own cost 3-4 s each on 2 cores (importing torch) and told them nothing more."""
-    from tcperf import cli
-    db = tmp_path / "t.db"
-    argv = ["advise", f"{KILLERS}:{factory}", "--device", "cpu", "--timeout", "4", "--db", str(db)]
-    t0 = time.perf_counter()
-    if factory == "factory_forward_segfaults":
+REFUSED = {
+    "factory_never_returns": "calling the model's factory did not finish within --timeout 4 s",
+    "factory_forward_hangs": "the model's first fp32 forward on its inputs did not finish within --timeout 4 s",
+    "factory_forward_segfaults": "the model's first fp32 forward on its inputs ended its worker process (killed by "
+                                 "SIGSEGV",
+}
+
+
+@pytest.fixture(scope="module")
+def refused(tmp_path_factory):
+    """`python -m tcperf advise killers.py:FACTORY --device cpu --timeout 4` for each factory above, as a user runs it
+    (the one line of a fresh process, imports and all), the three side by side (one after the other they took
+    19 s on 2 cores, a hang's 4 s each with a core idle): {factory: (exit status, stderr, wall seconds, store)}."""
+    def advise(factory):
+        db = tmp_path_factory.mktemp(factory) / "t.db"
+        argv = ["advise", f"{KILLERS}:{factory}", "--device", "cpu", "--timeout", "4", "--db", str(db)]
+        t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "tcperf", *argv], capture_output=True, text=True, timeout=120,
                               cwd=ROOT)
-        returncode, stderr = proc.returncode, proc.stderr
-    else:
-        capfd.readouterr()
-        returncode = cli.main(argv)
-        stderr = capfd.readouterr().err
-    wall = time.perf_counter() - t0
+        return proc.returncode, proc.stderr, time.perf_counter() - t0, db
+    return dict(zip(REFUSED, side_by_side(*(functools.partial(advise, f) for f in REFUSED))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory", REFUSED)
+def test_a_model_that_fails_before_the_recipes_is_one_line(refused, factory):
+    """--timeout 4: a hang waits it out; the one stage that must finish within it before the forward hangs, the
+    factory's call, takes about 0.01 s (the worker's start-up has a timeout of its own)."""
+    returncode, stderr, wall, db = refused[factory]
+    stage = REFUSED[factory]
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert returncode == 2, stderr
     assert lines == [f"tcperf: {stage}" + lines[0][len("tcperf: " + stage):]] and len(lines) == 1, stderr
     assert "Traceback" not in stderr
-    assert wall < 4 + 25, wall           # --timeout plus the worker's start (importing torch) and its end
+    assert wall < 4 + 25, wall           # --timeout plus the process's and the worker's start (importing torch)
     if db.exists():
         import sqlite3
         assert sqlite3.connect(db).execute("select count(*) from results").fetchone()[0] == 0

@@ -1,6 +1,7 @@
 """`tcperf advise FILE:factory --mode train --nproc N`: DDP and FSDP2 with their options timed on the user's model at
 N gloo ranks (a tiny transformer and a tiny CNN, at 2 and 4 ranks: 8 takes the same path), every option stored, the
 fastest measured picked, a script that runs under torchrun printed; bad input one line and exit 2."""
+import functools
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from conftest import side_by_side
 from tcperf import cli
 from tcperf.advisor import strategy
 from tcperf.distributed import parallel
@@ -46,15 +48,28 @@ def test_every_option_is_timed_stored_and_the_fastest_picked(model, n, db_path, 
     compile(pick["metrics"]["script"], "train.py", "exec")                # the script printed is Python
 
 
-@pytest.mark.parametrize("parallel_name", ["ddp_bucket100", "fsdp2"])
-def test_the_script_to_paste_trains_under_torchrun(parallel_name, tmp_path):
+SCRIPTED = ["ddp_bucket100", "fsdp2"]
+
+
+@pytest.fixture(scope="module")
+def pasted(tmp_path_factory):
+    """The script printed for a pick of each option above, run as pasted: `torchrun --standalone --nproc-per-node 2
+    train.py` from the repository's root, on gloo (no GPU visible); the two side by side (one after the other they
+    took 13 s on 2 cores): {option: the finished process}."""
+    def torchrun(name):
+        path = tmp_path_factory.mktemp(name) / "train.py"
+        path.write_text(strategy.script(MODELS["transformer"], {"precision": "fp32",
+                                                                "metrics": {"parallel": name, "nproc": 2}}))
+        return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                               str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    return dict(zip(SCRIPTED, side_by_side(*(functools.partial(torchrun, name) for name in SCRIPTED))))
+
+
+@pytest.mark.parametrize("parallel_name", SCRIPTED)
+def test_the_script_to_paste_trains_under_torchrun(pasted, parallel_name):
     """The pasted script, as printed for a pick, runs on 2 gloo ranks and trains (its loss printed)."""
-    best = {"precision": "fp32", "metrics": {"parallel": parallel_name, "nproc": 2}}
-    path = tmp_path / "train.py"
-    path.write_text(strategy.script(MODELS["transformer"], best))
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(path)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    done = pasted[parallel_name]
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"after {strategy.SCRIPT_STEPS} steps" in done.stdout
 

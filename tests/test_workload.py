@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from conftest import commands_side_by_side
 from tcperf import engine, recipes, source, stream, workload
 from tcperf.advisor import job, verdict
 from tcperf.advisor.trials import RecipeResult
@@ -313,11 +314,11 @@ def test_the_verdict_on_a_workload_picks_the_cheapest_job_and_never_a_recompile_
     ("rejects", "rejects workload step 9"),
     ("empty", "non-empty list"),
 ])
-def test_a_bad_workload_is_one_line_naming_the_step(files, db_path, capsys, factory, words):
-    rc = main(["advise", f"{files}:{factory}", "--db", db_path, "--device", "cpu"])
-    err = capsys.readouterr().err.strip().splitlines()
+def test_a_bad_workload_is_one_line_naming_the_step(advised, factory, words):
+    rc, _, err, db = advised[factory]
+    err = err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("tcperf:") and words in err[0], err
-    assert Store.open(db_path).runs() == []
+    assert Store.open(db).runs() == []
 
 
 def test_bad_steps_exit_2(files, db_path, capsys):
@@ -326,12 +327,30 @@ def test_bad_steps_exit_2(files, db_path, capsys):
     assert Store.open(db_path).runs() == []
 
 
-def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(files, db_path, capsys):
-    rc = main(["advise", f"{files}:unmasked", "--db", db_path, "--device", "cpu", "--recipes", "fp32,bf16",
-               "--json"])
-    assert rc == 0
+@pytest.fixture(scope="module")
+def advised(tmp_path_factory):
+    """The module's `tcperf advise` command lines that run whole, each as main() runs it for `python -m tcperf`, in two
+    fresh processes side by side, a stream advice and two bad workloads in each (conftest.commands_side_by_side; one
+    at a time, in this process, they took 54 s on 2 cores, a worker importing torch or a stream recipe measured with
+    a core idle): {name: (exit status, stdout, stderr, the store's path)}."""
+    folder = tmp_path_factory.mktemp("advised")
+    (folder / "enc.py").write_text(textwrap.dedent(ENCODER))
+    (folder / "lm.py").write_text(textwrap.dedent(LM))
+    lines = {"unmasked": [f"{folder / 'enc.py'}:unmasked", "--device", "cpu", "--recipes", "fp32,bf16", "--json"],
+             "lm_train": [f"{folder / 'lm.py'}:factory", "--mode", "train", "--device", "cpu", "--recipes",
+                          "fp32,amp_bf16", "--check-steps", "4", "--json"],
+             **{bad: [f"{folder / 'enc.py'}:{bad}", "--device", "cpu"] for bad in ("raises", "unlike", "rejects",
+                                                                                     "empty")}}
+    ran = commands_side_by_side({name: ["advise", *words, "--db", str(folder / f"{name}.db")]
+                                 for name, words in lines.items()})
+    return {name: (*result, str(folder / f"{name}.db")) for name, result in ran.items()}
+
+
+def test_advise_on_a_workload_on_the_cpu_checks_padding_and_stores_the_stream(advised):
+    rc, stdout, stderr, db_path = advised["unmasked"]
+    assert rc == 0, stderr[-2000:]
     import json
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(stdout)
     by = {r["recipe"]: r for r in out["stream"]}
     assert by["bf16"]["status"] == "ok" and by["bf16@pad64"]["status"] == "fails"
     assert out["workload"]["distinct"] > 10
@@ -461,16 +480,13 @@ def factory():
 '''
 
 
-def test_training_on_a_workload_pads_the_labels_with_the_ignore_index(tmp_path, db_path, capsys):
-    """--mode train on batches of varying length: the padded recipes' losses (labels padded with -100, which the
+def test_training_on_a_workload_pads_the_labels_with_the_ignore_index(advised):
+    """--mode train on batches of varying length (LM): the padded recipes' losses (labels padded with -100, which the
     model's cross-entropy ignores) match fp32's on the unpadded batches."""
-    path = tmp_path / "lm.py"
-    path.write_text(textwrap.dedent(LM))
-    rc = main(["advise", f"{path}:factory", "--mode", "train", "--device", "cpu", "--db", db_path,
-               "--recipes", "fp32,amp_bf16", "--check-steps", "4", "--json"])
-    assert rc == 0
+    rc, stdout, stderr, _ = advised["lm_train"]
+    assert rc == 0, stderr[-2000:]
     import json
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(stdout)
     by = {r["recipe"]: r for r in out["stream"]}
     assert set(by) == {"amp_bf16", "amp_bf16@pad64", "amp_bf16@pad128"}
     assert all(r["status"] == "ok" and r["error"] < 0.01 for r in by.values()), by
