@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)   # progress a worker's parent reads when it k
 TIMING = {"warmup_ms": 200.0, "rep_ms": 2000.0, "flush_l2": False, "back_to_back": True, "min_reps": 5,
           "max_reps": 100_000}
 MIN_LINEAR_SHARE = 0.10     # fp8/int8 are tried when their Linear layers carry at least this share of the FLOPs
+PROFILE_STEPS = 4           # a stream's steps profiled (StreamSession.profile): its kernels' share of a step (8 of
+                            # a GRU's took 9-14 s to read back on an H200, 8 of conv_seq's 0.8 s)
 EAGER_FAIL = 2.0            # fp8/int8 past this many tolerances without compile fail before compiling (_fails_eagerly)
 
 
@@ -670,20 +672,28 @@ class StreamSession:
         return self.row()
 
     def profile(self) -> Result:
-        """One pass under the profiler (the advisor asks it of its pick): kernel time, GPU busy, Tensor Core share."""
+        """The stream's kernels under the profiler, on PROFILE_STEPS of its steps spread evenly over it: kernel time,
+        GPU busy, Tensor Core share. The same steps are timed first without the profiler, and a step's kernel time on
+        the stream is their share of kernel time (GPU busy) times the stream's step: a whole pass profiled took
+        tens of seconds to read back where a step launches thousands of kernels (a GRU's time steps)."""
         if self.step is None or not self._row.ok or self.device.type != "cuda" or not self._row.median_ms:
             return self.row()
         from .profiler import gpu_busy, profile
 
-        def one_pass():
-            for x in self.stream:
+        sample = self.stream[::max(1, math.ceil(len(self.stream) / PROFILE_STEPS))]
+
+        def some_steps():
+            for x in sample:
                 self.step.call(x)
-        n = len(self.stream)
         try:
-            found = profile(one_pass, self.device, calls=1)
-            self._row.metrics.update(tc_share=found["tc_share"], kernels=found["top"],
-                                     kernel_ms=found["kernel_ms"] / n, matmul_ms=found["matmul_ms"] / n,
-                                     gpu_busy=gpu_busy(found["kernel_ms"], self._row.median_ms * n))
+            wall_ms = stream.steady_passes(lambda _: some_steps(), [None], self.device, passes=3)["median_ms"]
+            found = profile(some_steps, self.device, calls=1)
+            busy = gpu_busy(found["kernel_ms"], wall_ms)
+            step = self._row.median_ms
+            self._row.metrics.update(tc_share=found["tc_share"], kernels=found["top"], gpu_busy=busy,
+                                     kernel_ms=busy * step if busy is not None else None,
+                                     matmul_ms=found["matmul_ms"] / max(found["kernel_ms"], 1e-9) * busy * step
+                                     if busy is not None else None, profiled_steps=len(sample))
         except Exception as e:       # the profiler failing leaves the timing standing
             self._row.metrics["kernels"] = [{"name": f"profiler failed: {type(e).__name__}: {e}"[:160],
                                              "time_us": 0.0, "tensor_core": False}]

@@ -83,12 +83,13 @@ def stored(db: Path) -> list[tuple[str, str]]:
 
 # --- the command lines run whole in fresh processes ----------------------------------------------------------------
 KILLER_OPTIONS = ("--timeout", "30", "--recipes", "fp32,amp_bf16")
-# name: (target, options, mode). The hang's --timeout is 8, not 30: it waits it out (36 s of the suite at 30, 23 s at
-# 15). The timeout is per call, a worker's start-up apart: fp32's longest (the probe's first forward) takes 1.3 s alone.
+# name: (target, options, mode). The hang's --timeout is 15, not 30: it waits it out (36 s of the suite at 30, 23 s at
+# 15, run alone). The timeout is per call, a worker's start-up apart: fp32's longest (the probe's first forward) takes
+# 1.3 s alone, and past 8 s once with the BERT run beside it and another suite on the same 2 cores.
 IN_PROCESSES = {"hf_bert": ("hf_bert.py:factory", (), "train"),
                 "dataclass": ("outputs.py:factory_dataclass", (), "train"),
                 "crash": ("killers.py:factory_crash", KILLER_OPTIONS, "infer"),
-                "hang": ("killers.py:factory_hang", ("--timeout", "8", *KILLER_OPTIONS[2:]), "infer")}
+                "hang": ("killers.py:factory_hang", ("--timeout", "15", *KILLER_OPTIONS[2:]), "infer")}
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +97,7 @@ def advised(tmp_path_factory):
     """BERT and outputs.py's dataclass in training, and killers.py's crash and hang: each `tcperf advise ... --json`
     as main() runs it for `python -m tcperf`, in two fresh processes side by side, a training run then a killer in
     each (conftest.commands_side_by_side; one at a time they took 48 s on 2 cores, a worker importing torch with a
-    core idle, and the hang's 8 s with both idle): {name: (the command line, exit status, stdout, stderr, the
+    core idle, and the hang's timeout with both idle): {name: (the command line, exit status, stdout, stderr, the
     store's path)}."""
     folder = tmp_path_factory.mktemp("advised")
     argv = {name: command_line(target, folder / f"{name}.db", *options, mode=mode)

@@ -378,6 +378,7 @@ def test_gpu_a_stream_session_warms_up_once_then_replays(cuda, files, tmp_path, 
     if "cuda_graphs" in name:
         assert st["captures"] >= 1                    # counted from Dynamo's CUDA-graph recording callbacks
     assert row.metrics["kernel_ms"] > 0 and row.error < 0.05
+    assert 0 < row.metrics["gpu_busy"] <= 1 and 0 < row.metrics["profiled_steps"] <= engine.PROFILE_STEPS
 
 
 @pytest.mark.gpu
@@ -497,7 +498,7 @@ def test_the_leading_precisions_and_their_ways_on_the_stream():
     """Issue 57: within LEAD of the best, and where the best is host-bound the precision whose GEMM/conv/attention
     kernels are the shortest (what a compiled way leaves); channels_last with each reduced precision on convolutions;
     fp8 and int8 (compiled by definition) not among the eager roots; the ways FAMILY makes of a precision, CUDA graphs
-    first where the step is host-bound, padding left out where refused."""
+    first where the step is host-bound, last but padded where the GPU is busy, padding left out where refused."""
     from tcperf.advisor import streams
 
     def grid(busy):
@@ -513,8 +514,8 @@ def test_the_leading_precisions_and_their_ways_on_the_stream():
     for r, matmul in zip(slow, (10.0, 6.0, 6.0, 3.0, 1.0)):
         r.gpu_busy, r.matmul_ms = 0.3, matmul     # a host-bound step: launches set its pace, not the precision
     assert [p for p, _ in streams.leading(slow, convs=False)] == ["fp16", "bf16"]
-    assert [p for p, _ in streams.leading(slow, convs=True)] == ["fp16", "bf16", "fp16+channels_last",
-                                                                   "bf16+channels_last"]
+    assert [p for p, _ in streams.leading(slow, convs=True)] == ["fp16+channels_last", "fp16",
+                                                                   "bf16+channels_last", "bf16"]
     for r in slow:
         r.gpu_busy = 0.95
     assert [p for p, _ in streams.leading(slow, convs=False)] == ["fp16"]
@@ -522,6 +523,9 @@ def test_the_leading_precisions_and_their_ways_on_the_stream():
     assert ways[0] == "fp16+channels_last+compile@marked" and "fp16+channels_last+cuda_graphs@pad64" in ways
     assert streams.family("bf16", "cuda", graphs_first=True)[:4] == [
         "bf16+cuda_graphs@marked", "bf16+cuda_graphs@dynamic", "bf16+compile@marked", "bf16+compile@dynamic"]
+    assert streams.family("bf16", "cuda", busy=True) == [
+        "bf16+compile@marked", "bf16+compile@dynamic", "bf16+cuda_graphs@pad128", "bf16+cuda_graphs@pad64",
+        "bf16+compile", "bf16+cuda_graphs@marked", "bf16+cuda_graphs@dynamic"]
     assert not any("pad" in w for w in streams.family("fp16", "cuda", pad_refused="output 0's dimension 1 ..."))
     assert streams.on("bf16", streams.way_of("fp16+cuda_graphs@marked")) == "bf16+cuda_graphs@marked"
     assert streams.on("int8", ("", "marked")) == "int8@marked"
@@ -622,14 +626,15 @@ def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_m
 
 def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_then_int8(monkeypatch):
     """streams.run's order on a GPU, with each recipe's measurement faked (T5's shape on an H100): the leading eager
-    root; host-bound there, CUDA graphs at the precision with the shortest GEMMs next (on 4 x H200 at cf96fd1 three
-    eager roots used T5's whole --budget and its 27x shorter graphed step was never tried); then the other eager
-    roots, the rest of that precision's ways, the other root's best way, and int8 last, its varying dimensions
-    marked."""
+    root; host-bound there, CUDA graphs at the precision with the shortest kernels next (on 4 x H200 at cf96fd1
+    three eager roots used T5's whole --budget and its 27x shorter graphed step was never tried); the precision with
+    the shortest GEMMs and its ways; then the eager roots the example input ranked behind by more than the noise
+    (bf16, 11.6%), the best way at the other roots, and int8 last, its varying dimensions marked."""
     from types import SimpleNamespace
     from tcperf.advisor import streams
     steps = {"tf32": 12.0, "bf16": 13.0, "bf16+cuda_graphs@marked": 2.1, "bf16+cuda_graphs@dynamic": 2.2,
-             "bf16+compile@marked": 4.5, "bf16+compile@dynamic": 4.6, "bf16+compile": 4.6}
+             "bf16+compile@marked": 4.5, "bf16+compile@dynamic": 4.6, "bf16+compile": 4.6,
+             "amp_fp16+cuda_graphs@marked": 2.0}
     ran = []
 
     def measured(cls, name):
@@ -642,14 +647,56 @@ def test_on_a_gpu_the_stream_measures_eager_then_graphs_at_the_shortest_matmuls_
     for r, matmul, kernels in zip(grid, (3.0, 1.5, 1.6, 1.4), (4.0, 3.9, 4.4, 4.2)):
         r.gpu_busy, r.matmul_ms, r.kernel_ms = 0.3, matmul, kernels     # amp_fp16: the shortest GEMMs, not kernels
     stage = streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {}, 10_000, later=("int8",))
-    assert ran[:3] == ["tf32", "bf16+cuda_graphs@marked", "bf16"], ran
-    assert ran.index("bf16+cuda_graphs@dynamic") < ran.index("bf16+compile@marked")
+    assert ran[:4] == ["tf32", "bf16+cuda_graphs@marked", "amp_fp16", "amp_fp16+cuda_graphs@marked"], ran
+    assert ran.index("amp_fp16+compile@marked") < ran.index("bf16") and "amp_fp16+cuda_graphs@dynamic" not in ran
+    [twin] = [r for r in stage.results if r.recipe == "amp_fp16+cuda_graphs@dynamic"]     # marked passed: same kernels
+    assert twin.status == "skipped" and "amp_fp16+cuda_graphs@marked passed" in twin.message
     assert "tf32+cuda_graphs@marked" in ran and ran[-1] == "int8@marked" and "fp16" not in ran
-    assert job.pick([r for r in stage.results if r.passes], 10_000).recipe == "bf16+cuda_graphs@marked"
+    assert job.pick([r for r in stage.results if r.passes], 10_000).recipe == "amp_fp16+cuda_graphs@marked"
     ran.clear()            # a budget of 60 s left, less than graphs' 81 s saving at 10,000 steps: graphs first
     streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {}, 10_000, later=("int8",),
                 deadline=time.perf_counter() + 60)
     assert ran[:2] == ["bf16+cuda_graphs@marked", "tf32"], ran
+
+
+def test_precisions_the_example_ranks_behind_wait_for_the_first_ones_ways(monkeypatch):
+    """conv_seq's grid on an H200 (2026-11-28, 56135c1; 63 shapes in 64 steps, the GPU busy throughout): tf32 leads,
+    bf16, amp_bf16, amp_fp16 and fp16 within LEAD of it but 8-12% behind, past their steps' spread. On the stream all three
+    eager recipes ran 17.9-18.0 ms, as tf32 did, and used the budget before any way of meeting the shapes; the best
+    plain loop is padded (graphs @pad64, 14.8 ms). Now tf32's ways come straight after it, compile and padding before
+    CUDA graphs at unpadded shapes (the GPU never waits for the host), automatic dynamic not after marking passed
+    (the same kernels), then the eager recipes ranked behind.
+    On the detector's convolutions each precision's channels_last comes before it (fp16 + channels_last was the best
+    plain loop, 9.2 ms against fp16's 15.3), and bf16, 2.4% behind fp16, after fp16's ways."""
+    from types import SimpleNamespace
+    from tcperf.advisor import streams
+    ran = []
+
+    def measured(cls, name):
+        r = _timed(name, 17.9, 1.5)
+        r.gpu_busy, r.matmul_ms, r.kernel_ms = 1.0, 16.6, 17.9
+        return r
+    monkeypatch.setattr(streams.Plan, "_alone", lambda self, name, keep, label: ran.append(name) or name)
+    monkeypatch.setattr(streams.RecipeResult, "from_result", classmethod(measured))
+    grid = []
+    for name, step, iqr, first, again in (("fp32", 24.81, 0.032, 0.30, 0.05), ("tf32", 13.94, 0.016, 0.28, 0.15),
+                                          ("amp_fp16", 7.93, 0.017, 2.31, 1.31), ("amp_bf16", 15.50, 0.006, 0.42, 0.11),
+                                          ("fp16", 8.14, 0.014, 1.98, 1.33), ("bf16", 15.46, 0.006, 0.34, 0.09)):
+        r = _timed(name, step, first_call_s=first)
+        r.timing["iqr_ms"], r.new_shape_s, r.gpu_busy, r.kernel_ms, r.matmul_ms = iqr, again, 0.99, step, step * 0.9
+        grid.append(r)
+    roots = streams.leading(grid, False, 10_000, shapes=63)
+    assert [p for p, _ in roots] == ["tf32", "bf16", "amp_bf16", "amp_fp16", "fp16"], roots
+    assert not any(streams.close(grid, k, roots[0], 10_000, 63) for k in roots[1:])
+    streams.run(SimpleNamespace(device=torch.device("cuda")), grid, {"distinct": 63}, 10_000)
+    assert ran[:4] == ["tf32", "tf32+compile@marked", "tf32+cuda_graphs@pad128", "tf32+cuda_graphs@pad64"], ran
+    assert ran.index("tf32+cuda_graphs@marked") < ran.index("bf16") < ran.index("amp_bf16") < ran.index("amp_fp16")
+    detector = [_timed("fp16", 17.60, first_call_s=1.39), _timed("bf16", 18.02, first_call_s=1.49)]
+    for r, iqr in zip(detector, (0.013, 0.034)):
+        r.timing["iqr_ms"], r.gpu_busy, r.new_shape_s = iqr, 0.95, 0.1
+    roots = streams.leading(detector, True, 10_000, shapes=59)
+    assert [p for p, _ in roots] == ["fp16+channels_last", "fp16", "bf16+channels_last", "bf16"]
+    assert [streams.close(detector, k, roots[0], 10_000, 59) for k in roots] == [True, True, False, False]
 
 
 def test_a_recipe_that_cannot_win_at_its_speed_of_light_is_not_started(monkeypatch):

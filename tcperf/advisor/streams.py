@@ -11,15 +11,18 @@ The candidates, in the order they are measured (run):
      estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under
      verdict.HOST_BOUND: a compiled way then removes the launch gaps, and what is left is the GEMM, convolution and
      attention kernels), the precision whose such kernels are the shortest; on 2-D convolutions, each reduced
-     precision with channels_last too.
+     precision with channels_last too, before it. Only those the example input ranks with the first within the
+     noise (close) are measured here; the others wait until after step 2.
      Where the first of them is host-bound on the stream, CUDA graphs at the precision whose kernels (all of them: a
      graph keeps every kernel) were the shortest come straight after it: the launch gaps, not the precision, set a
      host-bound step, and the eager recipes measured before it had used the whole --budget on T5 (4 x H200,
      cf96fd1; with graphs next, at 1cc56e6, amp_fp16's graphs at 2.27 ms, chosen by GEMM time alone where bf16's
      kernels were 8% shorter);
-  2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound) at the precision
-     whose eager job is the cheapest (host-bound: whose GEMM/conv/attention kernels are the shortest on the stream);
-  3. the cheapest of those ways at each other leading precision, cheapest eager job first;
+  2. the ways of meeting varying shapes (FAMILY; CUDA graphs first where the eager step is host-bound, last but padded
+     where the GPU never waits) at the precision whose eager job is the cheapest (host-bound: whose GEMM/conv/attention
+     kernels are the shortest on the stream);
+  3. the leading precisions' eager recipes left from step 1, then the cheapest of step 2's ways at each other leading
+     precision, cheapest eager job first;
   4. the recipes compiled by definition (fp8, int8: `later`), with the varying dimensions marked.
 Padded recipes are refused before any warm-up where the outputs' varying dimensions do not follow the inputs'
 (tcperf.workload.unpaddable, found by the probe). A warm-up stops only where the job's own arithmetic says it cannot
@@ -44,12 +47,14 @@ from .. import recipes, stream
 from ..engine import StreamSession, recipe_case
 from ..runner import InProcess, Worker
 from . import job, verdict
+from .runoff import TIE
 from .search import LEAD_MARGIN
 from .trials import Bench, Item, RecipeResult
 
 # Marked before automatic dynamic: marking the varying dimensions skips the static compile automatic dynamic makes
 # first, for the same kernels after (one-time 43 against 57 s on T5, 60 against 71 s on the detector, 9.0 against
-# 11.5 s on the GRU, their plain loops on an H100, 2026-11-28: docs/results/2026-11-28-h100-x4-b.md)
+# 11.5 s on the GRU, their plain loops on an H100, 2026-11-28: docs/results/2026-11-28-h100-x4-b.md; steps within
+# 0.5% on conv_seq and the detector on an H200), so automatic dynamic is measured only where marking did not pass
 FAMILY = (("compile", "marked"), ("cuda_graphs", "marked"), ("compile", "dynamic"), ("cuda_graphs", "dynamic"),
           ("cuda_graphs", "pad128"), ("cuda_graphs", "pad64"), ("compile", "static"))
 CPU_FAMILY = (("", "pad64"), ("", "pad128"))
@@ -84,12 +89,18 @@ def on(root: str, way: tuple[str, str]) -> str:
     return f"{base}@{shapes}" if shapes != "static" else base
 
 
-def family(root: str, device_type: str, pad_refused: str | None = None, graphs_first: bool = False) -> list[str]:
+def family(root: str, device_type: str, pad_refused: str | None = None, graphs_first: bool = False,
+           busy: bool = False) -> list[str]:
     """The ways FAMILY (CPU_FAMILY off a GPU) makes of `root`, each once; none padded where padding is refused.
-    graphs_first: CUDA graphs before compile alone (a host-bound step: graphs remove the launches compile leaves)."""
+    graphs_first: CUDA graphs before compile alone (a host-bound step: graphs remove the launches compile leaves).
+    busy: the GPU never waits for the host on the eager step, so CUDA graphs at unpadded shapes (which remove launch
+    gaps, nothing else) come last; padding, which changes the kernels' shapes, before them (conv_seq on an H200:
+    eager 18.0 ms at 100% busy, graphs @marked 17.0, @pad64 14.8)."""
     ways = FAMILY if device_type == "cuda" else CPU_FAMILY
     if graphs_first:
         ways = sorted(ways, key=lambda way: (way[1].startswith("pad") or way[1] == "static", way[0] != "cuda_graphs"))
+    elif busy:
+        ways = sorted(ways, key=lambda way: way[0] == "cuda_graphs" and not way[1].startswith("pad"))
     names = []
     for way in ways:
         if (pad_refused and way[1].startswith("pad")) or (way[1] in ("dynamic", "marked") and not way[0] and
@@ -142,14 +153,31 @@ def leading(grid: list[RecipeResult], convs: bool, steps: int | None = None,
     keys = [k for k in ranked if math.isinf(least) or estimate(best[k]) <= least * (1 + LEAD_MARGIN)]
     if host_bound(top):
         keys.append(min(ranked, key=lambda k: lasting_ms(best[k])))
-    if convs:
-        keys += [(recipes.on_top(p, "channels_last"), keep) for p, keep in list(keys) if p in REDUCED]
+    if convs:       # NHWC, the Tensor Cores' own layout for 2-D convolutions, first (cuDNN transposes NCHW)
+        keys = [k for p, keep in keys for k in ([(recipes.on_top(p, "channels_last"), keep)] if p in REDUCED
+                                                else []) + [(p, keep)]]
     return list(dict.fromkeys(keys))
 
 
+def close(grid: list[RecipeResult], key: tuple[str, tuple], first: tuple[str, tuple], steps: int | None,
+          shapes: int = 1) -> bool:
+    """Whether the example input ranks `key` with `first` (leading's first) within the noise: their estimated jobs
+    apart by no more than their steps' spread (runoff.TIE at least). A precision ranked behind by more is measured on
+    the stream after the first one's ways: on conv_seq three such eager recipes (18.0 ms a step each, on an H200)
+    used the budget the padded ways (14.8 ms) needed."""
+    mine, lead = row_of(grid, key), row_of(grid, first)
+    if mine is None or lead is None or not mine.step_ms or not lead.step_ms:
+        return True
+    spread = max(TIE, *((r.timing or {}).get("iqr_ms", 0.0) / r.step_ms for r in (mine, lead)))
+    return estimated_s(mine, steps, shapes) <= estimated_s(lead, steps, shapes) * (1 + spread)
+
+
 def row_of(grid: list[RecipeResult], key: tuple[str, tuple]) -> RecipeResult | None:
-    """The grid's eager row of a (precision, modules kept in fp32) root."""
-    return next((r for r in grid if r.passes and (root_of(r.runs), tuple(r.keep_fp32)) == key), None)
+    """The grid's eager row of a (precision, modules kept in fp32) root; for channels_last on a precision, which the
+    grid does not time, that precision's row."""
+    def row(k):
+        return next((r for r in grid if r.passes and (root_of(r.runs), tuple(r.keep_fp32)) == k), None)
+    return row(key) or (row((key[0].replace("+channels_last", ""), key[1])) if "+channels_last" in key[0] else None)
 
 
 def graphed_ms(r: RecipeResult) -> float:
@@ -191,10 +219,18 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
     plan.measure([roots[0][0]], roots[0][1])
     if host_bound(plan.found(roots[0][0])):     # the launch gaps, not the precision, set the step: graphs next
         plan.measure(family(graphs[0], "cuda", plan.refused, graphs_first=True)[:1], graphs[1])
+    shapes = workload.get("distinct") or 1
+    lasting = least(grid, roots)
+    near = [k for k in roots if k == lasting and host_bound(row_of(grid, roots[0])) or
+            close(grid, k, roots[0], steps, shapes)]
+    for root, keep in near:
+        plan.measure([root], keep)
+    first, keep = plan.family_root(near)
+    found = plan.found(first)
+    plan.measure(family(first, "cuda", plan.refused, graphs_first=host_bound(found),
+                        busy=found is not None and not host_bound(found)), keep)
     for root, keep in roots:
         plan.measure([root], keep)
-    first, keep = plan.family_root(roots)
-    plan.measure(family(first, "cuda", plan.refused, graphs_first=host_bound(plan.found(first))), keep)
     way = way_of(plan.cheapest(first))
     for root, keep in sorted((k for k in roots if k[0] != first), key=lambda k: plan.job(k[0])):
         if (way[0] or way[1] != "static") and (way[0] or recipes.get(root).compile or way[1].startswith("pad")):
@@ -240,6 +276,11 @@ class Plan:
             label = f"{name}+fp32[{len(keep)} modules]" if keep else name
             if any(r.recipe == label for r in self.stage.results) or label in self.stage.untried:
                 continue
+            twin = name.replace("@dynamic", "@marked")
+            if twin != name and self.found(twin) is not None:
+                self.stage.results.append(RecipeResult(label, "skipped", message=f"not run: {twin} passed, the same "
+                                                       "kernels after a shorter warm-up"))
+                continue
             if self.over_budget():
                 self.stage.untried.append(label)
                 continue
@@ -264,24 +305,34 @@ class Plan:
                            label=label if keep else None, suite="advise")
         t0 = time.perf_counter()
         worker = Worker(b.device, own_group=True, case=case) if b.source else InProcess(b.device, case=case)
-        timed = b.device.type == "cuda"
+        timed, walls = b.device.type == "cuda", {}
+
+        def call(what, *args, **kwargs):        # each call's wall, the parent's view (where a recipe's seconds go)
+            t = time.perf_counter()
+            try:
+                return worker.call(what, *args, **kwargs)
+            finally:
+                walls[what if isinstance(what, str) else "setup"] = time.perf_counter() - t
         try:
-            row = worker.call(StreamSession, case, b.device, hold=True, timeout=b.timeout)
+            row = call(StreamSession, case, b.device, hold=True, timeout=b.timeout)
             setup_s = time.perf_counter() - t0      # the worker's start, the model loaded, its fp32 reference
             if row.ok:
                 limit = self._limit(name)
                 wait = self._first_timeout(limit)
-                row = worker.call("first", limit=limit, timeout=wait)
+                row = call("first", limit=limit, timeout=wait)
                 if row.status == "timeout" and wait < b.timeout:     # one step (a compile) outlasted the limit
                     row = row.replace(status="skipped", message=f"warm-up stopped: {limit.reason(wait, 0)} "
                                       "(its worker was ended within its first steps)")
             if row.ok and timed:
-                worker.call("time", passes=stream.PASSES, timeout=b.timeout)
-                row = worker.call("profile", timeout=b.timeout)
+                call("time", passes=stream.PASSES, timeout=b.timeout)
+                row = call("profile", timeout=b.timeout)
         finally:
+            t = time.perf_counter()
             worker.close()
+            walls["close"] = time.perf_counter() - t
         if isinstance(row.metrics.get("stream"), dict):
             row.metrics["stream"]["setup_s"] = setup_s
+            row.metrics["stream"]["calls_s"] = walls
             started = getattr(worker, "started", None) or {}     # the worker's imports and device, where it ran one
             row.metrics["stream"].setdefault("setup", {}).update({f"worker_{k}_s": v for k, v in started.items()})
         return row
