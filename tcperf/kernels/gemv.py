@@ -183,8 +183,8 @@ def _gemv_step(rows, xq_ptr, j, n_ok, KW, BLOCK_N: tl.constexpr):
 def int8_gemv_kernel(xq_ptr, w_ptr, s_ptr, r_ptr, y_ptr, N, K, eps, stride_wn, FP16: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr):
     """y (N,) = (W (N, K) @ x (K,)) * scales, W read as int32 words of four int8 (w_ptr, stride_wn in words) and x
-    as int64 words of four bf16 or, FP16, fp16 (xq_ptr); products summed elementwise per step, the rows summed once; with NORM x's
-    squares too, with RESIDUAL r (N,) added (int8_weight_mm says why)."""
+    as int64 words of four bf16 (fp16 with FP16) (xq_ptr); products summed elementwise per step, the rows summed
+    once; with NORM x's squares too, with RESIDUAL r (N,) added (int8_weight_mm says why)."""
     WORDS: tl.constexpr = BLOCK_K // 4
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
