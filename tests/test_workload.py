@@ -699,6 +699,18 @@ def test_precisions_the_example_ranks_behind_wait_for_the_first_ones_ways(monkey
     assert [streams.close(detector, k, roots[0], 10_000, 59) for k in roots] == [True, True, False, False]
 
 
+def test_graphs_floor_is_the_compiled_kernels_only_at_the_same_shapes():
+    """conv_seq on an H200 (2026-11-28): tf32 + compile @marked's kernels (16.1 ms a step) bound CUDA graphs at the
+    same shapes from below, but not padded ones, whose kernels differ (graphs @pad128's plain loop: 15.4 ms)."""
+    from tcperf.advisor import streams
+    plan = streams.Plan(None, {}, 10_000, lambda name: 1.0, None, None, None)
+    compiled = _timed("tf32+compile@marked", 16.4, 10.1)
+    compiled.kernel_ms = 16.1
+    plan.stage.results = [compiled]
+    assert plan.floor_ms("tf32+cuda_graphs@marked") == 16.1
+    assert plan.floor_ms("tf32+cuda_graphs@pad128") == 1.0 and plan.floor_ms("bf16+cuda_graphs@marked") == 1.0
+
+
 def test_a_recipe_that_cannot_win_at_its_speed_of_light_is_not_started(monkeypatch):
     """A cheapest job of 10 s measured; a recipe whose 10,000 steps at its speed of light (2 ms) cost 20 s is
     recorded as not started, with the arithmetic, and no worker is opened for it."""

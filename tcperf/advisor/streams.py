@@ -360,11 +360,14 @@ class Plan:
 
     def floor_ms(self, name: str) -> float:
         """The least a step of `name` can take: its speed of light, and for CUDA graphs the kernel time of the same
-        precision's compiled recipes measured so far (graphs remove launch gaps, not kernels)."""
+        precision's compiled recipes measured so far at the same shapes (graphs remove launch gaps, not kernels;
+        padding changes the kernels: on conv_seq, an H200, tf32 + compile @marked's 16.1 ms of kernels had stopped
+        graphs @pad128, whose plain loop's job is 4% shorter, as unable to win)."""
+        rec = recipes.get(name)
         floor = self.sol_of(name) or 0.0
-        if recipes.get(name).cuda_graphs:
+        if rec.cuda_graphs:
             same = [r.kernel_ms for r in self.stage.results if r.kernel_ms and root_of(r.runs) == root_of(name)
-                    and recipes.get(r.runs).compile]
+                    and recipes.get(r.runs).compile and recipes.get(r.runs).pad_to == rec.pad_to]
             floor = max([floor, *same]) if same else floor
         return floor
 
