@@ -4,8 +4,7 @@ layers: each block's four, the output layer once).
 
 Kernels (KERNELS): bf16 `F.linear` (cuBLAS); int8 Inductor (Int8WeightOnlyLinear's forward under torch.compile
 with coordinate-descent tuning, as `tcperf generate` compiles it: batch 1 a static graph, the larger batches one
-graph with a dynamic batch); int8 triton and int4 triton (tcperf.kernels.gemv), and int8 triton+norm, the
-RMSNorm before the layer taken in its kernel (issue 59: what the norm costs the GEMV); int4
+graph with a dynamic batch); int8 triton and int4 triton (tcperf.kernels.gemv); int4
 tinygemm (torch._weight_int4pack_mm); torchao's int8 and int4 weight-only where torchao imports (one line says so
 otherwise). Shapes (MODELS, K x N): Llama-3.1-8B's and Llama-3.2-1B's decode layers (qkv, o, gate+up fused, down,
 the vocabulary head). int4 in groups of 128 (GROUP).
@@ -98,8 +97,6 @@ KERNELS = [k for k in (
     Kernel("bf16 cuBLAS", 16, lambda lin: lin, own_reference=False),
     Kernel("int8 inductor", 8, Int8WeightOnlyLinear, compiled=True),
     Kernel("int8 triton", 8, lambda lin: Int8WeightOnlyLinear(lin, kernel="triton")),
-    Kernel("int8 triton+norm", 8, lambda lin: Int8WeightOnlyLinear.normed(lin, lin.weight.new_ones(lin.in_features),
-                                                                             1e-5)),
     Kernel("int4 tinygemm", 4, lambda lin: Int4WeightOnlyLinear(lin, GROUP)),
     Kernel("int4 triton", 4, lambda lin: Int4WeightOnlyLinear(lin, GROUP, kernel="triton")),
     Kernel("int8 torchao", 8, _torchao(8), compiled=True, own_reference=False) if _torchao(8) else None,

@@ -176,11 +176,7 @@ class Int8WeightOnlyLinear(QuantLinear):
     """gpt-fast's WeightOnlyInt8Linear: 1 byte a weight read instead of 2, the int8 values in `w8`. kernel="inductor":
     the widening to bf16 and the scale fused into the matmul by torch.compile (eager widens the whole weight first),
     its input through apart(); kernel="triton": tcperf.kernels.gemv's int8 kernel, the same in eager and compiled
-    (which a decode takes is tcperf.generate.quant.KERNELS's choice, measured there).
-
-    On the Triton kernel the layer takes what Inductor cannot fuse across its op: the residual add after it
-    (`forward(x, residual)`, `adds_residual`) and, made by normed(), the RMSNorm before it (`norm_eps`)."""
-    norm_eps: float | None = None       # normed(): RMSNorm(x) (its weight folded into w8) is what the layer multiplies
+    (which a decode takes is tcperf.generate.quant.KERNELS's choice, measured there)."""
 
     def __init__(self, linear: nn.Linear, kernel: str = "inductor"):
         super().__init__(linear)
@@ -189,42 +185,14 @@ class Int8WeightOnlyLinear(QuantLinear):
         self.register_buffer("w8", q)
         self.register_buffer("scales", scales.to(torch.bfloat16))
 
-    @classmethod
-    def normed(cls, linear: nn.Linear, norm_weight: torch.Tensor, eps: float) -> "Int8WeightOnlyLinear":
-        """RMSNorm(weight=norm_weight, eps) then `linear`, as one layer on the Triton kernel: g = norm_weight folded
-        into the weight's columns before quantizing (W (x r g) = (W g)(x r), exact before rounding), r = rsqrt(mean(x^2)
-        + eps) taken by the kernel from the x it reads. The folded weight is a new tensor, so a weight shared with an
-        embedding (tied) keeps its values."""
-        folded = nn.Linear(linear.in_features, linear.out_features, bias=False, device="meta")
-        folded.weight = nn.Parameter(linear.weight.detach().float() * norm_weight.detach().float()[None, :],
-                                     requires_grad=False)                      # (N, K), quantized next
-        layer = cls(folded, kernel="triton")
-        layer.norm_eps = float(eps)
-        return layer
-
-    @property
-    def adds_residual(self) -> bool:
-        """Whether forward(x, residual) adds the residual in the kernel (Triton) rather than in a kernel of its own."""
-        return self.kernel == "triton"
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernel == "inductor":
-            y = F.linear(apart(x), self.w8.to(x.dtype)) * self.scales
-            return y if residual is None else residual + y
-        r = None if residual is None else residual.reshape(-1, self.out_features)
-        y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales, r,
-                                            self.norm_eps)                                     # (M, N)
+            return F.linear(apart(x), self.w8.to(x.dtype)) * self.scales
+        y = torch.ops.tcperf.int8_weight_mm(x.reshape(-1, x.shape[-1]), self.w8, self.scales)     # (M, N)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def dequantized(self) -> torch.Tensor:
         return self.w8.float() * self.scales.float()[:, None]
-
-    def reference(self, x: torch.Tensor) -> torch.Tensor:
-        """normed(): x RMS-normalised (in float32) before the product."""
-        if self.norm_eps is None:
-            return super().reference(x)
-        xf = x.float()
-        return super().reference(xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.norm_eps))
 
 
 def int4_quantize(w: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -88,19 +88,6 @@ class RMSNorm(nn.Module):
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).type_as(x) * self.weight
 
 
-class NormInNextLayer(nn.Identity):
-    """Where an RMSNorm was, once its weight and eps moved into the one layer it fed (tcperf.generate.quant folds them
-    into Triton int8 layers: Int8WeightOnlyLinear.normed), which normalises its own input: x passes through."""
-
-
-def add_to(residual: torch.Tensor, layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """residual + layer(x); in the layer's own epilogue where it has one (`adds_residual`: tcperf.quant's Triton int8
-    layers, across whose op Inductor cannot fuse the add), else a separate add as written."""
-    if getattr(layer, "adds_residual", False):
-        return layer(x, residual)
-    return residual + layer(x)
-
-
 def precompute_freqs_cis(seq: int, head_dim: int, base: float) -> torch.Tensor:
     """RoPE's (cos, sin) per position and frequency: (seq, head_dim / 2, 2), float32."""
     freqs = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
@@ -125,8 +112,7 @@ class Attention(nn.Module):
         self.wo = nn.Linear(a.n_head * a.head_dim, a.dim, bias=False)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x, freqs_cis, mask, input_pos, residual):
-        """residual + attention(x) (add_to)."""
+    def forward(self, x, freqs_cis, mask, input_pos):
         a, (b, t, _) = self.a, x.shape
         q, k, v = self.wqkv(apart(x)).split([a.n_head * a.head_dim, a.n_kv_head * a.head_dim,
                                       a.n_kv_head * a.head_dim], dim=-1)
@@ -136,20 +122,20 @@ class Attention(nn.Module):
         if self.kv_cache is not None:                                     # decoding; training attends over its T
             k, v = self.kv_cache.update(input_pos, k, v)                 # (B, kv heads, max_seq, hd)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        return add_to(residual, self.wo, apart(y.transpose(1, 2).reshape(b, t, a.n_head * a.head_dim)))
+        return self.wo(apart(y.transpose(1, 2).reshape(b, t, a.n_head * a.head_dim)))
 
 
 class FeedForward(nn.Module):
-    """SwiGLU: w2(silu(w1 x) * w3 x), w1 and w3 fused into one projection; forward adds it to the residual."""
+    """SwiGLU: w2(silu(w1 x) * w3 x), w1 and w3 fused into one projection."""
 
     def __init__(self, a: ModelArgs):
         super().__init__()
         self.w13 = nn.Linear(a.dim, 2 * a.intermediate, bias=False)
         self.w2 = nn.Linear(a.intermediate, a.dim, bias=False)
 
-    def forward(self, x, residual):
+    def forward(self, x):
         gate, up = self.w13(apart(x)).chunk(2, dim=-1)
-        return add_to(residual, self.w2, apart(F.silu(gate) * up))
+        return self.w2(apart(F.silu(gate) * up))
 
 
 class Block(nn.Module):
@@ -159,8 +145,8 @@ class Block(nn.Module):
         self.attention_norm, self.ffn_norm = RMSNorm(a.dim, a.norm_eps), RMSNorm(a.dim, a.norm_eps)
 
     def forward(self, x, freqs_cis, mask, input_pos):
-        h = self.attention(self.attention_norm(x), freqs_cis, mask, input_pos, residual=x)    # x + attention(...)
-        return self.feed_forward(self.ffn_norm(h), residual=h)                                # h + feed_forward(...)
+        h = x + self.attention(self.attention_norm(x), freqs_cis, mask, input_pos)
+        return h + self.feed_forward(self.ffn_norm(h))
 
 
 class Transformer(nn.Module):
@@ -206,14 +192,6 @@ class Transformer(nn.Module):
         for layer in self.layers:
             x = layer(x, freqs_cis, mask, input_pos)
         return self.output(apart(self.norm(x[:, -1:] if last_only else x)))
-
-    def normed_layers(self) -> list[tuple[nn.Module, str, nn.Module, str]]:
-        """(owner, name) of each RMSNorm and (owner, name) of the one Linear it feeds: attention_norm -> wqkv,
-        ffn_norm -> w13, norm -> output. tcperf.generate.quant folds each norm into its layer where that layer can
-        take it."""
-        pairs = [(b, "attention_norm", b.attention, "wqkv") for b in self.layers]
-        pairs += [(b, "ffn_norm", b.feed_forward, "w13") for b in self.layers]
-        return pairs + [(self, "norm", self, "output")]
 
 
 def build(a: ModelArgs, device, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Transformer:

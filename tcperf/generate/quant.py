@@ -17,9 +17,6 @@ kernel="auto" (KERNELS); the other recipes have one kernel each and ignore it.
     recipe = get("int4wo-128+kvfp8")
     notes = quantize(model, recipe)                     # swaps the eligible nn.Linear layers in place
     notes = quantize(model, recipe, kernel="triton")    # the same layers on tcperf.kernels.gemv's kernels
-
-On the Triton kernels int8 layers also take in what Inductor cannot fuse across their op: the RMSNorm before each
-(fold_norms) and the residual add after wo and w2 (tcperf.generate.model.add_to).
 """
 from __future__ import annotations
 
@@ -31,7 +28,6 @@ import torch.nn as nn
 from ..env import triton_interpreting
 from ..errors import UserError
 from ..quant import F8, Fp8Linear, Int4WeightOnlyLinear, Int8WeightOnlyLinear, swap_linears
-from .model import NormInNextLayer, RMSNorm, Transformer
 
 KV_FP8 = "+kvfp8"
 
@@ -184,34 +180,13 @@ def quantize(model: nn.Module, r: GenRecipe, kernel: str | None = None) -> list[
         return []
     if r.torchao:
         return _quantize_torchao(model, r)
-    chosen = kernel_for(r, kernel)
-    make, fits = _maker(r, chosen)
+    make, fits = _maker(r, kernel_for(r, kernel))
     takes = lambda lin: lin.bias is None and fits(lin)        # a biased layer stays: weight-only ones have none
-    folded = fold_norms(model) if r.weights == "int8" and KERNELS[chosen]["int8"] == "triton" else 0
     _, kept = swap_linears(model, make, takes,
                            lambda kept: UserError(f"{r.name}: no Linear layer of this model has a shape it takes"))
     names = [name for name, _ in kept]
     more = " ..." if len(names) > 6 else ""
-    notes = [f"kept in {str(r.act).split('.')[-1]} (shape): {', '.join(names[:6])}{more}"] if names else []
-    return notes + ([f"{folded} RMSNorms folded into the int8 layers after them"] if folded else [])
-
-
-def fold_norms(model: nn.Module) -> int:
-    """Each RMSNorm of a Transformer into the one Linear it feeds, as a Triton int8 layer that normalises its own
-    input (Int8WeightOnlyLinear.normed: the norm's weight folded into the layer's columns, the rsqrt taken in the
-    GEMV's K loop), the norm left as NormInNextLayer: Inductor cannot fuse a norm into a custom op, and the separate
-    norm kernels took 0.35 ms of Llama-3.1-8B's 3.5 ms int8 step (H200, 2026-11-28). Other models: none. A tied
-    output layer gets a folded copy; the embedding keeps its weight. Returns how many were folded."""
-    if not isinstance(model, Transformer):
-        return 0
-    folded = 0
-    for owner, norm_name, parent, name in model.normed_layers():
-        norm, lin = getattr(owner, norm_name), getattr(parent, name)
-        if type(norm) is RMSNorm and type(lin) is nn.Linear and lin.bias is None:
-            setattr(parent, name, Int8WeightOnlyLinear.normed(lin, norm.weight, norm.eps))
-            setattr(owner, norm_name, NormInNextLayer())
-            folded += 1
-    return folded
+    return [f"kept in {str(r.act).split('.')[-1]} (shape): {', '.join(names[:6])}{more}"] if names else []
 
 
 def _quantize_torchao(model: nn.Module, r: GenRecipe) -> list[str]:

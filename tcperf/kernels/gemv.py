@@ -2,7 +2,6 @@
 dequantised in registers, so each weight byte is read from memory once, as a GEMV reads it.
 
     int8_weight_mm(x, w8, scales)                 x (M, K) bf16, w8 (N, K) int8, scales (N,) -> y (M, N)
-    int8_weight_mm(x, w8, scales, residual, norm_eps)   RMSNorm(x) (weight folded into w8) @ W^T + residual
     int4_weight_mm(x, q4, scales, zeros, group)   q4 (N, K/2) uint8, the even k in the high nibble; scales and
                                                   zeros (N, K/group): W = (q - 8) * scale + zero -> y (M, N)
 
@@ -11,16 +10,10 @@ CUDA graphs capture them; tcperf.quant's weight-only layers run them with kernel
 
 The kernels. int8 at M = 1 (the decode GEMV, int8_gemv_kernel): each program owns BLOCK_N weight rows and walks K
 in BLOCK_K steps into a (BLOCK_N, BLOCK_K) fp32 accumulator, the row sums taken once, after the loop (summing every
-step, a cross-thread reduction a step, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers); two steps are
-loaded ahead of the one summed, the weights as 32-bit words and x as 64-bit words in the weights' layout. Both int8
+step, a cross-thread reduction a step, ran at 1.09x bf16's cuBLAS time over Llama-3.2-1B's layers). Both int8
 kernels widen their weights by XOR, PRMT and a float subtract under 2^23 (_widen), not the quarter-rate I2F. int8
 above one row (int8_kernel): BLOCK_M rows of x a program and a Tensor Core tl.dot with W as the left operand (W x^T:
 the weight's BLOCK_N fills the MMA's wide side, the batch the narrow one, padded to 16).
-
-What Inductor cannot fuse across the op, the int8 kernels do themselves (Llama-3.1-8B's int8 decode spent 0.35 ms of
-a 3.5 ms step in separate RMSNorm and residual-add kernels, H200 2026-11-28): `norm_eps` RMS-normalises x's rows
-from sums of squares taken in the same K loop (the norm's weight folded into W by the caller:
-tcperf.quant.Int8WeightOnlyLinear.normed), `residual` is added before the output is rounded.
 
 int4 at every M (int4_kernel): one group of K a step, the tile dequantised to bf16 eight weights a 32-bit word
 (DEQUANT_ASM), then a Tensor Core tl.dot, M padded to 16 at one row: 6.6-10.2 instructions a weight byte in its loop
@@ -38,7 +31,6 @@ Speeds on an H100 against cuBLAS bf16, tinygemm and Inductor's fused GEMV: bench
 from __future__ import annotations
 
 import inspect
-from typing import Optional
 
 import torch
 import triton
@@ -52,15 +44,12 @@ AUTOTUNE_MS = (5, 20)                  # warm-up and timing budget per configura
 MAX_BLOCK_M = 64                       # rows of x a program holds; more rows take more programs along M
 
 
-# (BLOCK_N, BLOCK_K). int8 GEMV: few rows a program, long K steps, 16 or 32 bytes of weight a thread a step, two steps
-# loaded ahead (registers, not Triton's pipeliner: num_stages 1); the accumulators are BLOCK_N x BLOCK_K fp32, 16-32
-# registers a thread. BLOCK_N 2-4 gives 4096-column layers (Llama-3.1-8B's o and down) 1024-2048 programs, 8-16 a
-# multiprocessor of 132: enough bytes in flight without splitting K. MM: the Tensor Core path, whose tl.dot wants
-# BLOCK_N >= 16 and whose accumulator grows with BLOCK_M. int4: BLOCK_N >= 64 takes Hopper's wgmma (64 rows a warp
-# group) with the dequantised tile in registers; a step is one group.
-GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=1)
-                for n, k, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 4), (4, 1024, 8), (8, 512, 4), (8, 1024, 8),
-                                (16, 256, 4))]
+# (BLOCK_N, BLOCK_K). int8 GEMV: few rows a program, long K steps, 2-4 KiB of weight a step; the accumulator is
+# BLOCK_N x BLOCK_K fp32, 16-32 registers a thread. MM: the Tensor Core path, whose tl.dot wants BLOCK_N >= 16 and
+# whose accumulator grows with BLOCK_M. int4: BLOCK_N >= 64 takes Hopper's wgmma (64 rows a warp group) with the
+# dequantised tile in registers; a step is one group.
+GEMV_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=3)
+                for n, k, w in ((2, 1024, 4), (4, 512, 4), (4, 1024, 8), (8, 512, 4), (8, 256, 4), (16, 256, 8))]
 MM_CONFIGS = [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=4, num_stages=3)
               for n, k in ((16, 256), (32, 128), (64, 128), (128, 128))]
 INT4_CONFIGS = [triton.Config({"BLOCK_N": n}, num_warps=w, num_stages=1) for n, w in ((64, 4), (128, 4), (128, 8),
@@ -88,6 +77,13 @@ def _product(w, x, acc, UPCAST: tl.constexpr):
     return tl.dot(w.to(x.dtype), tl.trans(x), acc)
 
 
+@triton.jit
+def _store(y_ptr, acc, offs_m, offs_n, M, N, stride_ym):
+    """acc (BLOCK_N, BLOCK_M) into y (M, N), transposed back."""
+    ptrs = y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None]
+    tl.store(ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_m[None, :] < M) & (offs_n[:, None] < N))
+
+
 # int8 -> float32 four weights a 32-bit word, exact, without I2F (int-to-float runs at a quarter of the integer and
 # float rate, 16 a multiprocessor a clock on Hopper): one XOR makes each byte q + 128, one PRMT a weight sets it under
 # the exponent of 2^23 (0x4B), one FADD takes 2^23 + 128 off.
@@ -108,30 +104,12 @@ def _widen(w):
 
 
 @triton.jit
-def _epilogue(acc, squares, s_ptr, r_ptr, y_ptr, offs_m, offs_n, M, N, K, eps, stride_rm, stride_ym,
-              NORM: tl.constexpr, RESIDUAL: tl.constexpr):
-    """acc (BLOCK_N, BLOCK_M) fp32 sums -> y (M, N), transposed back: times the row scales, with NORM times each x
-    row's rsqrt(mean(x^2) + eps) from its sum of squares (BLOCK_M,), with RESIDUAL plus r (M, N); rounded once."""
-    ok = (offs_m[None, :] < M) & (offs_n[:, None] < N)
-    y = acc * tl.load(s_ptr + offs_n, mask=offs_n < N, other=0).to(tl.float32)[:, None]
-    if NORM:
-        y = y * tl.rsqrt(squares / K + eps)[None, :]
-    if RESIDUAL:
-        y += tl.load(r_ptr + offs_m[None, :] * stride_rm + offs_n[:, None], mask=ok, other=0).to(tl.float32)
-    tl.store(y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None], y.to(y_ptr.dtype.element_ty), mask=ok)
-
-
-@triton.jit
-def int8_kernel(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, M, N, K, eps, stride_xm, stride_wn, stride_rm, stride_ym,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr,
-                NORM: tl.constexpr, RESIDUAL: tl.constexpr):
-    """y = x W^T * scales, BLOCK_M rows of x and BLOCK_N of W a program (int8_weight_mm says what NORM and
-    RESIDUAL add). NORM's sums of squares are a row reduction a step: at M > 1 the loop is the MMA's."""
+def int8_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, UPCAST: tl.constexpr):
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_k = tl.arange(0, BLOCK_K)
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + offs_k
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + k[None, :],
@@ -139,94 +117,24 @@ def int8_kernel(x_ptr, w_ptr, s_ptr, r_ptr, y_ptr, M, N, K, eps, stride_xm, stri
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
                     mask=(offs_m[:, None] < M) & (k[None, :] < K), other=0)                 # (BLOCK_M, BLOCK_K)
         acc = _product(_widen(w), x, acc, UPCAST)        # int8 -> fp32 (and bf16) is exact
-        if NORM:
-            squares += tl.sum(x.to(tl.float32) * x.to(tl.float32), axis=1)
-    _epilogue(acc, squares, s_ptr, r_ptr, y_ptr, offs_m, offs_n, M, N, K, eps, stride_rm, stride_ym, NORM, RESIDUAL)
+    scale = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0).to(tl.float32)
+    _store(y_ptr, acc * scale[:, None], offs_m, offs_n, M, N, stride_ym)
 
 
 @triton.jit
-def _widen_words(w):
-    """int32 words (any shape) -> four float32 tensors, byte b of each word (k = 4j + b), exact: WIDEN_ASM a word."""
-    if PTX:
-        return tl.inline_asm_elementwise(WIDEN_ASM, "=r,=r,=r,=r,r", [w], dtype=(tl.float32,) * 4, is_pure=True,
-                                         pack=1)
-    return (((w << 24) >> 24).to(tl.float32), ((w << 16) >> 24).to(tl.float32), ((w << 8) >> 24).to(tl.float32),
-            (w >> 24).to(tl.float32))
-
-
-@triton.jit
-def _half(h, FP16: tl.constexpr):
-    """int32 holding a 16-bit float in its top half (the rest any bits) -> float32: a bf16 is the top half of its
-    float32, one AND."""
-    if FP16:
-        return (h >> 16).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-    return (h & -65536).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _quad(q, FP16: tl.constexpr):
-    """int64 words of four bf16 (fp16 with FP16), k = 4j + b -> four float32 tensors, exact."""
-    lo, hi = q.to(tl.int32), (q >> 32).to(tl.int32)
-    return _half(lo << 16, FP16), _half(lo, FP16), _half(hi << 16, FP16), _half(hi, FP16)
-
-
-@triton.jit
-def _x_row(xq_ptr, j, KW, NORM: tl.constexpr):
-    """x's words j (WORDS,) int64 for the norm's squares, loaded ahead as the weights are; nothing without NORM."""
-    if NORM:
-        return tl.load(xq_ptr + j, mask=j < KW, other=0)
-    return tl.zeros(j.shape, dtype=tl.int64)
-
-
-@triton.jit
-def _gemv_step(rows, xq_ptr, j, n_ok, KW, BLOCK_N: tl.constexpr):
-    """One K step: weight words (BLOCK_N, WORDS) int32 and x's matching words (BLOCK_N, WORDS) int64 (every row the
-    same x), zeros past K (a step wholly past K loads nothing)."""
-    w = tl.load(rows + j[None, :], mask=n_ok[:, None] & (j[None, :] < KW), other=0)
-    x = tl.load(xq_ptr + tl.broadcast_to(j[None, :], (BLOCK_N, j.shape[0])), mask=j[None, :] < KW, other=0)
-    return w, x
-
-
-@triton.jit
-def int8_gemv_kernel(xq_ptr, w_ptr, s_ptr, r_ptr, y_ptr, N, K, eps, stride_wn, FP16: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM: tl.constexpr, RESIDUAL: tl.constexpr):
-    """y (N,) = (W (N, K) @ x (K,)) * scales, W read as int32 words of four int8 (w_ptr, stride_wn in words) and x
-    as int64 words of four bf16 (fp16 with FP16) (xq_ptr); products summed elementwise per step, the rows summed
-    once; with NORM x's squares too, with RESIDUAL r (N,) added (int8_weight_mm says why)."""
-    WORDS: tl.constexpr = BLOCK_K // 4
+def int8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """y (N,) = (w8 (N, K) @ x (K,)) * scales: products summed elementwise per step, the rows summed once."""
     offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < N
-    j, KW = tl.arange(0, WORDS), K // 4
+    offs_k = tl.arange(0, BLOCK_K)
     rows = w_ptr + offs_n[:, None] * stride_wn
-    a0 = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)       # byte 0 of each word's products; a1-a3 bytes 1-3
-    a1, a2, a3 = tl.zeros_like(a0), tl.zeros_like(a0), tl.zeros_like(a0)
-    # NORM: x's squares from x loaded once more as a row of words (WORDS,), not from its (BLOCK_N, WORDS) copy in the
-    # weights' layout, whose every row would square x again (+15% on Llama-3.1-8B's gate+up, an H200, 2026-11-28)
-    squares = tl.zeros((WORDS,), dtype=tl.float32)
-    # Two steps loaded ahead of the one summed, in registers, as int4_kernel does: Triton pipelines none of these
-    # loads (no cp.async in the PTX), and with one step in flight the kernel read Llama-3.1-8B's weights at 66% of
-    # the copy bandwidth (H200, 2026-11-28). The weights travel as 32-bit words (int8 tensors carried across
-    # iterations were split into a register a byte and packed again each step), x as 64-bit words in the weights'
-    # layout (a 1-D x went through shared memory, four barriers a step, to reach it).
-    w0, x0 = _gemv_step(rows, xq_ptr, j, n_ok, KW, BLOCK_N)
-    w1, x1 = _gemv_step(rows, xq_ptr, j + WORDS, n_ok, KW, BLOCK_N)
-    r0, r1 = _x_row(xq_ptr, j, KW, NORM), _x_row(xq_ptr, j + WORDS, KW, NORM)
-    for j0 in range(0, KW, WORDS):
-        w2, x2 = _gemv_step(rows, xq_ptr, j + j0 + 2 * WORDS, n_ok, KW, BLOCK_N)
-        r2 = _x_row(xq_ptr, j + j0 + 2 * WORDS, KW, NORM)
-        b0, b1, b2, b3 = _widen_words(w0)
-        c0, c1, c2, c3 = _quad(x0, FP16)
-        a0, a1, a2, a3 = a0 + b0 * c0, a1 + b1 * c1, a2 + b2 * c2, a3 + b3 * c3
-        if NORM:
-            d0, d1, d2, d3 = _quad(r0, FP16)
-            squares += d0 * d0 + d1 * d1 + d2 * d2 + d3 * d3
-        w0, x0, w1, x1, r0, r1 = w1, x1, w2, x2, r1, r2
-    y = tl.sum(a0 + a1 + a2 + a3, axis=1) * tl.load(s_ptr + offs_n, mask=n_ok, other=0).to(tl.float32)
-    if NORM:
-        y = y * tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
-    if RESIDUAL:
-        y += tl.load(r_ptr + offs_n, mask=n_ok, other=0).to(tl.float32)
-    tl.store(y_ptr + offs_n, y.to(y_ptr.dtype.element_ty), mask=n_ok)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + offs_k
+        w = tl.load(rows + k[None, :], mask=(offs_n[:, None] < N) & (k[None, :] < K), other=0)   # int8
+        x = tl.load(x_ptr + k, mask=k < K, other=0)
+        acc += _widen(w) * x.to(tl.float32)[None, :]
+    scale = tl.load(s_ptr + offs_n, mask=offs_n < N, other=0).to(tl.float32)
+    tl.store(y_ptr + offs_n, (tl.sum(acc, axis=1) * scale).to(y_ptr.dtype.element_ty), mask=offs_n < N)
 
 
 # int4 dequantisation, eight weights a 32-bit word (q4 read as int32: nibble i of a word is bits 4i..4i+3; byte
@@ -348,8 +256,8 @@ def int4_kernel(x_ptr, q_ptr, s_ptr, z_ptr, y_ptr, M, N, K, stride_xm, stride_qn
 
 
 KERNELS = {  # (name, "gemv" at one row or "mm" above) -> (the kernel as written, autotuned)
-    ("int8", "gemv"): (int8_gemv_kernel, tuned(int8_gemv_kernel, GEMV_CONFIGS, key=("N", "K", "NORM", "RESIDUAL"))),
-    ("int8", "mm"): (int8_kernel, tuned(int8_kernel, MM_CONFIGS, key=("BLOCK_M", "N", "K", "NORM", "RESIDUAL"))),
+    ("int8", "gemv"): (int8_gemv_kernel, tuned(int8_gemv_kernel, GEMV_CONFIGS, key=["N", "K"])),
+    ("int8", "mm"): (int8_kernel, tuned(int8_kernel, MM_CONFIGS)),
     ("int4", "mm"): (int4_kernel, tuned(int4_kernel, INT4_CONFIGS, key=("BLOCK_M", "N", "K", "GROUP", "SPLIT"))),
 }
 
@@ -414,28 +322,14 @@ def _check(x: torch.Tensor, n_k: tuple, k: int) -> None:
 
 
 @triton_op("tcperf::int8_weight_mm", mutates_args=())
-def int8_weight_mm(x: torch.Tensor, w8: torch.Tensor, scales: torch.Tensor, residual: Optional[torch.Tensor] = None,
-                   norm_eps: Optional[float] = None) -> torch.Tensor:
-    """x (M, K) @ (w8 (N, K) int8 * scales (N,)[:, None])^T -> (M, N) in x's dtype, fp32 sums. norm_eps: each row
-    of x RMS-normalised first, x * rsqrt(mean(x^2) + eps) (an RMSNorm whose weight g the caller folded into w8's
-    columns: W (x r g) = (W g)(x r)), its sum of squares taken in the kernel's own K loop, which reads all of x
-    anyway: no norm kernel before it. residual (M, N): added before the output is rounded (a block's `h + f(h)`
-    with no add kernel after it)."""
+def int8_weight_mm(x: torch.Tensor, w8: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """x (M, K) @ (w8 (N, K) int8 * scales (N,)[:, None])^T -> (M, N) in x's dtype, fp32 sums."""
     (n, k), m = w8.shape, x.shape[0]
     _check(x, (n, k), k)
-    if k % 4:
-        raise ValueError(f"int8 weights need K a multiple of 4 (the GEMV reads them four a 32-bit word), got {k}")
     x, w8 = x.contiguous(), w8.contiguous()
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    if residual is not None and residual.shape != (m, n):
-        raise ValueError(f"the residual must be the output's shape {(m, n)}, got {tuple(residual.shape)}")
-    r = x if residual is None else residual.contiguous()          # x: a pointer the kernel never reads
-    eps = 0.0 if norm_eps is None else float(norm_eps)
-    row = x[0] if x.storage_offset() % 4 == 0 else x[0].clone()    # the GEMV's x, 8-byte aligned (int64 words)
-    words, xq = w8.view(torch.int32), row.view(torch.int64)
-    _launch("int8", (x, w8, scales, r, y, m, n, k, eps, x.stride(0), w8.stride(0), r.stride(0), y.stride(0)),
-            (xq, words, scales, r, y, n, k, eps, words.stride(0), x.dtype == torch.float16), m, n,
-            NORM=norm_eps is not None, RESIDUAL=residual is not None)
+    _launch("int8", (x, w8, scales, y, m, n, k, x.stride(0), w8.stride(0), y.stride(0)),
+            (x, w8, scales, y, n, k, w8.stride(0)), m, n)
     return y
 
 
