@@ -2,6 +2,7 @@
 drawn from a factory's workload, recompiles counted, padded recipes judged at the real positions, the job weighed
 (one-time cost + N x step), and every bad workload one line naming the step."""
 import math
+import sys
 from types import SimpleNamespace
 import textwrap
 import time
@@ -137,6 +138,29 @@ def test_recipe_names_with_shapes():
 # --- recompiles counted -------------------------------------------------------------------------------------------
 def _stream(lengths):
     return [(torch.randn(n, 8),) for n in lengths]
+
+
+EAGER_PASS = """
+import json, sys, torch
+from tcperf import stream
+model = torch.nn.Linear(4, 2)
+first = stream.first_pass(lambda x: model(*x), [(torch.randn(n, 4),) for n in (3, 5, 3, 7)], "cpu")
+print(json.dumps({"dynamo": "torch._dynamo" in sys.modules, "steps": first.steps, "compiles": first.compiles,
+                  "graphs": first.graphs}))
+"""
+
+
+def test_an_eager_first_pass_does_not_import_dynamo():
+    """An eager recipe's worker never compiles: its first pass watches no compiles and imports nothing for it
+    (importing torch._dynamo cost 3-5 s of an eager recipe's first call on an H200's host, its pass 1.5 s)."""
+    import json
+    import subprocess
+    from conftest import child_env
+    done = subprocess.run([sys.executable, "-c", EAGER_PASS], env=child_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"dynamo": False, "steps": 4, "compiles": 0,
+                                                                 "graphs": 0}
 
 
 @pytest.mark.parametrize("dynamic, compiles, stopped", [(False, 4, True), (None, 2, False)])
@@ -597,7 +621,8 @@ def test_an_eager_recipe_on_a_workload_times_its_first_call_at_a_second_shape():
 def test_graphs_come_first_where_their_saving_outruns_the_whole_budget_left():
     """T5 on an H200 (2026-11-28): bf16 eager 23 ms a step at 17% GPU busy, 3.9 ms of kernels; at 10,000 steps graphs
     would save 191 s, more than the 89 s of budget left: measured first. At 100 steps (1.9 s), or with the GPU busy,
-    or without a budget, eager comes first."""
+    or without a budget, or where torch.compile runs the model's recurrent layers eagerly (the GRU on an H200: graphs
+    @marked 25.6-34.0 ms a step against eager's 22.9), eager comes first."""
     import time as clock
     from tcperf.advisor import streams
     eager, graphed = _timed("bf16", 23.0), _timed("bf16", 23.0)
@@ -609,6 +634,19 @@ def test_graphs_come_first_where_their_saving_outruns_the_whole_budget_left():
     assert not plan(10_000, None).graphs_first(eager, graphed)
     eager.gpu_busy = 0.95
     assert not plan(10_000, left).graphs_first(eager, graphed)
+    eager.gpu_busy = 0.17         # a GRU's step: torch.compile runs nn.GRU eagerly, CUDA graphs cannot capture it
+    assert not streams.Plan(None, {"untraced": ["GRU"]}, 10_000, None, left, None, None).graphs_first(eager, graphed)
+
+
+def test_the_probe_names_the_layers_torch_compile_runs_eagerly():
+    """The GRU acoustic model (its CPU size): nn.GRU, which Dynamo runs eagerly unless allow_rnn is set; T5-like
+    encoders have none."""
+    from tcperf import source
+    from tcperf.advisor.probe import untraced
+    assert untraced(source.load_spec("benchmarks/streams/gru_asr.py:tiny").model) == ["GRU"]
+    assert untraced(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())) == []
+    lstm = torch.nn.ModuleDict({"a": torch.nn.LSTM(4, 4), "b": torch.nn.GRU(4, 4)})
+    assert untraced(lstm) == ["GRU", "LSTM"]
 
 
 def test_a_host_bound_stream_tries_its_ways_at_the_precision_with_the_shortest_matmuls():

@@ -175,6 +175,9 @@ def _workload_stage(bench, facts, results, steps, notes, log, progress, phases, 
         bench.report(r)          # stored, and logged, as the search's recipes are
     if facts.workload.get("pad_refused"):
         notes.append(f"padded recipes not tried on the workload: {facts.workload['pad_refused']}")
+    if facts.workload.get("untraced") and bench.device.type == "cuda":
+        notes.append(f"torch.compile runs {', '.join(facts.workload['untraced'])} eagerly, between its graphs: CUDA "
+                     "graphs were not counted on to remove those launches")
     if stage.untried:
         notes.append(f"--budget ran out on the workload: not tried: {', '.join(stage.untried)}")
     phases["workload_s"] = time.perf_counter() - t0

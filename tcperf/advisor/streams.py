@@ -217,7 +217,7 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
     if plan.graphs_first(row_of(grid, roots[0]), row_of(grid, graphs)):
         plan.measure(family(graphs[0], "cuda", plan.refused, graphs_first=True)[:1], graphs[1])
     plan.measure([roots[0][0]], roots[0][1])
-    if host_bound(plan.found(roots[0][0])):     # the launch gaps, not the precision, set the step: graphs next
+    if host_bound(plan.found(roots[0][0])) and not plan.untraced:   # the launch gaps set the step: graphs next
         plan.measure(family(graphs[0], "cuda", plan.refused, graphs_first=True)[:1], graphs[1])
     shapes = workload.get("distinct") or 1
     lasting = least(grid, roots)
@@ -227,7 +227,7 @@ def run(bench: Bench, grid: list[RecipeResult], workload: dict, steps: int | Non
         plan.measure([root], keep)
     first, keep = plan.family_root(near)
     found = plan.found(first)
-    plan.measure(family(first, "cuda", plan.refused, graphs_first=host_bound(found),
+    plan.measure(family(first, "cuda", plan.refused, graphs_first=host_bound(found) and not plan.untraced,
                         busy=found is not None and not host_bound(found)), keep)
     for root, keep in roots:
         plan.measure([root], keep)
@@ -245,6 +245,7 @@ class Plan:
     def __init__(self, bench: Bench, workload: dict, steps, sol_of, deadline, log, progress):
         self.bench, self.steps, self.sol_of, self.deadline = bench, steps, sol_of, deadline
         self.refused = workload.get("pad_refused")
+        self.untraced = workload.get("untraced") or []    # modules torch.compile runs eagerly (probe.untraced)
         self.length = workload.get("length") or 0
         self.log, self.progress = log or (lambda text: None), progress
         self.stage, self.walls = Stage(), []
@@ -263,7 +264,8 @@ class Plan:
         graphs would save over it (the eager step against the kernels a graph keeps) is more than the whole budget
         left, so no warm-up the budget allows could lose to eager. T5 on an H200 (2026-11-28): eager bf16 measured
         first left 17 s of the budget to its graphs, whose warm-up takes 36 s and whose job is 3.8x shorter."""
-        if not (host_bound(eager) and graphed is not None and self.steps and self.deadline is not None):
+        if not (host_bound(eager) and graphed is not None and self.steps and self.deadline is not None) or \
+                self.untraced:      # graphs cannot capture what torch.compile runs eagerly: the saving is not there
             return False
         saved_s = self.steps * (eager.step_ms - graphed_ms(graphed)) / 1e3
         return saved_s > self.deadline - time.perf_counter()
