@@ -5,7 +5,8 @@ cost a user pays on a new machine, its steady passes the step time.
 
 The candidates, in the order they are measured (run):
   0. where the example input's step is host-bound and what CUDA graphs would save over it at the job's steps is more
-     than the whole budget left (Plan.graphs_first), CUDA graphs at the precision whose kernels were the shortest;
+     than the whole budget left (Plan.graphs_first), CUDA graphs at the precision whose kernels were the shortest
+     (never where torch.compile runs some of the model's layers eagerly, probe.untraced: graphs cannot capture them);
   1. each leading precision's eager recipe: the precisions whose job on the example input's figures (first call, what
      a call at the stream's second shape took beyond a step paid again at each distinct shape, + N x step:
      estimated_s) is within LEAD_MARGIN of the best, and, where the best recipe's step is host-bound (GPU busy under
