@@ -795,6 +795,29 @@ def test_past_the_budget_the_stream_still_measures_until_a_recipe_passes_there(m
     assert ran == [("fp16", None), ("bf16", None)] and stage.untried == ["fp32"]    # no budget stops their warm-up
 
 
+def test_a_recipe_is_not_started_where_the_budget_left_cannot_hold_a_measurements_fixed_seconds(monkeypatch):
+    """The advice overran its 150 s by up to 18 s on an H200: a warm-up ended by the budget, then its timing and
+    profile. With a measurement done (set-up 4 s, timing and profile 7 s), a warm-up gets the budget less those 7 s,
+    and with 10 s left no recipe starts (4 + 7 > 10)."""
+    from tcperf.advisor import streams
+    budgets = []
+
+    def measured(cls, name):
+        r = _timed(name, 2.0, 1.0)
+        r.stream["calls_s"] = {"setup": 4.0, "first": 2.0, "time": 6.0, "profile": 0.8, "close": 0.2}
+        return r
+    monkeypatch.setattr(streams.Plan, "_alone",
+                        lambda self, name, keep, label: budgets.append(self._limit(name).budget_s) or name)
+    monkeypatch.setattr(streams.RecipeResult, "from_result", classmethod(measured))
+    plan = streams.Plan(None, {}, 100, lambda name: None, time.perf_counter() + 30, None, None)
+    plan.measure(["fp32", "bf16"], ())
+    assert budgets[0] is None and budgets[1] == pytest.approx(30 - 7, abs=0.5)
+    assert plan.fixed_s() == (4.0, 7.0)
+    plan.deadline = time.perf_counter() + 10
+    stage = plan.measure(["fp16"], ())
+    assert stage.untried == ["fp16"] and len(budgets) == 2
+
+
 def test_on_a_workload_the_advice_comes_from_the_stream_only():
     grid = [_timed("fp32", 20.0, 0.5), _timed("bf16+cuda_graphs", 2.1, 45.0)]
     assert verdict.decide(grid, [], "infer", "cuda", stream=None, steps=10_000)["recommended"] == "bf16+cuda_graphs"

@@ -342,14 +342,27 @@ class Plan:
 
     def over_budget(self) -> bool:
         """Past the --budget, once a recipe has passed over the stream: the advice always rests on one measured
-        there, never on the example input's figures alone."""
-        return (self.deadline is not None and time.perf_counter() >= self.deadline and
-                any(r.passes for r in self.stage.results))
+        there, never on the example input's figures alone. Past it too where what is left is shorter than the
+        least set-up and timing any measurement here has taken (fixed_s): a recipe started then would end after it."""
+        if self.deadline is None or not any(r.passes for r in self.stage.results):
+            return False
+        return time.perf_counter() + sum(self.fixed_s()) >= self.deadline
+
+    def fixed_s(self) -> tuple[float, float]:
+        """(before, after): the least seconds a measurement that passed here took before its first pass (its worker,
+        model and reference) and after it (the timed passes, the profile, the worker's end), from calls_s; (0, 0)
+        before any. A warm-up's share of the --budget leaves room for the after (the advice had overrun its 150 s by
+        up to 18 s, timing the recipe whose warm-up the budget had ended)."""
+        calls = [r.stream["calls_s"] for r in self.stage.results if r.passes and (r.stream or {}).get("calls_s")]
+        if not calls:
+            return 0.0, 0.0
+        return (min(c.get("setup", 0.0) for c in calls),
+                min(c.get("time", 0.0) + c.get("profile", 0.0) + c.get("close", 0.0) for c in calls))
 
     def _limit(self, name: str) -> stream.Limit:
         best = min((job.job_s(r, self.steps) for r in job.eligible(self.stage.results)), default=math.inf)
         budget = None if self.deadline is None or not any(r.passes for r in self.stage.results) else \
-            max(0.0, self.deadline - time.perf_counter())
+            max(0.0, self.deadline - time.perf_counter() - self.fixed_s()[1])
         return stream.Limit(self.steps, self.floor_ms(name), best if self.steps is not None else math.inf, budget)
 
     def _first_timeout(self, limit: stream.Limit) -> float:
