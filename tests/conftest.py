@@ -1,7 +1,9 @@
 """Shared test set-up: GPU tests are marked `gpu` and skip without CUDA; every test gets its own results store;
 Triton kernels run in the interpreter in child processes, every module's side by side (`INTERPRETED`); several
 command lines run in one fresh process (`commands_in_one_process`); checks that each wait on processes of their own
-run side by side (`side_by_side`); the heap alive before each module is frozen (`_heap_frozen_between_modules`)."""
+run side by side (`side_by_side`); checks that are one core's work on processes of their own start with the session
+in a lane of low priority beside it (`early`); the heap alive before each module is frozen
+(`_heap_frozen_between_modules`)."""
 import concurrent.futures
 import functools
 import gc
@@ -127,6 +129,49 @@ def commands_side_by_side(lines: dict[str, list[str]], processes: int = 2, **run
     ran = side_by_side(*(functools.partial(commands_in_one_process, [lines[n] for n in share], **run)
                          for share in shares))
     return {name: result for share, results in zip(shares, ran) for name, result in zip(share, results)}
+
+
+# name -> a function of a folder: a check's processes, run in the early lane (below) for the tests marked
+# @pytest.mark.early(name), registered when their module is imported (the decorator `early_lane`)
+EARLY: dict[str, object] = {}
+NICE = ("nice", "-n", "10")     # the lane's processes: a core the tests leave idle, not one a test is using
+
+
+def lane_env(**more: str) -> dict:
+    """child_env for a process of the early lane: one thread for PyTorch (OMP_NUM_THREADS=1), so that it takes one
+    core at most and no thread of its waits on another that a test's process holds up."""
+    return child_env(OMP_NUM_THREADS="1", **more)
+
+
+def early_lane(job):
+    """Register `job` (a function of a fresh folder; its name the key) for @pytest.mark.early(its name)."""
+    EARLY[job.__name__] = job
+    return job
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _early_lane(request, tmp_path_factory):
+    """The registered jobs the selected tests ask for, started with the session one after the other in one thread,
+    their processes under NICE: {name: its future}. Checks that wait on one process at a time (a compile, a benchmark
+    script's recipes one by one) left a core of two idle for their whole length (80 s of the suite, 2026-11-28); here
+    they run in the idle time of the modules before them, and their tests read the answers (`early`)."""
+    names = dict.fromkeys(m.args[0] for item in request.session.items if _runs(item)
+                          for m in item.iter_markers("early"))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        yield {name: pool.submit(EARLY[name], tmp_path_factory.mktemp(name)) for name in names}
+
+
+def _runs(item) -> bool:
+    """False for a test that will skip: marked skip (no CUDA, above), or skipif with a true condition."""
+    return not any(True for _ in item.iter_markers("skip")) and \
+        not any(m.args and m.args[0] is True for m in item.iter_markers("skipif"))
+
+
+@pytest.fixture
+def early(request, _early_lane):
+    """The answer of the early job this test is marked with (@pytest.mark.early(name)), waited for; its exception
+    raised here."""
+    return _early_lane[request.node.get_closest_marker("early").args[0]].result()
 
 
 @pytest.fixture(autouse=True, scope="module")

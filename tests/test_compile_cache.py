@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import child_env
+from conftest import NICE, early_lane, lane_env
 from tcperf import compile_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,23 +29,31 @@ print(json.dumps({"status": row.status, "message": row.message, **{k: row.metric
 def _worker(store_folder, inductor_folder) -> dict:
     """TORCHINDUCTOR_VEC_ISA_OK=1: Inductor takes the CPU's vector flags as they are, instead of building and
     loading a probe library for each one in the empty folder (15 of the hit's 24 s on 2 cores); the folder's
-    compiled graphs, which the test is about, are still empty."""
-    env = child_env(TORCHINDUCTOR_CACHE_DIR=str(inductor_folder), TORCHINDUCTOR_VEC_ISA_OK="1")
-    done = subprocess.run([sys.executable, "-c", WORKER, str(store_folder)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env=env)
+    compiled graphs, which the test is about, are still empty. Under NICE and lane_env: conftest's early lane."""
+    env = lane_env(TORCHINDUCTOR_CACHE_DIR=str(inductor_folder), TORCHINDUCTOR_VEC_ISA_OK="1")
+    done = subprocess.run([*NICE, sys.executable, "-c", WORKER, str(store_folder)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@early_lane
+def two_compiles(folder) -> tuple[dict, list, dict]:
+    """The two compiles, one after the other, each in an empty Inductor cache folder (a fresh /tmp, as on a new
+    machine): (the first's answer, the cache files beside the store after it, the second's answer). About 40 s of
+    one core on 2 (2026-11-28), in conftest's early lane: a core the tests before it leave idle."""
+    first = _worker(folder, folder / "inductor-1")
+    files = list((folder / "compile-cache").glob("generate-bf16-plain-b1-*.bin.xz"))
+    return first, [(f.name, f.read_bytes()[:6]) for f in files], _worker(folder, folder / "inductor-2")
+
+
 @pytest.mark.slow
+@pytest.mark.early("two_compiles")
 @pytest.mark.skipif(not compile_cache.available(), reason="torch < 2.7 has no save_cache_artifacts")
-def test_second_run_in_a_clean_inductor_cache_hits_the_file_beside_the_store(tmp_path):
-    """About 37 s on 2 CPU cores (2026-11-26): two compiles of the tiny decode step."""
-    first = _worker(tmp_path, tmp_path / "inductor-1")
+def test_second_run_in_a_clean_inductor_cache_hits_the_file_beside_the_store(early):
+    first, files, second = early
     assert first["status"] == "ok" and first["compile_cache"] == "miss", first
-    files = list((tmp_path / "compile-cache").glob("generate-bf16-plain-b1-*.bin.xz"))
-    assert len(files) == 1 and files[0].read_bytes().startswith(b"\xfd7zXZ\x00")      # xz-compressed
-    second = _worker(tmp_path, tmp_path / "inductor-2")            # a fresh /tmp, as on a new machine
+    assert len(files) == 1 and files[0][1] == b"\xfd7zXZ\x00"                    # xz-compressed
     assert second["status"] == "ok" and second["compile_cache"] == "hit", second
 
 

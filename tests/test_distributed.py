@@ -117,6 +117,28 @@ def test_bad_nproc_is_one_line(monkeypatch, capsys):
 
 
 # --- scaling and exposed communication --------------------------------------------------------------------------
+def test_the_profiles_kernels_are_read_raw_as_torch_profilers_events_list_them():
+    """parallel.kernels_of reads Kineto's events raw (p.events() made a FunctionEvent of each, 0.7 s a profile): the
+    operators torch.profiler lists, with their names and times (us from the trace's start), and those it leaves out
+    (aten::is_leaf, aten::_version, ...) left out too. p.events() also merges an operator into its caller of the
+    same name (aten::sum's redispatch within aten::sum): here both stay, so the figures (unions of intervals) are
+    the same and only the count of profiled operators differs."""
+    from collections import Counter
+
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    x = torch.randn(8, 8, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        (x @ x).relu().sum().backward()
+    listed = [Kernel(e.name, e.time_range.start, e.time_range.end) for e in p.events()
+              if e.device_type == DeviceType.CPU and (e.name.startswith("aten::") or overlap.is_comm(e.name))]
+    raw = parallel.kernels_of(p.profiler.kineto_results, gpu=False)
+    assert len(listed) > 5 and not Counter(listed) - Counter(raw)
+    for k in Counter(raw) - Counter(listed):           # each within a listed call of the same name
+        assert any(o.name == k.name and o.start_us <= k.start_us and k.end_us <= o.end_us for o in listed), k
+    assert overlap.breakdown(raw, 1, 1.0) == overlap.breakdown(listed, 1, 1.0)
+
+
 def test_exposed_communication_is_what_no_other_work_hides():
     comm = [(0, 10), (5, 15), (30, 40)]        # union: 0-15, 30-40 = 25
     other = [(2, 4), (12, 20), (35, 36)]       # hides 2 + 3 + 1 = 6
